@@ -1,0 +1,203 @@
+//! The shared fitting pass behind [`prune`](crate::prune), [`clear`](crate::clear) and
+//! [`ContextPolicyLayer`](crate::ContextPolicyLayer).
+//!
+//! Pruning and clearing decide together: whether a turn must go depends on how much
+//! clearing (and offloading) will save, and the order of the two is a policy choice. So
+//! they are stages of one planner, and each layer runs the stages it owns:
+//!
+//! | layer | stages | fails with `ContextLimitError` |
+//! |---|---|---|
+//! | `PruneLayer` | drop old turns, then old rounds of kept turns | yes |
+//! | `ClearLayer` | clear old tool results | no |
+//! | `ContextPolicyLayer` | all, in the policy's order, sized as offloading will send | yes |
+//!
+//! The plan is computed in one linear pass with a running total; nothing outside the
+//! layer depends on positions.
+
+mod plan;
+mod turns;
+
+pub(crate) use plan::Stages;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use pin_project_lite::pin_project;
+use tower::Service;
+
+use crate::BoxError;
+use crate::error::ContextLimitError;
+use crate::policy::ContextPolicy;
+use crate::report::PreparationReport;
+use crate::request::{ChatRequest, ChatResponse};
+
+impl Stages {
+    pub(crate) const PRUNE: Stages = Stages {
+        prune: true,
+        clear: false,
+        rounds: true,
+        offload_sizing: false,
+        enforce: true,
+    };
+    pub(crate) const CLEAR: Stages = Stages {
+        prune: false,
+        clear: true,
+        rounds: false,
+        offload_sizing: false,
+        enforce: false,
+    };
+    pub(crate) const ALL: Stages = Stages {
+        prune: true,
+        clear: true,
+        rounds: true,
+        // Turned on when the composite includes the offload layer.
+        offload_sizing: false,
+        enforce: true,
+    };
+}
+
+/// Plans and applies the stages to a request: the pure core of the fitting layers.
+pub(crate) fn prepare(
+    mut req: ChatRequest,
+    policy: &ContextPolicy,
+    stages: Stages,
+) -> Result<(ChatRequest, PreparationReport), ContextLimitError> {
+    let planned = plan::plan(&req, policy, stages)?;
+    let report = planned.report.clone();
+    if report.removed_messages > 0 || report.cleared_observations > 0 {
+        let messages = std::mem::take(&mut req.messages);
+        req.messages = planned.apply(messages);
+        tracing::info!(
+            target: "llm_context",
+            event = "context_compacted",
+            before_tokens = report.before_tokens,
+            after_tokens = report.after_tokens,
+            removed_messages = report.removed_messages,
+            cleared_observations = report.cleared_observations,
+            pruned_turns = report.pruned_turns,
+            dropped_rounds = report.dropped_rounds,
+            prompt_allowance = report.prompt_allowance,
+            scope = %req.scope.key(),
+            session = %req.session,
+            "context_compacted"
+        );
+    }
+    Ok((req, report))
+}
+
+/// A service that fits requests with some stages. Rewrite-only: the inner future is
+/// returned wrapped only to attach the report to the response.
+#[derive(Clone, Debug)]
+pub(crate) struct Fit<S> {
+    inner: S,
+    policy: ContextPolicy,
+    stages: Stages,
+}
+
+impl<S> Fit<S> {
+    pub(crate) fn new(inner: S, policy: ContextPolicy, stages: Stages) -> Self {
+        Self {
+            inner,
+            policy,
+            stages,
+        }
+    }
+
+    pub(crate) fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    pub(crate) fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<ChatRequest> for Fit<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse>,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatResponse;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        match prepare(req, &self.policy, self.stages) {
+            Ok((req, report)) => ResponseFuture::inner(self.inner.call(req), report),
+            Err(limit) => ResponseFuture::limit(limit),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of the fitting layers: the inner call with the report attached
+    /// to its response, or a `ContextLimitError` without any inner call.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Inner { #[pin] future: F, report: Option<PreparationReport> },
+        Limit { error: Option<ContextLimitError> },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn inner(future: F, report: PreparationReport) -> Self {
+        Self {
+            kind: Kind::Inner {
+                future,
+                report: Some(report),
+            },
+        }
+    }
+
+    pub(crate) fn limit(error: ContextLimitError) -> Self {
+        Self {
+            kind: Kind::Limit { error: Some(error) },
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<ChatResponse, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<ChatResponse, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Inner { future, report } => {
+                let mut response = ready!(future.poll(cx)).map_err(Into::into)?;
+                let mut ours = report.take().unwrap_or_default();
+                ours.absorb_inner(&response.report);
+                response.report = ours;
+                Poll::Ready(Ok(response))
+            }
+            KindProj::Limit { error } => Poll::Ready(Err(match error.take() {
+                Some(e) => Box::new(e),
+                None => "ResponseFuture polled after completion".into(),
+            })),
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! The linear planner: which messages stay, which are cleared, which go.
+
+use crate::clear::{is_stub, render_stub};
+use crate::error::{ContextLimitError, LimitBreakdown};
+use crate::fit::turns::Layout;
+use crate::message::{Content, Message};
+use crate::offload::{is_preview, preview_chars};
+use crate::policy::ContextPolicy;
+use crate::report::PreparationReport;
+use crate::request::ChatRequest;
+use crate::tokens::{
+    OVERHEAD_TOKENS, char_count, estimate_one, estimate_tool_tokens, estimate_with_text,
+};
+
+/// Which reductions a planner may make, and whether it must make the request fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stages {
+    /// Drop whole old turns.
+    pub(crate) prune: bool,
+    /// Clear old tool results in place.
+    pub(crate) clear: bool,
+    /// Drop old tool rounds inside kept turns (only after clearing, when clearing is on).
+    pub(crate) rounds: bool,
+    /// Size tool results as the offload layer will send them.
+    pub(crate) offload_sizing: bool,
+    /// Fail with `ContextLimitError` when the request still does not fit.
+    pub(crate) enforce: bool,
+}
+
+/// What happens to one message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    Keep,
+    Drop,
+    /// Replace the content with this stub.
+    Clear(String),
+}
+
+/// The outcome of planning.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) actions: Vec<Action>,
+    pub(crate) report: PreparationReport,
+}
+
+impl Plan {
+    /// Applies the plan to the messages it was made for, moving kept messages (no clone).
+    pub(crate) fn apply(self, messages: Vec<Message>) -> Vec<Message> {
+        debug_assert_eq!(messages.len(), self.actions.len());
+        let kept = self.actions.iter().filter(|a| **a != Action::Drop).count();
+        let mut out = Vec::with_capacity(kept);
+        for (mut m, action) in messages.into_iter().zip(self.actions) {
+            match action {
+                Action::Keep => out.push(m),
+                Action::Drop => {}
+                Action::Clear(stub) => {
+                    m.content = Content::Text(stub);
+                    out.push(m);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Plans the preparation of `req` under `policy`. Linear in the transcript: every
+/// message's cost is computed once, and each stage walks the list once with a running
+/// total.
+pub(crate) fn plan(
+    req: &ChatRequest,
+    policy: &ContextPolicy,
+    stages: Stages,
+) -> Result<Plan, ContextLimitError> {
+    let msgs = &req.messages;
+    let allowance = policy.prompt_allowance(None);
+    let layout = Layout::of(msgs);
+
+    let prefix_tokens = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens());
+    let tool_tokens = estimate_tool_tokens(&req.tools);
+    let original: Vec<usize> = msgs.iter().map(estimate_one).collect();
+    // The cost of each message as it will be sent (after offloading, when it runs).
+    let mut cost: Vec<usize> = if stages.offload_sizing {
+        msgs.iter()
+            .zip(&original)
+            .map(|(m, &c)| offloaded_cost(m, policy).unwrap_or(c))
+            .collect()
+    } else {
+        original.clone()
+    };
+    let system_tokens: usize = cost[..layout.head_end].iter().sum();
+    let fixed = prefix_tokens + tool_tokens;
+    let before_tokens = fixed + original.iter().sum::<usize>();
+    let mut total = fixed + cost.iter().sum::<usize>();
+    let mut actions = vec![Action::Keep; msgs.len()];
+
+    let mut report = PreparationReport {
+        before_tokens,
+        prompt_allowance: allowance,
+        ..PreparationReport::default()
+    };
+
+    if total > allowance {
+        let protected_turns = policy.preserve_recent.min(layout.turns.len());
+        let prunable_turns = layout.turns.len() - protected_turns;
+        let clear_order = clearable(msgs, policy);
+
+        let mut cleared_first = false;
+        if stages.clear && policy.clear_before_prune {
+            clear_until_fit(
+                msgs,
+                &clear_order,
+                &mut actions,
+                &mut cost,
+                &mut total,
+                allowance,
+            );
+            cleared_first = true;
+        }
+        if stages.prune {
+            for turn in &layout.turns[..prunable_turns] {
+                if total <= allowance {
+                    break;
+                }
+                for i in turn.range.clone() {
+                    total -= cost[i];
+                    actions[i] = Action::Drop;
+                }
+                report.pruned_turns += 1;
+            }
+        }
+        if stages.clear && !cleared_first {
+            clear_until_fit(
+                msgs,
+                &clear_order,
+                &mut actions,
+                &mut cost,
+                &mut total,
+                allowance,
+            );
+        }
+        if stages.rounds && total > allowance {
+            let rounds: Vec<_> = layout
+                .turns
+                .iter()
+                .flat_map(|t| t.units.iter())
+                .filter(|u| u.is_round && actions[u.range.start] != Action::Drop)
+                .collect();
+            let droppable = rounds.len().saturating_sub(policy.preserve_recent);
+            for unit in &rounds[..droppable] {
+                if total <= allowance {
+                    break;
+                }
+                for i in unit.range.clone() {
+                    total -= cost[i];
+                    actions[i] = Action::Drop;
+                }
+                report.dropped_rounds += 1;
+            }
+        }
+        if stages.enforce && total > allowance {
+            let kept_turns = &layout.turns[prunable_turns..];
+            let turn_cost = |t: &crate::fit::turns::Turn| -> usize {
+                t.range
+                    .clone()
+                    .filter(|&i| actions[i] != Action::Drop)
+                    .map(|i| cost[i])
+                    .sum()
+            };
+            let current = kept_turns.last().map_or(0, turn_cost);
+            let earlier: usize = kept_turns
+                .iter()
+                .take(kept_turns.len().saturating_sub(1))
+                .map(turn_cost)
+                .sum();
+            // Any turn the prune stage could not reach (prune off) counts as protected.
+            let unreachable: usize = layout.turns[..prunable_turns].iter().map(turn_cost).sum();
+            return Err(ContextLimitError::new(
+                total,
+                allowance,
+                LimitBreakdown {
+                    prefix_tokens,
+                    system_tokens,
+                    tool_tokens,
+                    protected_turn_tokens: earlier + unreachable,
+                    current_turn_tokens: current,
+                },
+            ));
+        }
+    }
+
+    report.after_tokens = total;
+    for a in &actions {
+        match a {
+            Action::Keep => {}
+            Action::Drop => report.removed_messages += 1,
+            Action::Clear(_) => report.cleared_observations += 1,
+        }
+    }
+    if report.removed_messages > 0 {
+        report.cut = (layout.head_end..msgs.len()).find(|&i| actions[i] != Action::Drop);
+    }
+    Ok(Plan { actions, report })
+}
+
+/// The cost of a tool result once offloaded, or `None` when offloading leaves it alone.
+fn offloaded_cost(m: &Message, policy: &ContextPolicy) -> Option<usize> {
+    let text = offloadable_text(m, policy)?;
+    let original = char_count(text);
+    if original <= policy.tool_result_max_chars {
+        return None;
+    }
+    let chars = preview_chars(
+        text,
+        original,
+        policy.tool_result_max_chars,
+        policy.artifact_max_chars,
+    ) + m.name.as_deref().map_or(0, char_count)
+        + m.tool_call_id.as_deref().map_or(0, char_count);
+    Some(OVERHEAD_TOKENS + chars / 4)
+}
+
+/// The text of a tool result that offloading may replace: plain text that is not already
+/// a preview or a stub.
+pub(crate) fn offloadable_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Option<&'a str> {
+    if !m.is_tool_result() {
+        return None;
+    }
+    let text = m.content.as_str()?;
+    // A byte length at or under the limit is a char count at or under it: skip counting.
+    if text.len() <= policy.tool_result_max_chars || is_preview(text) || is_stub(text) {
+        return None;
+    }
+    Some(text)
+}
+
+/// Tool results that may be cleared, oldest first: not already a stub, not among the
+/// newest `preserve_tool_results`, not answering the newest assistant message (the model
+/// has not seen those yet), and not from a `never_clear` tool.
+fn clearable(msgs: &[Message], policy: &ContextPolicy) -> Vec<usize> {
+    let last_assistant = msgs.iter().rposition(|m| m.role == crate::Role::Assistant);
+    let results: Vec<usize> = msgs
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.is_tool_result())
+        .map(|(i, _)| i)
+        .collect();
+    let protected = policy.protected_tool_results().min(results.len());
+    let mut call_names: Vec<(&str, &str)> = Vec::new();
+    let mut out = Vec::new();
+    let mut r = 0;
+    for (i, m) in msgs.iter().enumerate() {
+        if m.has_tool_calls() {
+            call_names.clear();
+            call_names.extend(
+                m.tool_calls
+                    .iter()
+                    .map(|c| (c.id.as_str(), c.name.as_str())),
+            );
+        }
+        if !m.is_tool_result() {
+            continue;
+        }
+        r += 1;
+        if r > results.len() - protected || last_assistant.is_some_and(|a| i > a) {
+            continue;
+        }
+        if let Content::Text(t) = &m.content
+            && is_stub(t)
+        {
+            continue;
+        }
+        let name = tool_name(m, &call_names);
+        if name.is_some_and(|n| policy.never_clear.contains(n)) {
+            continue;
+        }
+        out.push(i);
+    }
+    out
+}
+
+/// The tool a result came from: its `name`, or the name of the call it answers.
+pub(crate) fn tool_name<'a>(m: &'a Message, calls: &[(&'a str, &'a str)]) -> Option<&'a str> {
+    m.name.as_deref().or_else(|| {
+        let id = m.tool_call_id.as_deref()?;
+        calls.iter().find(|(cid, _)| *cid == id).map(|(_, n)| *n)
+    })
+}
+
+fn clear_until_fit(
+    msgs: &[Message],
+    order: &[usize],
+    actions: &mut [Action],
+    cost: &mut [usize],
+    total: &mut usize,
+    allowance: usize,
+) {
+    for &i in order {
+        if *total <= allowance {
+            break;
+        }
+        if actions[i] != Action::Keep {
+            continue;
+        }
+        let stub = render_stub(&msgs[i], None);
+        let new_cost = estimate_with_text(&msgs[i], &stub);
+        if new_cost < cost[i] {
+            *total -= cost[i] - new_cost;
+            cost[i] = new_cost;
+            actions[i] = Action::Clear(stub);
+        }
+    }
+}

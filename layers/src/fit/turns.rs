@@ -1,0 +1,125 @@
+//! Segmenting a transcript into turns and rounds, by meaning rather than by role alone.
+
+use std::ops::Range;
+
+use crate::message::Message;
+
+/// A unit of a turn that moves as a whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unit {
+    /// The messages of the unit.
+    pub(crate) range: Range<usize>,
+    /// An assistant tool-call message and the results that follow it.
+    pub(crate) is_round: bool,
+}
+
+/// A turn: a real user request (absent for a preamble before the first one) and the units
+/// up to the next real user request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Turn {
+    pub(crate) range: Range<usize>,
+    /// Whether `range.start` is a real user request.
+    pub(crate) has_request: bool,
+    pub(crate) units: Vec<Unit>,
+}
+
+/// The layout of a transcript.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// `messages[..head_end]` are the system messages before anything else.
+    pub(crate) head_end: usize,
+    pub(crate) turns: Vec<Turn>,
+}
+
+impl Layout {
+    /// One pass over the messages.
+    ///
+    /// A turn starts only at a real user request ([`Message::is_user_request`]): tool
+    /// results sent with role `user` do not open one. Inside a turn, an assistant message
+    /// with tool calls and every tool result right after it form one round, so a call and
+    /// its results always move together.
+    pub(crate) fn of(messages: &[Message]) -> Self {
+        let head_end = messages
+            .iter()
+            .position(|m| m.role != crate::Role::System)
+            .unwrap_or(messages.len());
+        let mut turns = Vec::new();
+        let mut i = head_end;
+        while i < messages.len() {
+            let start = i;
+            let has_request = messages[i].is_user_request();
+            if has_request {
+                i += 1;
+            }
+            let mut units = Vec::new();
+            while i < messages.len() && !messages[i].is_user_request() {
+                let unit_start = i;
+                let is_round = messages[i].has_tool_calls();
+                i += 1;
+                if is_round {
+                    while i < messages.len() && messages[i].is_tool_result() {
+                        i += 1;
+                    }
+                }
+                units.push(Unit {
+                    range: unit_start..i,
+                    is_round,
+                });
+            }
+            turns.push(Turn {
+                range: start..i,
+                has_request,
+                units,
+            });
+        }
+        Layout { head_end, turns }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Message, ToolCall};
+    use serde_json::json;
+
+    #[test]
+    fn user_role_tool_results_do_not_open_turns() {
+        let call = ToolCall::new("c1", "search", json!({}));
+        let msgs = vec![
+            Message::system("rules"),
+            Message::user("find it"),
+            Message::assistant_tool_calls("", vec![call]),
+            // Anthropic sends results with role user.
+            Message::user("result").with_tool_call_id("c1"),
+            Message::assistant("found"),
+            Message::user("thanks"),
+        ];
+        let layout = Layout::of(&msgs);
+        assert_eq!(layout.head_end, 1);
+        assert_eq!(layout.turns.len(), 2);
+        assert_eq!(layout.turns[0].range, 1..5);
+        assert_eq!(
+            layout.turns[0].units,
+            vec![
+                Unit {
+                    range: 2..4,
+                    is_round: true
+                },
+                Unit {
+                    range: 4..5,
+                    is_round: false
+                }
+            ]
+        );
+        assert_eq!(layout.turns[1].range, 5..6);
+    }
+
+    #[test]
+    fn preamble_without_request_is_a_turn() {
+        let msgs = vec![Message::assistant("hello"), Message::user("hi")];
+        let layout = Layout::of(&msgs);
+        assert_eq!(layout.head_end, 0);
+        assert_eq!(layout.turns.len(), 2);
+        assert!(!layout.turns[0].has_request);
+    }
+}

@@ -1,0 +1,213 @@
+//! Stable hashing: the same bytes in, the same id out, on every build and machine.
+//!
+//! ```
+//! use llm_context_layers::hash::StableHasher;
+//!
+//! let mut a = StableHasher::new("example/v1");
+//! a.str("hello");
+//! let mut b = StableHasher::new("example/v1");
+//! b.str("hello");
+//! assert_eq!(a.finish_hex(), b.finish_hex());
+//! assert_eq!(a.finish_hex().len(), 32);
+//! ```
+//!
+//! `std`'s `DefaultHasher` is randomly keyed per process and may change between Rust
+//! releases, so nothing that must survive a restart (prompt-cache keys, artifact ids, memo
+//! keys) may use it. This is XXH3-128, a published, fixed algorithm. Every field is
+//! length-prefixed so that `("ab", "c")` and `("a", "bc")` hash differently, and JSON is
+//! written with sorted keys so that a `serde_json` built with `preserve_order` (which any
+//! crate in a user's graph can switch on) cannot change a key.
+
+use serde_json::Value;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::message::{Content, ContentPart, Message};
+
+/// An incremental stable hasher (XXH3-128) with domain separation.
+#[derive(Clone)]
+pub struct StableHasher {
+    inner: Xxh3,
+}
+
+impl std::fmt::Debug for StableHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StableHasher").finish_non_exhaustive()
+    }
+}
+
+impl StableHasher {
+    /// A hasher for one purpose; `domain` keeps hashes of different purposes apart.
+    pub fn new(domain: &str) -> Self {
+        let mut h = Self { inner: Xxh3::new() };
+        h.str(domain);
+        h
+    }
+
+    /// Feeds raw bytes, length-prefixed.
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        self.inner.update(&(bytes.len() as u64).to_le_bytes());
+        self.inner.update(bytes);
+    }
+
+    /// Feeds a string, length-prefixed.
+    pub fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+
+    /// Feeds an optional string (absent and empty differ).
+    pub fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            None => self.inner.update(&[0]),
+            Some(s) => {
+                self.inner.update(&[1]);
+                self.str(s);
+            }
+        }
+    }
+
+    /// Feeds an integer.
+    pub fn u64(&mut self, n: u64) {
+        self.inner.update(&n.to_le_bytes());
+    }
+
+    /// Feeds a JSON value in canonical form (sorted keys, no whitespace).
+    pub fn json(&mut self, value: &Value) {
+        let mut buf = Vec::new();
+        write_canonical_json(value, &mut buf);
+        self.bytes(&buf);
+    }
+
+    /// Feeds one message: role, content, name, call id and tool calls.
+    pub fn message(&mut self, m: &Message) {
+        self.str(m.role.as_str());
+        match &m.content {
+            Content::Text(t) => {
+                self.inner.update(&[0]);
+                self.str(t);
+            }
+            Content::Parts(parts) => {
+                self.inner.update(&[1]);
+                self.u64(parts.len() as u64);
+                for part in parts {
+                    match part {
+                        ContentPart::Text { text } => {
+                            self.inner.update(&[0]);
+                            self.str(text);
+                        }
+                        ContentPart::Image { url, detail } => {
+                            self.inner.update(&[1]);
+                            self.str(url);
+                            self.opt_str(detail.as_deref());
+                        }
+                    }
+                }
+            }
+        }
+        self.opt_str(m.name.as_deref());
+        self.opt_str(m.tool_call_id.as_deref());
+        self.u64(m.tool_calls.len() as u64);
+        for call in &m.tool_calls {
+            self.str(&call.id);
+            self.str(&call.name);
+            self.json(&call.arguments);
+        }
+    }
+
+    /// Feeds a list of messages.
+    pub fn messages(&mut self, messages: &[Message]) {
+        self.u64(messages.len() as u64);
+        for m in messages {
+            self.message(m);
+        }
+    }
+
+    /// The 128-bit digest.
+    pub fn finish(&self) -> u128 {
+        self.inner.digest128()
+    }
+
+    /// The digest as 32 lowercase hex characters.
+    pub fn finish_hex(&self) -> String {
+        format!("{:032x}", self.finish())
+    }
+}
+
+/// Writes `value` as canonical JSON: object keys sorted by their UTF-8 bytes, no
+/// whitespace, strings escaped as `serde_json` escapes them.
+pub fn write_canonical_json(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                // Serialising a &String cannot fail.
+                serde_json::to_writer(&mut *out, k).expect("string serialises");
+                out.push(b':');
+                write_canonical_json(v, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical_json(v, out);
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("scalar serialises"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn digest_is_pinned() {
+        // The digest must not change between builds: a change here breaks every stored
+        // artifact id and prompt-cache key, so it needs a new domain version.
+        let mut h = StableHasher::new("llm-context/test/v1");
+        h.str("hello");
+        let first = h.finish_hex();
+        let mut again = StableHasher::new("llm-context/test/v1");
+        again.str("hello");
+        assert_eq!(first, again.finish_hex());
+        assert_eq!(
+            xxhash_rust::xxh3::xxh3_128(b"hello"),
+            0xb5e9c1ad071b3e7fc779cfaa5e523818,
+            "XXH3-128 reference vector, as Python xxhash 3.x computes it"
+        );
+    }
+
+    #[test]
+    fn length_prefix_separates_fields() {
+        let mut a = StableHasher::new("d");
+        a.str("ab");
+        a.str("c");
+        let mut b = StableHasher::new("d");
+        b.str("a");
+        b.str("bc");
+        assert_ne!(a.finish(), b.finish());
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys() {
+        let mut out = Vec::new();
+        write_canonical_json(
+            &json!({"b": 1, "a": [true, null, {"d": "x", "c": 2.5}]}),
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"a":[true,null,{"c":2.5,"d":"x"}],"b":1}"#
+        );
+    }
+}

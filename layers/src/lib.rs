@@ -1,0 +1,55 @@
+//! The pure core of [llm-context](https://docs.rs/llm-context): what an LLM gets to see on
+//! every call an agent makes.
+//!
+//! ```
+//! use llm_context_layers::mock::MockModel;
+//! use llm_context_layers::{ChatRequest, ContextPolicy, Message, ServiceBuilderExt};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context_layers::BoxError> {
+//! let policy = ContextPolicy::default().with_max_tokens(8_000).with_reserve_tokens(1_000);
+//! let model = ServiceBuilder::new()
+//!     .context_policy(policy)?          // prune → clear → (offload → prefix → memo)
+//!     .service(MockModel::echo());      // any Service<ChatRequest, Response = ChatResponse>
+//! let reply = model.oneshot(ChatRequest::new("mock", vec![Message::user("hello")])).await?;
+//! println!("{} → {:?}", reply.message.text(), reply.report);
+//! # Ok(()) }
+//! ```
+//!
+//! This crate has no network and no filesystem: the provider-neutral message model
+//! ([`Message`], [`ChatRequest`], [`ChatResponse`]), the token estimate ([`tokens`]),
+//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`ContextPolicyLayer`]), the
+//! [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
+//! provider clients, durable stores and the command-line tool.
+//!
+//! The request's path, outermost first: prune → clear → offload → prefix → memo → your
+//! model. Every layer can also be used alone (see [`ServiceBuilderExt`]).
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod builder;
+pub mod clear;
+pub mod context_policy;
+mod error;
+pub mod fit;
+pub mod hash;
+pub mod message;
+pub mod mock;
+pub mod offload;
+pub mod policy;
+mod prefix_context;
+pub mod prune;
+mod report;
+pub mod request;
+mod scope;
+pub mod tokens;
+
+pub use builder::ServiceBuilderExt;
+pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
+pub use error::{BoxError, ContextLimitError, LimitBreakdown};
+pub use message::{Content, ContentPart, Message, Role, ToolCall, ToolSpec};
+pub use policy::{ContextPolicy, PolicyError};
+pub use prefix_context::PrefixContext;
+pub use report::PreparationReport;
+pub use request::{ChatRequest, ChatResponse, FinishReason, GenerationParams, Usage};
+pub use scope::Scope;

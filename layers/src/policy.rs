@@ -1,0 +1,380 @@
+//! `ContextPolicy`: how much the model may see, and what to give up first.
+//!
+//! ```
+//! use llm_context_layers::ContextPolicy;
+//!
+//! let policy = ContextPolicy::default().with_max_tokens(16_000).with_reserve_tokens(2_000);
+//! assert_eq!(policy.prompt_allowance(None), 14_000);
+//! policy.validate().unwrap();
+//!
+//! // Unset max_tokens falls back to the model's window, then to 32,000.
+//! assert_eq!(ContextPolicy::default().effective_max_tokens(Some(200_000)), 200_000);
+//! assert_eq!(ContextPolicy::default().effective_max_tokens(None), 32_000);
+//!
+//! // Policies are files too; unknown fields are refused.
+//! let p = ContextPolicy::from_toml("max_tokens = 8000\npreserve_recent = 3").unwrap();
+//! assert_eq!(p.preserve_recent, 3);
+//! assert!(ContextPolicy::from_json(r#"{"max_tokenz": 1}"#).is_err());
+//! ```
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// The default ceiling when neither `max_tokens` nor the model's window is known.
+pub const DEFAULT_MAX_TOKENS: usize = 32_000;
+
+/// What the model gets to see.
+///
+/// The fields and defaults of ProtoLink's `ContextPolicy`, plus knobs it lacks: how many
+/// newest tool results are never cleared, whether clearing runs before pruning, and tools
+/// whose results are never cleared. Build with [`Default`] and the `with_*` setters, or
+/// read one from JSON or TOML; call [`validate`](Self::validate) (the layers do) before use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ContextPolicy {
+    /// Total context ceiling, including the reserved output. `None`: the model's context
+    /// window, otherwise 32,000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<usize>,
+    /// The model's context window, when known (the `--window` of the CLI). Used when
+    /// `max_tokens` is unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<usize>,
+    /// Tokens withheld from the prompt for the model's output. This does not change the
+    /// provider's output limit; set that separately.
+    pub reserve_tokens: usize,
+    /// The newest user turns that are never pruned.
+    pub preserve_recent: usize,
+    /// The newest tool results that are never cleared. `None`: `preserve_recent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserve_tool_results: Option<usize>,
+    /// Clear old tool results before dropping whole turns (keeps more of the
+    /// conversation, loses detail of old observations). Default `false`: ProtoLink's
+    /// order, prune turns first.
+    pub clear_before_prune: bool,
+    /// Tools whose results are never cleared (for example a `plan` or `memory` tool).
+    pub never_clear: BTreeSet<String>,
+    /// Tool results longer than this many characters are offloaded; also the preview
+    /// length.
+    pub tool_result_max_chars: usize,
+    /// The most artifacts kept per session.
+    pub max_artifacts: usize,
+    /// The most characters kept per artifact; longer ones are marked truncated.
+    pub artifact_max_chars: usize,
+}
+
+impl Default for ContextPolicy {
+    fn default() -> Self {
+        Self {
+            max_tokens: None,
+            context_window: None,
+            reserve_tokens: 2_048,
+            preserve_recent: 2,
+            preserve_tool_results: None,
+            clear_before_prune: false,
+            never_clear: BTreeSet::new(),
+            tool_result_max_chars: 6_000,
+            max_artifacts: 32,
+            artifact_max_chars: 1_000_000,
+        }
+    }
+}
+
+/// A policy value that cannot work. The message names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A field has a value that cannot work.
+    #[error("invalid context policy: `{field}` {reason}")]
+    Invalid {
+        /// The offending field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The policy text could not be parsed.
+    #[error("invalid context policy: {0}")]
+    Parse(String),
+}
+
+impl PolicyError {
+    fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        PolicyError::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// The field at fault, when the error is about one field.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            PolicyError::Invalid { field, .. } => Some(field),
+            PolicyError::Parse(_) => None,
+        }
+    }
+}
+
+impl ContextPolicy {
+    /// Sets `max_tokens`.
+    pub fn with_max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = Some(n);
+        self
+    }
+
+    /// Sets the model's context window.
+    pub fn with_context_window(mut self, n: usize) -> Self {
+        self.context_window = Some(n);
+        self
+    }
+
+    /// Sets `reserve_tokens`.
+    pub fn with_reserve_tokens(mut self, n: usize) -> Self {
+        self.reserve_tokens = n;
+        self
+    }
+
+    /// Sets `preserve_recent`.
+    pub fn with_preserve_recent(mut self, n: usize) -> Self {
+        self.preserve_recent = n;
+        self
+    }
+
+    /// Sets how many newest tool results are never cleared.
+    pub fn with_preserve_tool_results(mut self, n: usize) -> Self {
+        self.preserve_tool_results = Some(n);
+        self
+    }
+
+    /// Clears old tool results before pruning whole turns.
+    pub fn with_clear_before_prune(mut self, yes: bool) -> Self {
+        self.clear_before_prune = yes;
+        self
+    }
+
+    /// Adds a tool whose results are never cleared.
+    pub fn with_never_clear(mut self, tool: impl Into<String>) -> Self {
+        self.never_clear.insert(tool.into());
+        self
+    }
+
+    /// Sets `tool_result_max_chars`.
+    pub fn with_tool_result_max_chars(mut self, n: usize) -> Self {
+        self.tool_result_max_chars = n;
+        self
+    }
+
+    /// Sets `max_artifacts`.
+    pub fn with_max_artifacts(mut self, n: usize) -> Self {
+        self.max_artifacts = n;
+        self
+    }
+
+    /// Sets `artifact_max_chars`.
+    pub fn with_artifact_max_chars(mut self, n: usize) -> Self {
+        self.artifact_max_chars = n;
+        self
+    }
+
+    /// How many newest tool results are never cleared.
+    pub fn protected_tool_results(&self) -> usize {
+        self.preserve_tool_results.unwrap_or(self.preserve_recent)
+    }
+
+    /// The ceiling: `max_tokens`, else the policy's `context_window`, else `model_window`
+    /// (the model's window from a catalog), else 32,000.
+    pub fn effective_max_tokens(&self, model_window: Option<usize>) -> usize {
+        self.max_tokens
+            .or(self.context_window)
+            .or(model_window)
+            .unwrap_or(DEFAULT_MAX_TOKENS)
+    }
+
+    /// The prompt allowance: the ceiling minus `reserve_tokens` (0 if the reserve is
+    /// larger; [`validate`](Self::validate) refuses such a policy).
+    pub fn prompt_allowance(&self, model_window: Option<usize>) -> usize {
+        self.effective_max_tokens(model_window)
+            .saturating_sub(self.reserve_tokens)
+    }
+
+    /// Checks every field; the error names the first field that cannot work.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let counts: [(&'static str, Option<usize>); 7] = [
+            ("max_tokens", self.max_tokens),
+            ("context_window", self.context_window),
+            ("reserve_tokens", Some(self.reserve_tokens)),
+            ("preserve_recent", Some(self.preserve_recent)),
+            ("preserve_tool_results", self.preserve_tool_results),
+            ("tool_result_max_chars", Some(self.tool_result_max_chars)),
+            ("max_artifacts", Some(self.max_artifacts)),
+        ];
+        for (field, value) in counts {
+            if value == Some(0) {
+                return Err(PolicyError::invalid(field, "must be at least 1"));
+            }
+        }
+        if self.artifact_max_chars == 0 {
+            return Err(PolicyError::invalid(
+                "artifact_max_chars",
+                "must be at least 1",
+            ));
+        }
+        if let Some(max) = self.max_tokens
+            && max <= self.reserve_tokens
+        {
+            return Err(PolicyError::invalid(
+                "max_tokens",
+                format!(
+                    "({max}) must be greater than reserve_tokens ({}), or no prompt fits",
+                    self.reserve_tokens
+                ),
+            ));
+        }
+        if let Some(window) = self.context_window
+            && window <= self.reserve_tokens
+        {
+            return Err(PolicyError::invalid(
+                "context_window",
+                format!(
+                    "({window}) is at or below reserve_tokens ({}), so no prompt fits",
+                    self.reserve_tokens
+                ),
+            ));
+        }
+        if self.artifact_max_chars < self.tool_result_max_chars {
+            return Err(PolicyError::invalid(
+                "artifact_max_chars",
+                format!(
+                    "({}) is smaller than tool_result_max_chars ({}): an artifact must hold at least its preview",
+                    self.artifact_max_chars, self.tool_result_max_chars
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the policy against a model window learned at run time (a window at or below
+    /// the reserve is an error, never a silent default).
+    pub fn validate_window(&self, model_window: usize) -> Result<(), PolicyError> {
+        if self.max_tokens.is_none()
+            && self.context_window.is_none()
+            && model_window <= self.reserve_tokens
+        {
+            return Err(PolicyError::invalid(
+                "context_window",
+                format!(
+                    "the model's window ({model_window}) is at or below reserve_tokens ({})",
+                    self.reserve_tokens
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads and validates a policy from JSON.
+    pub fn from_json(text: &str) -> Result<Self, PolicyError> {
+        let p: Self = serde_json::from_str(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Reads and validates a policy from TOML.
+    pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
+        let p: Self = toml::from_str(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// The policy as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a policy always serialises to TOML")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_protolinks() {
+        let p = ContextPolicy::default();
+        assert_eq!(p.max_tokens, None);
+        assert_eq!(p.reserve_tokens, 2_048);
+        assert_eq!(p.preserve_recent, 2);
+        assert_eq!(p.protected_tool_results(), 2);
+        assert_eq!(p.tool_result_max_chars, 6_000);
+        assert_eq!(p.max_artifacts, 32);
+        assert_eq!(p.artifact_max_chars, 1_000_000);
+        assert_eq!(p.prompt_allowance(None), 32_000 - 2_048);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let cases = [
+            (ContextPolicy::default().with_max_tokens(0), "max_tokens"),
+            (
+                ContextPolicy::default().with_context_window(0),
+                "context_window",
+            ),
+            (
+                ContextPolicy::default().with_context_window(2_048),
+                "context_window",
+            ),
+            (
+                ContextPolicy::default().with_max_tokens(1_000),
+                "max_tokens",
+            ),
+            (
+                ContextPolicy::default().with_preserve_recent(0),
+                "preserve_recent",
+            ),
+            (
+                ContextPolicy::default().with_preserve_tool_results(0),
+                "preserve_tool_results",
+            ),
+            (
+                ContextPolicy::default().with_reserve_tokens(0),
+                "reserve_tokens",
+            ),
+            (
+                ContextPolicy::default().with_tool_result_max_chars(0),
+                "tool_result_max_chars",
+            ),
+            (
+                ContextPolicy::default().with_max_artifacts(0),
+                "max_artifacts",
+            ),
+            (
+                ContextPolicy::default().with_artifact_max_chars(10),
+                "artifact_max_chars",
+            ),
+        ];
+        for (policy, field) in cases {
+            let err = policy.validate().unwrap_err();
+            assert_eq!(err.field(), Some(field), "{err}");
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        let err = ContextPolicy::default().validate_window(1_000).unwrap_err();
+        assert_eq!(err.field(), Some("context_window"));
+    }
+
+    #[test]
+    fn round_trips_json_and_toml() {
+        let p = ContextPolicy::default()
+            .with_max_tokens(16_000)
+            .with_never_clear("plan")
+            .with_clear_before_prune(true);
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(ContextPolicy::from_json(&json).unwrap(), p);
+        assert_eq!(ContextPolicy::from_toml(&p.to_toml()).unwrap(), p);
+    }
+
+    #[test]
+    fn unknown_fields_are_errors() {
+        let err = ContextPolicy::from_json(r#"{"reserve": 10}"#).unwrap_err();
+        assert!(err.to_string().contains("reserve"), "{err}");
+        assert!(ContextPolicy::from_toml("context_windw = 5").is_err());
+    }
+}

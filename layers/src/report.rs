@@ -1,0 +1,68 @@
+//! The preparation report: what the stack did to a request, returned with the response.
+//!
+//! ```
+//! use llm_context_layers::PreparationReport;
+//!
+//! let report = PreparationReport::default();
+//! assert!(!report.changed());
+//! let json = serde_json::to_value(&report).unwrap();
+//! assert_eq!(json["removed_messages"], 0);
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// What the layers did to one request. Counts are over the messages of the tail.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct PreparationReport {
+    /// Estimated prompt tokens before preparation (prefix, tools and messages).
+    pub before_tokens: usize,
+    /// Estimated prompt tokens as sent.
+    pub after_tokens: usize,
+    /// Messages removed (whole turns and whole tool rounds).
+    pub removed_messages: usize,
+    /// Tool results replaced by a stub.
+    pub cleared_observations: usize,
+    /// Tool results replaced by a preview of an artifact.
+    pub offloaded_results: usize,
+    /// `max_tokens - reserve_tokens`.
+    pub prompt_allowance: usize,
+    /// Whole user turns removed.
+    pub pruned_turns: usize,
+    /// Tool rounds (a call and all its results) removed from turns that were kept.
+    pub dropped_rounds: usize,
+    /// Where the history now starts: the index, in the request as received, of the first
+    /// message kept after the leading system messages (`None` when nothing was pruned).
+    /// A cache-aware policy keeps this cut still across turns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<usize>,
+}
+
+impl PreparationReport {
+    /// Whether anything was removed, cleared or offloaded.
+    pub fn changed(&self) -> bool {
+        self.removed_messages > 0 || self.cleared_observations > 0 || self.offloaded_results > 0
+    }
+
+    /// Folds the report of an inner layer into this (outer) one: the outer layer saw the
+    /// request first, so its `before_tokens` stand; the inner one saw it last, so its
+    /// `after_tokens` stand; counts add up.
+    pub fn absorb_inner(&mut self, inner: &PreparationReport) {
+        if inner == &PreparationReport::default() {
+            return;
+        }
+        self.after_tokens = inner.after_tokens;
+        self.removed_messages += inner.removed_messages;
+        self.cleared_observations += inner.cleared_observations;
+        self.offloaded_results += inner.offloaded_results;
+        self.pruned_turns += inner.pruned_turns;
+        self.dropped_rounds += inner.dropped_rounds;
+        if self.cut.is_none() {
+            self.cut = inner.cut;
+        }
+        if self.prompt_allowance == 0 {
+            self.prompt_allowance = inner.prompt_allowance;
+        }
+    }
+}

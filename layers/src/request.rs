@@ -1,0 +1,245 @@
+//! Requests and responses: what an agent sends through the stack and what comes back.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use llm_context_layers::{ChatRequest, Message, PrefixContext, Scope};
+//!
+//! let request = ChatRequest::new("gpt-5.4", vec![Message::user("What changed?")])
+//!     .with_prefix(Arc::new(PrefixContext::new("You are terse.")))
+//!     .with_scope(Scope::org("acme"))
+//!     .with_session("ticket-4412")
+//!     .with_temperature(0.0);
+//! assert_eq!(request.session, "ticket-4412");
+//! assert_eq!(request.params.temperature, Some(0.0));
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{Message, ToolSpec};
+use crate::prefix_context::PrefixContext;
+use crate::report::PreparationReport;
+use crate::scope::Scope;
+
+/// The session used when a request names none.
+pub const DEFAULT_SESSION: &str = "default";
+
+/// Generation parameters, passed to the provider unchanged.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct GenerationParams {
+    /// Sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// The provider's output limit (`max_completion_tokens` / `max_tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    /// Stop sequences.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Seed for providers that support deterministic sampling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    /// Tool choice, in the OpenAI form (`"auto"`, `"none"`, `"required"` or an object).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    /// Other provider-specific fields, passed through (ordered, so bytes are stable).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// A provider-neutral chat request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ChatRequest {
+    /// The model id.
+    pub model: String,
+    /// The frozen, cache-stable head (system prompt, grounding, schema block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<Arc<PrefixContext>>,
+    /// The transcript tail.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// Generation parameters.
+    #[serde(default)]
+    pub params: GenerationParams,
+    /// The tenant.
+    #[serde(default)]
+    pub scope: Scope,
+    /// The conversation id; artifacts and cuts are kept per (scope, session).
+    #[serde(default = "default_session")]
+    pub session: String,
+}
+
+fn default_session() -> String {
+    DEFAULT_SESSION.to_owned()
+}
+
+impl ChatRequest {
+    /// A request for `model` with a transcript, in the shared scope and default session.
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self {
+            model: model.into(),
+            prefix: None,
+            messages,
+            tools: Vec::new(),
+            params: GenerationParams::default(),
+            scope: Scope::default(),
+            session: default_session(),
+        }
+    }
+
+    /// Sets the prefix.
+    pub fn with_prefix(mut self, prefix: Arc<PrefixContext>) -> Self {
+        self.prefix = Some(prefix);
+        self
+    }
+
+    /// Sets the tools.
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the scope.
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Sets the session.
+    pub fn with_session(mut self, session: impl Into<String>) -> Self {
+        self.session = session.into();
+        self
+    }
+
+    /// Sets the temperature.
+    pub fn with_temperature(mut self, t: f64) -> Self {
+        self.params.temperature = Some(t);
+        self
+    }
+
+    /// Sets the generation parameters.
+    pub fn with_params(mut self, params: GenerationParams) -> Self {
+        self.params = params;
+        self
+    }
+}
+
+/// Token usage, normalised across providers.
+///
+/// `input_tokens` is the *uncached* part of the prompt: the whole prompt is
+/// `input_tokens + cache_read_tokens + cache_write_tokens` (Anthropic's convention;
+/// OpenAI's `prompt_tokens` is converted on the way in).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct Usage {
+    /// Prompt tokens read fresh (neither read from nor written to the cache).
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens read from the provider's cache.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// A usage record.
+    pub fn new(input: u64, output: u64, cache_read: u64, cache_write: u64) -> Self {
+        Self {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_tokens: cache_read,
+            cache_write_tokens: cache_write,
+        }
+    }
+
+    /// The whole prompt: fresh + cache reads + cache writes.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, o: Self) {
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        self.cache_read_tokens += o.cache_read_tokens;
+        self.cache_write_tokens += o.cache_write_tokens;
+    }
+}
+
+/// Why the model stopped.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// A natural end.
+    #[default]
+    Stop,
+    /// The output limit was reached.
+    Length,
+    /// The model called tools.
+    ToolCalls,
+    /// Content was filtered.
+    ContentFilter,
+    /// Anything else the provider said.
+    Other(String),
+}
+
+/// A provider-neutral response.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ChatResponse {
+    /// The assistant's message.
+    pub message: Message,
+    /// Token usage.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Why the model stopped.
+    #[serde(default)]
+    pub finish_reason: FinishReason,
+    /// What the stack did to the request.
+    #[serde(default)]
+    pub report: PreparationReport,
+}
+
+impl ChatResponse {
+    /// A response carrying `message`, with the finish reason implied by its tool calls.
+    pub fn new(message: Message) -> Self {
+        let finish_reason = if message.has_tool_calls() {
+            FinishReason::ToolCalls
+        } else {
+            FinishReason::Stop
+        };
+        Self {
+            message,
+            usage: Usage::default(),
+            finish_reason,
+            report: PreparationReport::default(),
+        }
+    }
+
+    /// Sets the usage.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// Sets the finish reason.
+    pub fn with_finish_reason(mut self, reason: FinishReason) -> Self {
+        self.finish_reason = reason;
+        self
+    }
+}
