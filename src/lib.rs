@@ -1,1 +1,29 @@
-//! x
+//! **llm-context** decides, on every LLM call an agent makes, what the model gets to see.
+//!
+//! ```
+//! use llm_context::mock::MockModel;
+//! use llm_context::{ChatRequest, ContextPolicy, Message, ServiceBuilderExt};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::BoxError> {
+//! let model = ServiceBuilder::new()
+//!     .context_policy(ContextPolicy::default().with_max_tokens(16_000))?
+//!     .service(MockModel::echo());
+//! let reply = model.oneshot(ChatRequest::new("mock", vec![Message::user("hello")])).await?;
+//! assert_eq!(reply.report.removed_messages, 0);
+//! # Ok(()) }
+//! ```
+//!
+//! It is a stack of tower layers around any `Service<ChatRequest>`: prune whole old turns
+//! to fit `max_tokens - reserve_tokens`, clear old tool results, offload large ones into
+//! retrievable artifacts, keep a cache-stable prefix, memoize per tenant, and fail with a
+//! typed [`ContextLimitError`] *before* dispatch when the request cannot fit.
+//!
+//! Everything pure lives in [`llm_context_layers`], re-exported here, so one dependency
+//! is enough. This crate adds what touches the outside world: provider wire formats
+//! ([`wire`]) and the `llm-context` command-line tool.
+#![forbid(unsafe_code)]
+
+pub use llm_context_layers::*;
+
+pub mod wire;

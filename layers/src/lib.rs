@@ -42,6 +42,7 @@ pub mod prune;
 mod report;
 pub mod request;
 mod scope;
+pub mod store;
 pub mod tokens;
 
 pub use builder::ServiceBuilderExt;
@@ -51,5 +52,8 @@ pub use message::{Content, ContentPart, Message, Role, ToolCall, ToolSpec};
 pub use policy::{ContextPolicy, PolicyError};
 pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
-pub use request::{ChatRequest, ChatResponse, FinishReason, GenerationParams, Usage};
+pub use request::{
+    CacheHints, CacheTtl, ChatRequest, ChatResponse, FinishReason, GenerationParams, Usage,
+};
 pub use scope::Scope;
+pub use store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};

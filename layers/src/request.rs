@@ -55,6 +55,49 @@ pub struct GenerationParams {
     pub extra: BTreeMap<String, Value>,
 }
 
+/// How long a provider should keep a cached prefix.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[non_exhaustive]
+pub enum CacheTtl {
+    /// Five minutes (Anthropic's default, refreshed on every hit).
+    #[default]
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    /// One hour.
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+/// Where the provider should cache, as data: no message positions, so nothing breaks
+/// when a layer drops or rewrites messages. Provider clients turn each hint into their own
+/// mechanism (Anthropic `cache_control` on the last block of that part; OpenAI caches
+/// automatically and uses `prompt_cache_key`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct CacheHints {
+    /// A breakpoint after the tool definitions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<CacheTtl>,
+    /// A breakpoint after the prefix (system prompt, grounding, schema block, and the
+    /// leading system messages of the tail).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<CacheTtl>,
+    /// A breakpoint after the stable part of the history: the last message before the
+    /// newest real user request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<CacheTtl>,
+}
+
+impl CacheHints {
+    /// Whether no breakpoint is asked for.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_none() && self.prefix.is_none() && self.history.is_none()
+    }
+}
+
 /// A provider-neutral chat request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -78,6 +121,9 @@ pub struct ChatRequest {
     /// The conversation id; artifacts and cuts are kept per (scope, session).
     #[serde(default = "default_session")]
     pub session: String,
+    /// Prompt-cache breakpoints, as data.
+    #[serde(default, skip_serializing_if = "CacheHints::is_empty")]
+    pub cache: CacheHints,
 }
 
 fn default_session() -> String {
@@ -95,6 +141,7 @@ impl ChatRequest {
             params: GenerationParams::default(),
             scope: Scope::default(),
             session: default_session(),
+            cache: CacheHints::default(),
         }
     }
 

@@ -1,0 +1,78 @@
+//! The command-line interface.
+
+mod capture;
+mod input;
+mod picture;
+mod prepare;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for bad input: not JSON, wrong shape, invalid policy.
+pub(crate) const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code for a request that cannot fit.
+pub(crate) const EXIT_CONTEXT_LIMIT: u8 = 3;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "llm-context",
+    version,
+    about = "Decide what an LLM sees: inspect a context policy against a real transcript."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Prepare an OpenAI Chat Completions request body under a policy and show what the
+    /// model would see.
+    Prepare(prepare::PrepareArgs),
+}
+
+/// A failure that ends the command with an exit code.
+#[derive(Debug)]
+pub(crate) struct Exit {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Exit {
+    pub(crate) fn bad_input(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_BAD_INPUT,
+            message: message.into(),
+        }
+    }
+}
+
+pub(crate) fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("llm-context: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Prepare(args) => prepare::run(args).await,
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(exit) => {
+            if !exit.message.is_empty() {
+                // One line: scripts read it.
+                eprintln!("llm-context: {}", exit.message.replace('\n', " "));
+            }
+            ExitCode::from(exit.code)
+        }
+    }
+}
