@@ -27,3 +27,8 @@
 pub use llm_context_layers::*;
 
 pub mod wire;
+
+// The README's examples are compiled as doctests, so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

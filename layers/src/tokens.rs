@@ -330,6 +330,24 @@ mod tests {
         assert_eq!(estimate_one(&small), estimate_one(&big));
     }
 
+    #[cfg(feature = "exact-tokens")]
+    #[tokio::test]
+    async fn exact_counter_matches_published_counts() {
+        // OpenAI cookbook, "How to count tokens with tiktoken": "tiktoken is great!" is
+        // six cl100k_base tokens.
+        let cl100k = BpeTokenCounter::new(Encoding::Cl100k);
+        assert_eq!(cl100k.count_text("tiktoken is great!"), 6);
+        // Same overheads as the estimate: 4 per message, 4 per call.
+        let m = Message::user("tiktoken is great!");
+        assert_eq!(
+            cl100k.count_messages(&[m.clone(), m]).await.unwrap(),
+            2 * (4 + 6)
+        );
+        // Long whitespace runs (which make tiktoken-rs panic) are fine.
+        let spaces = " ".repeat(1_000_000);
+        assert!(BpeTokenCounter::new(Encoding::O200k).count_text(&spaces) > 0);
+    }
+
     #[tokio::test]
     async fn approx_counter_agrees() {
         assert_eq!(

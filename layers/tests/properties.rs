@@ -1,0 +1,223 @@
+//! Invariants of preparation over random transcripts (proptest), including random Unicode
+//! and Anthropic-style tool results with role `user`.
+
+mod common;
+
+use common::assert_pairing;
+use llm_context_layers::mock::MockModel;
+use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
+use llm_context_layers::{
+    BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
+    Message, Role, ToolCall, ToolSpec,
+};
+use proptest::prelude::*;
+use serde_json::json;
+use tower::{Layer, ServiceExt};
+
+fn text(max: usize) -> impl Strategy<Value = String> {
+    prop_oneof![
+        // Any scalar value: astral, combining marks, controls, quotes.
+        prop::collection::vec(any::<char>(), 0..max.min(40)).prop_map(String::from_iter),
+        // Long runs, to push results over thresholds.
+        (any::<char>(), 0..max).prop_map(|(c, n)| c.to_string().repeat(n)),
+        "[a-z ]{0,60}",
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct RoundSpec {
+    calls: Vec<(String, String)>, // (args text, result text)
+    user_role_results: bool,
+    note: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+struct TurnSpec {
+    request: String,
+    rounds: Vec<RoundSpec>,
+    answer: Option<String>,
+}
+
+fn round() -> impl Strategy<Value = RoundSpec> {
+    (
+        prop::collection::vec((text(30), text(3_000)), 1..3),
+        any::<bool>(),
+        prop::option::of(text(50)),
+    )
+        .prop_map(|(calls, user_role_results, note)| RoundSpec {
+            calls,
+            user_role_results,
+            note,
+        })
+}
+
+fn turn() -> impl Strategy<Value = TurnSpec> {
+    (
+        text(400),
+        prop::collection::vec(round(), 0..6),
+        prop::option::of(text(300)),
+    )
+        .prop_map(|(request, rounds, answer)| TurnSpec {
+            request,
+            rounds,
+            answer,
+        })
+}
+
+fn build(system: &[String], turns: &[TurnSpec]) -> Vec<Message> {
+    let mut out: Vec<Message> = system.iter().map(|s| Message::system(s.as_str())).collect();
+    let mut n = 0;
+    for t in turns {
+        out.push(Message::user(t.request.as_str()));
+        for r in &t.rounds {
+            let calls: Vec<ToolCall> = r
+                .calls
+                .iter()
+                .map(|(args, _)| {
+                    n += 1;
+                    ToolCall::new(format!("call_{n}"), "tool", json!({"q": args}))
+                })
+                .collect();
+            let ids: Vec<String> = calls.iter().map(|c| c.id.clone()).collect();
+            out.push(Message::assistant_tool_calls(
+                r.note.clone().unwrap_or_default(),
+                calls,
+            ));
+            for (id, (_, result)) in ids.iter().zip(&r.calls) {
+                out.push(if r.user_role_results {
+                    Message::user(result.as_str()).with_tool_call_id(id)
+                } else {
+                    Message::tool_result(id, "tool", result.as_str())
+                });
+            }
+        }
+        if let Some(a) = &t.answer {
+            out.push(Message::assistant(a.as_str()));
+        }
+    }
+    out
+}
+
+fn policy() -> impl Strategy<Value = ContextPolicy> {
+    (
+        30usize..2_500,
+        1usize..4,
+        1usize..4,
+        1usize..4,
+        any::<bool>(),
+        20usize..4_000,
+    )
+        .prop_map(
+            |(allowance, reserve_div, preserve, preserve_results, clear_first, max_chars)| {
+                let reserve = 1 + allowance / (reserve_div * 4);
+                ContextPolicy::default()
+                    .with_max_tokens(allowance + reserve)
+                    .with_reserve_tokens(reserve)
+                    .with_preserve_recent(preserve)
+                    .with_preserve_tool_results(preserve_results)
+                    .with_clear_before_prune(clear_first)
+                    .with_tool_result_max_chars(max_chars)
+            },
+        )
+}
+
+fn run(policy: &ContextPolicy, req: ChatRequest) -> (Result<ChatResponse, BoxError>, MockModel) {
+    let model = MockModel::echo();
+    let service = ContextPolicyLayer::new(policy.clone())
+        .unwrap()
+        .layer(model.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    (rt.block_on(service.oneshot(req)), model)
+}
+
+fn sent_tokens(req: &ChatRequest) -> usize {
+    estimate_tool_tokens(&req.tools) + estimate_message_tokens(&req.messages)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn preparation_invariants(
+        system in prop::collection::vec(text(200), 0..3),
+        turns in prop::collection::vec(turn(), 1..7),
+        with_tool in any::<bool>(),
+        policy in policy(),
+    ) {
+        let messages = build(&system, &turns);
+        let mut req = ChatRequest::new("m", messages.clone());
+        if with_tool {
+            req = req.with_tools(vec![ToolSpec::new("tool", "a tool", json!({"type": "object"}))]);
+        }
+        let allowance = policy.prompt_allowance(None);
+        let (result, model) = run(&policy, req.clone());
+        match result {
+            Ok(resp) => {
+                let sent = model.last_request().unwrap();
+                // Fits, and the report tells the truth about it.
+                prop_assert!(sent_tokens(&sent) <= allowance);
+                prop_assert_eq!(resp.report.after_tokens, sent_tokens(&sent));
+                prop_assert_eq!(resp.report.before_tokens, sent_tokens(&req));
+                // Pairing holds, in either role convention.
+                assert_pairing(&messages, &sent.messages);
+                // The leading system messages and the newest user request are kept.
+                prop_assert_eq!(&sent.messages[..system.len()], &messages[..system.len()]);
+                let newest = messages.iter().rposition(Message::is_user_request).unwrap();
+                prop_assert!(sent.messages.contains(&messages[newest]));
+                // Roles are never rewritten and order is kept.
+                let mut it = messages.iter();
+                for m in &sent.messages {
+                    prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && o.tool_calls == m.tool_calls));
+                }
+                // Deterministic: the same input gives the same bytes.
+                let (again, model2) = run(&policy, req.clone());
+                prop_assert!(again.is_ok());
+                prop_assert_eq!(
+                    serde_json::to_string(&model2.last_request().unwrap()).unwrap(),
+                    serde_json::to_string(&sent).unwrap()
+                );
+                // Idempotent: preparing the output changes nothing.
+                let (twice, model3) = run(&policy, sent.clone());
+                let twice = twice.unwrap();
+                prop_assert!(!twice.report.changed());
+                prop_assert_eq!(model3.last_request().unwrap(), sent);
+            }
+            Err(err) => {
+                let limit = err.downcast_ref::<ContextLimitError>();
+                prop_assert!(limit.is_some(), "unexpected error: {}", err);
+                let limit = limit.unwrap();
+                prop_assert!(limit.needed_tokens > limit.allowance);
+                prop_assert_eq!(limit.allowance, allowance);
+                prop_assert_eq!(limit.needed_tokens, limit.breakdown.total());
+                prop_assert_eq!(model.calls(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn no_input_panics(messages in prop::collection::vec(
+        (prop_oneof![Just(Role::System), Just(Role::User), Just(Role::Assistant), Just(Role::Tool)],
+         text(500), prop::option::of("[a-c]"), prop::option::of("[a-c]")),
+        0..30), policy in policy())
+    {
+        // Malformed transcripts too: orphan results, calls without results, stray roles.
+        let messages: Vec<Message> = messages
+            .into_iter()
+            .map(|(role, content, call, result_id)| {
+                let mut m = Message::new(role, content);
+                if let Some(id) = call {
+                    m.tool_calls.push(ToolCall::new(id, "t", json!(null)));
+                }
+                m.tool_call_id = result_id;
+                m
+            })
+            .collect();
+        let (result, model) = run(&policy, ChatRequest::new("m", messages));
+        match result {
+            Ok(_) => prop_assert!(sent_tokens(&model.last_request().unwrap()) <= policy.prompt_allowance(None)),
+            Err(e) => prop_assert!(e.downcast_ref::<ContextLimitError>().is_some()),
+        }
+    }
+}

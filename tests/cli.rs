@@ -1,0 +1,237 @@
+//! The `llm-context` command-line contract of DESIGN.md, through the real binary.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_llm-context");
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/incident.json");
+
+fn run(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("llm-context-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Asserts exit 0 and returns stdout as JSON.
+fn ok_json(out: &Output) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout_json(out)
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+#[test]
+fn json_output_has_the_contract_shape() {
+    let policy = temp_file(
+        "tight.json",
+        r#"{"max_tokens": 3000, "reserve_tokens": 500}"#,
+    );
+    let out = run(
+        &[
+            "prepare",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--json",
+            FIXTURE,
+        ],
+        None,
+    );
+    let v = ok_json(&out);
+    assert_eq!(keys(&v), ["report", "request"]);
+    let report = &v["report"];
+    assert_eq!(
+        keys(report),
+        [
+            "after_tokens",
+            "before_tokens",
+            "cleared_observations",
+            "offloaded_results",
+            "prompt_allowance",
+            "removed_messages"
+        ]
+    );
+    assert_eq!(report["prompt_allowance"], 2_500);
+    assert!(report["after_tokens"].as_u64().unwrap() <= 2_500);
+    assert!(report["removed_messages"].as_u64().unwrap() > 0);
+    // The prepared request is an OpenAI body again, with what was not touched intact.
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
+    let request = &v["request"];
+    assert_eq!(request["model"], input["model"]);
+    assert_eq!(request["tools"], input["tools"]);
+    assert_eq!(request["temperature"], input["temperature"]);
+    assert_eq!(
+        request["messages"][0], input["messages"][0],
+        "system message kept"
+    );
+    let sent = request["messages"].as_array().unwrap();
+    let all = input["messages"].as_array().unwrap();
+    assert_eq!(sent.last(), all.last());
+    assert_eq!(
+        report["removed_messages"].as_u64().unwrap() as usize,
+        all.len() - sent.len()
+    );
+}
+
+#[test]
+fn a_request_that_fits_comes_back_unchanged() {
+    let out = run(&["prepare", "--json", FIXTURE], None);
+    assert_eq!(out.status.code(), Some(0));
+    let v = stdout_json(&out);
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
+    assert_eq!(v["request"], input);
+    assert_eq!(v["report"]["removed_messages"], 0);
+    assert_eq!(v["report"]["before_tokens"], v["report"]["after_tokens"]);
+}
+
+#[test]
+fn stdin_and_toml_policies_work() {
+    let policy = temp_file(
+        "p.toml",
+        "max_tokens = 3000\nreserve_tokens = 500\nclear_before_prune = true\n",
+    );
+    let body = std::fs::read_to_string(FIXTURE).unwrap();
+    let out = run(
+        &[
+            "prepare",
+            "--json",
+            "--policy",
+            policy.to_str().unwrap(),
+            "-",
+        ],
+        Some(&body),
+    );
+    let v = ok_json(&out);
+    assert!(v["report"]["cleared_observations"].as_u64().unwrap() > 0);
+    // No argument reads stdin too.
+    let out = run(&["prepare", "--json"], Some(&body));
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn context_limit_exits_3_with_the_error_object() {
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "w".repeat(40_000)}]});
+    let out = run(
+        &["prepare", "--json", "--window", "4000"],
+        Some(&body.to_string()),
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let v = stdout_json(&out);
+    assert_eq!(keys(&v), ["allowance", "error", "message", "needed_tokens"]);
+    assert_eq!(v["error"], "context_limit");
+    assert_eq!(v["allowance"], 4_000 - 2_048);
+    assert_eq!(v["needed_tokens"], 4 + 10_000);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("current turn 10004")
+    );
+    // The human form says the same, also with exit 3.
+    let out = run(&["prepare", "--window", "4000"], Some(&body.to_string()));
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("context limit"));
+}
+
+fn assert_bad_input(out: &Output, mentions: &str) {
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(mentions),
+        "{err:?} should mention {mentions:?}"
+    );
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    assert_bad_input(
+        &run(&["prepare", "--json"], Some("{not json")),
+        "not valid JSON",
+    );
+    assert_bad_input(
+        &run(&["prepare", "--json"], Some(r#"{"model": "m"}"#)),
+        "messages",
+    );
+    assert_bad_input(
+        &run(
+            &["prepare"],
+            Some(r#"{"model": "m", "messages": [{"role": "wizard"}]}"#),
+        ),
+        "messages[0].role",
+    );
+    let policy = temp_file("bad.toml", "max_tokenz = 5\n");
+    assert_bad_input(
+        &run(
+            &["prepare", "--policy", policy.to_str().unwrap()],
+            Some("{}"),
+        ),
+        "max_tokenz",
+    );
+    let policy = temp_file("bad.json", r#"{"preserve_recent": 0}"#);
+    assert_bad_input(
+        &run(
+            &["prepare", "--policy", policy.to_str().unwrap()],
+            Some("{}"),
+        ),
+        "preserve_recent",
+    );
+    assert_bad_input(
+        &run(&["prepare", "--window", "100"], Some("{}")),
+        "context_window",
+    );
+    assert_bad_input(
+        &run(&["prepare", "/nonexistent/request.json"], None),
+        "cannot read",
+    );
+}
+
+#[test]
+fn human_report_draws_the_window() {
+    let out = run(&["prepare", "--window", "4000", FIXTURE], None);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let bar = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('['))
+        .expect("a window bar");
+    assert!(bar.contains('=') && bar.contains('R'), "{bar}");
+    assert!(text.contains("allowance 1,952"), "{text}");
+    assert!(text.contains("removed "), "{text}");
+}
