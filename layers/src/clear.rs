@@ -68,10 +68,23 @@ pub fn is_stub(text: &str) -> bool {
 /// The stub that replaces `message`'s content; `artifact` is the id of an artifact that
 /// holds the full content, when there is one.
 pub fn render_stub(message: &Message, artifact: Option<&str>) -> String {
+    stub_text(
+        message.name.as_deref(),
+        char_count(&message.content.text()),
+        artifact,
+    )
+}
+
+/// The stub for a result of `tool` that had `original_chars` characters.
+pub(crate) fn stub_text(
+    tool: Option<&str>,
+    original_chars: usize,
+    artifact: Option<&str>,
+) -> String {
     let stub = Stub {
         context_cleared: true,
-        tool: message.name.as_deref(),
-        original_chars: char_count(&message.content.text()),
+        tool,
+        original_chars,
         context_artifact: artifact,
         instructions: if artifact.is_some() {
             STUB_INSTRUCTIONS_ARTIFACT

@@ -77,3 +77,16 @@ impl ContextLimitError {
         }
     }
 }
+
+/// The request defines a tool with a name the stack needs for its own tool, with a
+/// different definition.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the request defines its own `{name}` tool, which the context stack needs for reading \
+     offloaded results; rename that tool or remove it"
+)]
+#[non_exhaustive]
+pub struct ToolConflictError {
+    /// The tool's name.
+    pub name: String,
+}

@@ -47,7 +47,7 @@ pub mod tokens;
 
 pub use builder::ServiceBuilderExt;
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
-pub use error::{BoxError, ContextLimitError, LimitBreakdown};
+pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
 pub use message::{Content, ContentPart, Message, Role, ToolCall, ToolSpec};
 pub use policy::{ContextPolicy, PolicyError};
 pub use prefix_context::PrefixContext;

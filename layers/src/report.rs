@@ -37,6 +37,11 @@ pub struct PreparationReport {
     /// A cache-aware policy keeps this cut still across turns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cut: Option<usize>,
+    /// Messages the stack added on its own when it answered `read_context_artifact` calls
+    /// itself (auto-resolve): the model's calls and their results, in order. An agent loop
+    /// appends them to its transcript before the response's message.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resolved_messages: Vec<crate::message::Message>,
 }
 
 impl PreparationReport {

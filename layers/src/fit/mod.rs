@@ -17,7 +17,7 @@
 mod plan;
 mod turns;
 
-pub(crate) use plan::Stages;
+pub(crate) use plan::{Stages, is_artifact_stub, offloadable_text};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,6 +28,7 @@ use tower::Service;
 
 use crate::BoxError;
 use crate::error::ContextLimitError;
+use crate::offload::Displaced;
 use crate::policy::ContextPolicy;
 use crate::report::PreparationReport;
 use crate::request::{ChatRequest, ChatResponse};
@@ -39,6 +40,7 @@ impl Stages {
         rounds: true,
         offload_sizing: false,
         enforce: true,
+        clear_artifacts: false,
     };
     pub(crate) const CLEAR: Stages = Stages {
         prune: false,
@@ -46,15 +48,26 @@ impl Stages {
         rounds: false,
         offload_sizing: false,
         enforce: false,
+        clear_artifacts: false,
     };
     pub(crate) const ALL: Stages = Stages {
         prune: true,
         clear: true,
         rounds: true,
-        // Turned on when the composite includes the offload layer.
-        offload_sizing: false,
+        offload_sizing: true,
         enforce: true,
+        clear_artifacts: true,
     };
+}
+
+/// A fitted request.
+pub(crate) struct Fitted {
+    pub(crate) req: ChatRequest,
+    pub(crate) report: PreparationReport,
+    /// Cleared contents to store (empty unless `stages.clear_artifacts`).
+    pub(crate) displaced: Vec<Displaced>,
+    /// Whether the read tool's tokens were counted in the plan.
+    pub(crate) reserved_tool: bool,
 }
 
 /// Plans and applies the stages to a request: the pure core of the fitting layers.
@@ -62,12 +75,14 @@ pub(crate) fn prepare(
     mut req: ChatRequest,
     policy: &ContextPolicy,
     stages: Stages,
-) -> Result<(ChatRequest, PreparationReport), ContextLimitError> {
+) -> Result<Fitted, ContextLimitError> {
     let planned = plan::plan(&req, policy, stages)?;
+    let reserved_tool = planned.reserved_tool;
     let report = planned.report.clone();
+    let mut displaced = Vec::new();
     if report.removed_messages > 0 || report.cleared_observations > 0 {
         let messages = std::mem::take(&mut req.messages);
-        req.messages = planned.apply(messages);
+        (req.messages, displaced) = planned.apply(messages, policy.artifact_max_chars);
         tracing::info!(
             target: "llm_context",
             event = "context_compacted",
@@ -83,7 +98,12 @@ pub(crate) fn prepare(
             "context_compacted"
         );
     }
-    Ok((req, report))
+    Ok(Fitted {
+        req,
+        report,
+        displaced,
+        reserved_tool,
+    })
 }
 
 /// A service that fits requests with some stages. Rewrite-only: the inner future is
@@ -132,7 +152,7 @@ where
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         match prepare(req, &self.policy, self.stages) {
-            Ok((req, report)) => ResponseFuture::inner(self.inner.call(req), report),
+            Ok(fitted) => ResponseFuture::inner(self.inner.call(fitted.req), fitted.report),
             Err(limit) => ResponseFuture::limit(limit),
         }
     }

@@ -1,13 +1,17 @@
 //! The linear planner: which messages stay, which are cleared, which go.
 
-use crate::clear::{is_stub, render_stub};
+use crate::clear::{is_stub, stub_text};
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::turns::Layout;
 use crate::message::{Content, Message};
-use crate::offload::{is_preview, preview_chars};
+use crate::offload::preview_chars;
+use crate::offload::{
+    Displaced, READ_ARTIFACT_TOOL, artifact_id, is_preview, preview_info, read_artifact_tool,
+};
 use crate::policy::ContextPolicy;
 use crate::report::PreparationReport;
 use crate::request::ChatRequest;
+use crate::store::Artifact;
 use crate::tokens::{
     OVERHEAD_TOKENS, char_count, estimate_one, estimate_tool_tokens, estimate_with_text,
 };
@@ -25,6 +29,8 @@ pub(crate) struct Stages {
     pub(crate) offload_sizing: bool,
     /// Fail with `ContextLimitError` when the request still does not fit.
     pub(crate) enforce: bool,
+    /// Clear stubs name an artifact holding the content (a store keeps it).
+    pub(crate) clear_artifacts: bool,
 }
 
 /// What happens to one message.
@@ -32,8 +38,13 @@ pub(crate) struct Stages {
 pub(crate) enum Action {
     Keep,
     Drop,
-    /// Replace the content with this stub.
-    Clear(String),
+    /// Replace the content with this stub; `store` is the id under which the replaced
+    /// content must be stored (`None` when no store is used, or the content is a preview
+    /// whose artifact is already stored).
+    Clear {
+        stub: String,
+        store: Option<String>,
+    },
 }
 
 /// The outcome of planning.
@@ -41,60 +52,135 @@ pub(crate) enum Action {
 pub(crate) struct Plan {
     pub(crate) actions: Vec<Action>,
     pub(crate) report: PreparationReport,
+    /// Whether the read tool's tokens were counted (it may be added by offloading).
+    pub(crate) reserved_tool: bool,
 }
 
 impl Plan {
     /// Applies the plan to the messages it was made for, moving kept messages (no clone).
-    pub(crate) fn apply(self, messages: Vec<Message>) -> Vec<Message> {
+    /// Returns the kept messages and the cleared contents to store.
+    pub(crate) fn apply(
+        self,
+        messages: Vec<Message>,
+        artifact_max_chars: usize,
+    ) -> (Vec<Message>, Vec<Displaced>) {
         debug_assert_eq!(messages.len(), self.actions.len());
         let kept = self.actions.iter().filter(|a| **a != Action::Drop).count();
         let mut out = Vec::with_capacity(kept);
+        let mut displaced = Vec::new();
         for (mut m, action) in messages.into_iter().zip(self.actions) {
             match action {
                 Action::Keep => out.push(m),
                 Action::Drop => {}
-                Action::Clear(stub) => {
+                Action::Clear { stub, store } => {
+                    if let Some(id) = store {
+                        let artifact = Artifact::new(&m.content.text(), artifact_max_chars);
+                        displaced.push(Displaced { id, artifact });
+                    }
                     m.content = Content::Text(stub);
                     out.push(m);
                 }
             }
         }
-        out
+        (out, displaced)
     }
+}
+
+/// What planning needs to know about a request, measured once.
+struct Measured<'a> {
+    req: &'a ChatRequest,
+    stages: Stages,
+    layout: Layout,
+    allowance: usize,
+    prefix_tokens: usize,
+    tool_tokens: usize,
+    /// Each message's estimate as received.
+    original: Vec<usize>,
+    /// Each message's estimate as it will be sent (after offloading, when it runs).
+    sent: Vec<usize>,
+    clear_order: Vec<usize>,
 }
 
 /// Plans the preparation of `req` under `policy`. Linear in the transcript: every
 /// message's cost is computed once, and each stage walks the list once with a running
 /// total.
+///
+/// The read tool that offloading adds costs tokens too. It is counted when the request
+/// will refer to an artifact: when a tool result is already a preview or will be
+/// offloaded, or when clearing (with artifact ids) turns out to be needed, in which case
+/// the plan is decided again with the tool counted. Measuring is not repeated.
 pub(crate) fn plan(
     req: &ChatRequest,
     policy: &ContextPolicy,
     stages: Stages,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
-    let allowance = policy.prompt_allowance(None);
-    let layout = Layout::of(msgs);
-
-    let prefix_tokens = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens());
-    let tool_tokens = estimate_tool_tokens(&req.tools);
     let original: Vec<usize> = msgs.iter().map(estimate_one).collect();
-    // The cost of each message as it will be sent (after offloading, when it runs).
-    let mut cost: Vec<usize> = if stages.offload_sizing {
+    let mut refers_already = false;
+    let sent: Vec<usize> = if stages.offload_sizing {
         msgs.iter()
             .zip(&original)
-            .map(|(m, &c)| offloaded_cost(m, policy).unwrap_or(c))
+            .map(|(m, &c)| match offloaded_cost(m, policy) {
+                Some(cost) => {
+                    refers_already = true;
+                    cost
+                }
+                None => {
+                    refers_already |= m.is_tool_result()
+                        && m.content
+                            .as_str()
+                            .is_some_and(|t| is_preview(t) || is_artifact_stub(t));
+                    c
+                }
+            })
             .collect()
     } else {
         original.clone()
     };
+    let measured = Measured {
+        req,
+        stages,
+        layout: Layout::of(msgs),
+        allowance: policy.prompt_allowance(None),
+        prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
+        tool_tokens: estimate_tool_tokens(&req.tools),
+        original,
+        sent,
+        clear_order: if stages.clear {
+            clearable(msgs, policy)
+        } else {
+            Vec::new()
+        },
+    };
+    let may_add_tool =
+        stages.offload_sizing && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
+    let tool_cost = estimate_tool_tokens(&[read_artifact_tool()]);
+    if may_add_tool && refers_already {
+        return decide(&measured, policy, tool_cost);
+    }
+    let plan = decide(&measured, policy, 0)?;
+    if may_add_tool && stages.clear_artifacts && plan.report.cleared_observations > 0 {
+        return decide(&measured, policy, tool_cost);
+    }
+    Ok(plan)
+}
+
+/// Runs the stages over measured costs, with `reserved` tokens counted for the read tool.
+fn decide(
+    m: &Measured<'_>,
+    policy: &ContextPolicy,
+    reserved: usize,
+) -> Result<Plan, ContextLimitError> {
+    let (req, stages, layout, allowance) = (m.req, m.stages, &m.layout, m.allowance);
+    let mut cost = m.sent.clone();
+    let tool_tokens = m.tool_tokens + reserved;
     let system_tokens: usize = cost[..layout.head_end].iter().sum();
-    let fixed = prefix_tokens + tool_tokens;
-    let before_tokens = fixed + original.iter().sum::<usize>();
+    let fixed = m.prefix_tokens + tool_tokens;
     let mut total = fixed + cost.iter().sum::<usize>();
-    let mut actions = vec![Action::Keep; msgs.len()];
+    let mut actions = vec![Action::Keep; cost.len()];
 
     let mut report = PreparationReport {
-        before_tokens,
+        before_tokens: m.prefix_tokens + m.tool_tokens + m.original.iter().sum::<usize>(),
         prompt_allowance: allowance,
         ..PreparationReport::default()
     };
@@ -102,19 +188,13 @@ pub(crate) fn plan(
     if total > allowance {
         let protected_turns = policy.preserve_recent.min(layout.turns.len());
         let prunable_turns = layout.turns.len() - protected_turns;
-        let clear_order = clearable(msgs, policy);
-
-        let mut cleared_first = false;
-        if stages.clear && policy.clear_before_prune {
-            clear_until_fit(
-                msgs,
-                &clear_order,
-                &mut actions,
-                &mut cost,
-                &mut total,
-                allowance,
-            );
-            cleared_first = true;
+        let clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
+            if stages.clear {
+                clear_until_fit(req, stages, &m.clear_order, actions, cost, total, allowance);
+            }
+        };
+        if policy.clear_before_prune {
+            clear(&mut actions, &mut cost, &mut total);
         }
         if stages.prune {
             for turn in &layout.turns[..prunable_turns] {
@@ -128,15 +208,8 @@ pub(crate) fn plan(
                 report.pruned_turns += 1;
             }
         }
-        if stages.clear && !cleared_first {
-            clear_until_fit(
-                msgs,
-                &clear_order,
-                &mut actions,
-                &mut cost,
-                &mut total,
-                allowance,
-            );
+        if !policy.clear_before_prune {
+            clear(&mut actions, &mut cost, &mut total);
         }
         if stages.rounds && total > allowance {
             let rounds: Vec<_> = layout
@@ -178,7 +251,7 @@ pub(crate) fn plan(
                 total,
                 allowance,
                 LimitBreakdown {
-                    prefix_tokens,
+                    prefix_tokens: m.prefix_tokens,
                     system_tokens,
                     tool_tokens,
                     protected_turn_tokens: earlier + unreachable,
@@ -193,13 +266,22 @@ pub(crate) fn plan(
         match a {
             Action::Keep => {}
             Action::Drop => report.removed_messages += 1,
-            Action::Clear(_) => report.cleared_observations += 1,
+            Action::Clear { .. } => report.cleared_observations += 1,
         }
     }
     if report.removed_messages > 0 {
-        report.cut = (layout.head_end..msgs.len()).find(|&i| actions[i] != Action::Drop);
+        report.cut = (layout.head_end..cost.len()).find(|&i| actions[i] != Action::Drop);
     }
-    Ok(Plan { actions, report })
+    Ok(Plan {
+        actions,
+        report,
+        reserved_tool: reserved > 0,
+    })
+}
+
+/// Whether `text` is a clear stub that names an artifact.
+pub(crate) fn is_artifact_stub(text: &str) -> bool {
+    is_stub(text) && text.contains("\"context_artifact\":")
 }
 
 /// The cost of a tool result once offloaded, or `None` when offloading leaves it alone.
@@ -287,7 +369,8 @@ pub(crate) fn tool_name<'a>(m: &'a Message, calls: &[(&'a str, &'a str)]) -> Opt
 }
 
 fn clear_until_fit(
-    msgs: &[Message],
+    req: &ChatRequest,
+    stages: Stages,
     order: &[usize],
     actions: &mut [Action],
     cost: &mut [usize],
@@ -301,12 +384,23 @@ fn clear_until_fit(
         if actions[i] != Action::Keep {
             continue;
         }
-        let stub = render_stub(&msgs[i], None);
-        let new_cost = estimate_with_text(&msgs[i], &stub);
+        let m = &req.messages[i];
+        let text = m.content.text();
+        // A preview already names a stored artifact: point the stub at it.
+        let (id, store, original_chars) = match preview_info(&text) {
+            Some((id, original)) => (Some(id), None, original),
+            None if stages.clear_artifacts => {
+                let id = artifact_id(&req.scope, &req.session, &text);
+                (Some(id.clone()), Some(id), char_count(&text))
+            }
+            None => (None, None, char_count(&text)),
+        };
+        let stub = stub_text(m.name.as_deref(), original_chars, id.as_deref());
+        let new_cost = estimate_with_text(m, &stub);
         if new_cost < cost[i] {
             *total -= cost[i] - new_cost;
             cost[i] = new_cost;
-            actions[i] = Action::Clear(stub);
+            actions[i] = Action::Clear { stub, store };
         }
     }
 }

@@ -16,9 +16,22 @@
 //! The planner sizes every tool result as it will be sent, so a result that offloading
 //! shrinks is never the reason a turn is pruned.
 
+mod future;
+mod layer;
+mod memory;
+pub(crate) mod prepare;
 mod preview;
+mod rewrite;
+mod tool;
 
+pub use future::ResponseFuture;
+pub use layer::{Offload, OffloadLayer};
+pub use memory::{ArtifactLimits, InMemoryArtifactStore};
 pub use preview::{
     ARTIFACT_ID_LEN, ARTIFACT_ID_PREFIX, OFFLOAD_INSTRUCTIONS, artifact_id, cut_chars, is_preview,
-    preview_chars, render_preview,
+    preview_chars, preview_info, render_preview,
+};
+pub(crate) use rewrite::Displaced;
+pub use tool::{
+    ArtifactReader, DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, READ_ARTIFACT_TOOL, read_artifact_tool,
 };

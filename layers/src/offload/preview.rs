@@ -53,6 +53,17 @@ pub fn is_preview(text: &str) -> bool {
     text.starts_with("{\"context_artifact\":\"art_")
 }
 
+/// The artifact id and original length named by a preview, when `text` is one.
+pub fn preview_info(text: &str) -> Option<(String, usize)> {
+    if !is_preview(text) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let id = v.get("context_artifact")?.as_str()?.to_owned();
+    let original = v.get("original_chars")?.as_u64()? as usize;
+    Some((id, original))
+}
+
 /// The first `max_chars` characters of `text`, cut on a character boundary.
 pub fn cut_chars(text: &str, max_chars: usize) -> &str {
     match text.char_indices().nth(max_chars) {

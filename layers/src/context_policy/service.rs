@@ -1,0 +1,151 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::{Service, ServiceExt};
+
+use crate::BoxError;
+use crate::fit::{self, Stages};
+use crate::message::Message;
+use crate::offload::prepare::{Prepared, offload_request, store_all};
+use crate::offload::{ArtifactReader, READ_ARTIFACT_TOOL, ResponseFuture};
+use crate::policy::ContextPolicy;
+use crate::request::{ChatRequest, ChatResponse};
+use crate::store::ArtifactStore;
+
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) policy: ContextPolicy,
+    pub(crate) store: Arc<dyn ArtifactStore>,
+    pub(crate) reader: ArtifactReader,
+    pub(crate) auto_resolve: Option<usize>,
+}
+
+/// The service of [`ContextPolicyLayer`](crate::ContextPolicyLayer).
+#[derive(Clone)]
+pub struct ContextPolicyService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for ContextPolicyService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextPolicyService")
+            .field("inner", &self.inner)
+            .field("policy", &self.shared.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> ContextPolicyService<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the wrapper.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// Fits, then offloads: the whole synchronous part of preparation.
+fn prepare(req: ChatRequest, policy: &ContextPolicy) -> Result<Prepared, BoxError> {
+    let fitted = fit::prepare(req, policy, Stages::ALL)?;
+    offload_request(
+        fitted.req,
+        fitted.report,
+        fitted.displaced,
+        policy,
+        fitted.reserved_tool,
+    )
+}
+
+/// Whether the reply asks only for artifact pages.
+fn only_artifact_reads(m: &Message) -> bool {
+    m.has_tool_calls() && m.tool_calls.iter().all(|c| c.name == READ_ARTIFACT_TOOL)
+}
+
+impl<S> Service<ChatRequest> for ContextPolicyService<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatResponse;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let prepared = match prepare(req, &self.shared.policy) {
+            Ok(p) => p,
+            Err(e) => return ResponseFuture::failed(e),
+        };
+        if prepared.to_store.is_empty() && self.shared.auto_resolve.is_none() {
+            return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);
+        }
+        // The ready service goes into the future; a clone stays for the next call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::boxed(Box::pin(run(inner, self.shared.clone(), prepared)))
+    }
+}
+
+async fn run<S>(
+    mut inner: S,
+    shared: Arc<Shared>,
+    mut prepared: Prepared,
+) -> Result<ChatResponse, BoxError>
+where
+    S: Service<ChatRequest, Response = ChatResponse>,
+    S::Error: Into<BoxError>,
+{
+    let before_tokens = prepared.report.before_tokens;
+    let mut resolved = Vec::new();
+    let mut round = 0;
+    loop {
+        let to_store = std::mem::take(&mut prepared.to_store);
+        store_all(shared.store.as_ref(), &prepared.req, to_store).await;
+        let resolving = shared.auto_resolve.is_some_and(|max| round < max);
+        let sent = resolving.then(|| prepared.req.clone());
+        if round > 0 {
+            inner.ready().await.map_err(Into::into)?;
+        }
+        let mut response = inner.call(prepared.req).await.map_err(Into::into)?;
+        let mut report = prepared.report;
+        report.absorb_inner(&response.report);
+        match sent {
+            Some(mut req) if only_artifact_reads(&response.message) => {
+                let calls = response.message.tool_calls.clone();
+                req.messages.push(response.message.clone());
+                resolved.push(response.message);
+                for call in &calls {
+                    let answer = shared.reader.answer(&req.scope, &req.session, call).await;
+                    req.messages.push(answer.clone());
+                    resolved.push(answer);
+                }
+                // The pages may not fit with the rest: prepare again.
+                prepared = prepare(req, &shared.policy)?;
+                round += 1;
+            }
+            _ => {
+                report.before_tokens = before_tokens;
+                report.resolved_messages = resolved;
+                response.report = report;
+                return Ok(response);
+            }
+        }
+    }
+}

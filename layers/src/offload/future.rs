@@ -1,0 +1,84 @@
+//! The response future of the layers that may do async work before the inner call.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use pin_project_lite::pin_project;
+
+use crate::BoxError;
+use crate::report::PreparationReport;
+use crate::request::ChatResponse;
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, BoxError>> + Send>>;
+
+pin_project! {
+    /// Either the inner call straight away (nothing to store: no allocation), a boxed
+    /// sequence of store writes and inner calls, or an error without any inner call.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Direct { #[pin] future: F, report: Option<PreparationReport> },
+        Boxed { future: BoxFuture },
+        Failed { error: Option<BoxError> },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn direct(future: F, report: PreparationReport) -> Self {
+        Self {
+            kind: Kind::Direct {
+                future,
+                report: Some(report),
+            },
+        }
+    }
+
+    pub(crate) fn boxed(future: BoxFuture) -> Self {
+        Self {
+            kind: Kind::Boxed { future },
+        }
+    }
+
+    pub(crate) fn failed(error: BoxError) -> Self {
+        Self {
+            kind: Kind::Failed { error: Some(error) },
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<ChatResponse, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<ChatResponse, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Direct { future, report } => {
+                let mut response = ready!(future.poll(cx)).map_err(Into::into)?;
+                let mut ours = report.take().unwrap_or_default();
+                ours.absorb_inner(&response.report);
+                response.report = ours;
+                Poll::Ready(Ok(response))
+            }
+            KindProj::Boxed { future } => future.as_mut().poll(cx),
+            KindProj::Failed { error } => Poll::Ready(Err(error
+                .take()
+                .unwrap_or_else(|| "ResponseFuture polled after completion".into()))),
+        }
+    }
+}

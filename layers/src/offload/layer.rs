@@ -1,0 +1,126 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::{Layer, Service};
+
+use crate::BoxError;
+use crate::offload::ResponseFuture;
+use crate::offload::prepare::{offload_request, store_all};
+use crate::policy::{ContextPolicy, PolicyError};
+use crate::report::PreparationReport;
+use crate::request::{ChatRequest, ChatResponse};
+use crate::store::ArtifactStore;
+use crate::tokens::{estimate_message_tokens, estimate_tool_tokens};
+
+/// Offloads oversized tool results into an artifact store. See the
+/// [module docs](crate::offload).
+#[derive(Clone)]
+pub struct OffloadLayer {
+    policy: ContextPolicy,
+    store: Arc<dyn ArtifactStore>,
+}
+
+impl std::fmt::Debug for OffloadLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OffloadLayer")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OffloadLayer {
+    /// Offloads results longer than `policy.tool_result_max_chars` into `store`; fails when
+    /// the policy does not validate.
+    pub fn new(policy: ContextPolicy, store: Arc<dyn ArtifactStore>) -> Result<Self, PolicyError> {
+        policy.validate()?;
+        Ok(Self { policy, store })
+    }
+}
+
+impl<S> Layer<S> for OffloadLayer {
+    type Service = Offload<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Offload {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service of [`OffloadLayer`].
+#[derive(Clone)]
+pub struct Offload<S> {
+    inner: S,
+    layer: OffloadLayer,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Offload<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Offload")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Offload<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the wrapper.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<ChatRequest> for Offload<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatResponse;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let size =
+            |r: &ChatRequest| estimate_tool_tokens(&r.tools) + estimate_message_tokens(&r.messages);
+        let before = size(&req);
+        let report = PreparationReport {
+            before_tokens: before,
+            ..PreparationReport::default()
+        };
+        let mut prepared = match offload_request(req, report, Vec::new(), &self.layer.policy, false)
+        {
+            Ok(p) => p,
+            Err(e) => return ResponseFuture::failed(e),
+        };
+        prepared.report.after_tokens = size(&prepared.req);
+        if prepared.to_store.is_empty() {
+            return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);
+        }
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let store = self.layer.store.clone();
+        ResponseFuture::boxed(Box::pin(async move {
+            let to_store = std::mem::take(&mut prepared.to_store);
+            store_all(store.as_ref(), &prepared.req, to_store).await;
+            let mut response = inner.call(prepared.req).await.map_err(Into::into)?;
+            prepared.report.absorb_inner(&response.report);
+            response.report = prepared.report;
+            Ok(response)
+        }))
+    }
+}

@@ -1,0 +1,89 @@
+//! Offloading a whole request: previews, the read tool, and what to store.
+
+use crate::BoxError;
+use crate::error::ToolConflictError;
+use crate::fit::is_artifact_stub;
+use crate::message::{Content, Message};
+use crate::offload::preview::is_preview;
+use crate::offload::rewrite::{Displaced, offload_messages};
+use crate::offload::tool::{READ_ARTIFACT_TOOL, read_artifact_tool};
+use crate::policy::ContextPolicy;
+use crate::report::PreparationReport;
+use crate::request::ChatRequest;
+use crate::store::ArtifactStore;
+use crate::tokens::estimate_tool_tokens;
+
+/// A request ready for the inner service, and what must be stored first.
+pub(crate) struct Prepared {
+    pub(crate) req: ChatRequest,
+    pub(crate) report: PreparationReport,
+    pub(crate) to_store: Vec<Displaced>,
+}
+
+/// Fails when the request defines a different tool under the read tool's name; tells
+/// whether it already has the stack's own definition.
+pub(crate) fn check_read_tool(req: &ChatRequest) -> Result<bool, ToolConflictError> {
+    match req.tools.iter().find(|t| t.name == READ_ARTIFACT_TOOL) {
+        None => Ok(false),
+        Some(t) if *t == read_artifact_tool() => Ok(true),
+        Some(_) => Err(ToolConflictError {
+            name: READ_ARTIFACT_TOOL.to_owned(),
+        }),
+    }
+}
+
+/// Whether a message points at an artifact (a preview, or a stub naming one).
+fn refers_to_artifact(m: &Message) -> bool {
+    m.is_tool_result()
+        && matches!(&m.content, Content::Text(t) if is_preview(t) || is_artifact_stub(t))
+}
+
+/// Offloads oversized results of an already fitted request, and adds the read tool when
+/// anything in the request now refers to an artifact. `reserved_tool` says whether the
+/// planner counted the read tool's tokens; when the tool turns out not to be needed, the
+/// report's `after_tokens` gives them back.
+pub(crate) fn offload_request(
+    mut req: ChatRequest,
+    mut report: PreparationReport,
+    mut to_store: Vec<Displaced>,
+    policy: &ContextPolicy,
+    reserved_tool: bool,
+) -> Result<Prepared, BoxError> {
+    let has_tool = check_read_tool(&req)?;
+    let (scope, session) = (req.scope.clone(), req.session.clone());
+    let offloaded = offload_messages(&mut req.messages, &scope, &session, policy);
+    report.offloaded_results += offloaded.len();
+    to_store.extend(offloaded);
+    let refers = req.messages.iter().any(refers_to_artifact);
+    if refers && !has_tool {
+        req.tools.push(read_artifact_tool());
+    } else if reserved_tool && !has_tool {
+        report.after_tokens -= estimate_tool_tokens(&[read_artifact_tool()]);
+    }
+    Ok(Prepared {
+        req,
+        report,
+        to_store,
+    })
+}
+
+/// Stores every displaced result. A failure is logged and skipped: the preview (or stub)
+/// is still sent, so the budget holds, and a later read of that id answers the model
+/// with an `unknown_artifact` result it can recover from.
+pub(crate) async fn store_all(store: &dyn ArtifactStore, req: &ChatRequest, items: Vec<Displaced>) {
+    for item in items {
+        if let Err(e) = store
+            .put(&req.scope, &req.session, &item.id, item.artifact)
+            .await
+        {
+            tracing::warn!(
+                target: "llm_context",
+                error = %e,
+                artifact = %item.id,
+                scope = %req.scope.key(),
+                session = %req.session,
+                "could not store an artifact; the model gets the preview only"
+            );
+        }
+    }
+}
