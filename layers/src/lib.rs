@@ -43,6 +43,7 @@ mod report;
 pub mod request;
 mod scope;
 pub mod tokens;
+pub mod working;
 
 pub use builder::ServiceBuilderExt;
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
@@ -53,3 +54,6 @@ pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
 pub use request::{ChatRequest, ChatResponse, FinishReason, GenerationParams, Usage};
 pub use scope::Scope;
+pub use working::{
+    ContextDiff, FrozenContext, MergeMode, MutationJournal, SharedContext, WorkingContext,
+};
