@@ -1,13 +1,14 @@
 //! What a `FrozenContext` snapshot costs to hash, and to take, at 10, 100 and 1,000
-//! messages of a tool-calling transcript.
+//! messages of a tool-calling transcript, and what a long journal adds to taking one.
 //!
 //! Run with `cargo bench -p llm-context-layers --bench snapshot`.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 
 use divan::{Bencher, black_box};
 use llm_context_layers::{FrozenContext, Message, PrefixContext, ToolCall, WorkingContext};
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn main() {
     divan::main();
@@ -74,6 +75,37 @@ fn hash_std(bencher: Bencher<'_, '_>, n: usize) {
 fn stable_hash(bencher: Bencher<'_, '_>, n: usize) {
     let snap: FrozenContext = context(n).freeze();
     bencher.bench_local(|| black_box(&snap).stable_hash());
+}
+
+/// Taking a snapshot of a ten-message context whose journal holds `entries` JSON entries:
+/// the journal is copied too, so this is what a run's history adds to every snapshot.
+#[divan::bench(args = [0, 500])]
+fn freeze_journal(bencher: Bencher<'_, '_>, entries: usize) {
+    let mut ctx = context(10);
+    for id in 0..entries {
+        ctx.journal_mut()
+            .record(json!({"kind": "row_written", "id": id, "agent_id": "enricher-a"}));
+    }
+    bencher.bench_local(|| black_box(&ctx).freeze());
+}
+
+/// The same with `Arc` entries: the journal's entry type is generic, and an `Arc` entry
+/// is shared by every snapshot instead of copied (it is still immutable through them).
+#[divan::bench(args = [0, 500])]
+fn freeze_journal_arc(bencher: Bencher<'_, '_>, entries: usize) {
+    let mut ctx: WorkingContext<Arc<Value>> = WorkingContext::default()
+        .with_prefix(PrefixContext::new(
+            "You are a careful operations assistant.",
+        ))
+        .with_messages(transcript(10));
+    ctx.note("plan", json!({"steps": ["scan", "report"]}))
+        .note("ticket", "ENG-4412");
+    for id in 0..entries {
+        ctx.journal_mut().record(Arc::new(
+            json!({"kind": "row_written", "id": id, "agent_id": "enricher-a"}),
+        ));
+    }
+    bencher.bench_local(|| black_box(&ctx).freeze());
 }
 
 /// Taking the snapshot: a deep copy of the tail and the scratchpad.

@@ -345,14 +345,19 @@ fn a_snapshot_with_a_nested_value_is_hashable_and_round_trips() {
 fn a_snapshot_does_not_alias_the_live_scratchpad() {
     let mut ctx = WorkingContext::new();
     ctx.note("plan", json!({"steps": ["a"]}));
+    ctx.journal_mut().record(json!({"kind": "planned"}));
     let snap = ctx.freeze();
     // The live context is still live...
     ctx.get_mut("plan").unwrap()["steps"]
         .as_array_mut()
         .unwrap()
         .push(json!("b"));
-    // ...and the snapshot did not follow it.
+    ctx.journal_mut().record(json!({"kind": "extended"}));
+    // ...and the snapshot did not follow it, on either axis. (In Python, a custom leaf
+    // object and the journal entries were shared with the live context; here a
+    // snapshot owns every value it holds.)
     assert_eq!(snap.get("plan"), Some(&json!({"steps": ["a"]})));
+    assert_eq!(snap.journal(), [json!({"kind": "planned"})]);
 
     // Rehydrating gives a plain, writable context again.
     let mut live = snap.clone().thaw();

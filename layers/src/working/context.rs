@@ -296,13 +296,11 @@ impl<J> WorkingContext<J> {
     where
         J: Clone,
     {
-        let kept = scope.surviving_indices(&self.messages);
-        let messages = self
-            .messages
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| kept.contains(i))
-            .map(|(_, m)| m.clone())
+        // `get`, not indexing: a user's scope may name indices past the end.
+        let messages = scope
+            .surviving_indices(&self.messages)
+            .into_iter()
+            .filter_map(|i| self.messages.get(i).cloned())
             .collect();
         Self {
             messages,
@@ -656,6 +654,18 @@ mod tests {
                 .len(),
             7
         );
+    }
+
+    #[test]
+    fn a_scope_naming_indices_past_the_end_does_not_panic() {
+        struct Wild;
+        impl ContextScope for Wild {
+            fn surviving_indices(&self, _: &[Message]) -> std::collections::BTreeSet<usize> {
+                [1, 7, usize::MAX].into_iter().collect()
+            }
+        }
+        let ctx = WorkingContext::new().with_messages([Message::user("a"), Message::user("b")]);
+        assert_eq!(texts(&ctx.slice(&Wild)), ["b"]);
     }
 
     #[test]

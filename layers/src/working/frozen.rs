@@ -37,6 +37,10 @@
 //! snapshots still hash equally) and means the journal's entry type need not be hashable.
 //! The hash is linear in the transcript: if a memoizer hashes the same snapshot in a
 //! loop, hold the key instead of recomputing it.
+//!
+//! A snapshot copies the journal's entries along with everything else. For a long
+//! journal snapshotted often, make the entry type an `Arc` (`WorkingContext<Arc<M>>`):
+//! every snapshot then shares the entries, which stay immutable through it.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
