@@ -44,6 +44,7 @@ pub mod request;
 mod scope;
 pub mod store;
 pub mod tokens;
+pub mod working;
 
 pub use builder::ServiceBuilderExt;
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
@@ -57,3 +58,6 @@ pub use request::{
 };
 pub use scope::Scope;
 pub use store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};
+pub use working::{
+    ContextDiff, FrozenContext, MergeMode, MutationJournal, SharedContext, WorkingContext,
+};
