@@ -235,3 +235,30 @@ fn human_report_draws_the_window() {
     assert!(text.contains("allowance 1,952"), "{text}");
     assert!(text.contains("removed "), "{text}");
 }
+
+#[test]
+fn large_results_are_offloaded_and_reported() {
+    let body = json!({
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "read it"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "z".repeat(20_000)}
+        ]
+    });
+    let out = run(&["prepare", "--json"], Some(&body.to_string()));
+    let v = ok_json(&out);
+    assert_eq!(v["report"]["offloaded_results"], 1);
+    let preview: Value =
+        serde_json::from_str(v["request"]["messages"][2]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(preview["original_chars"], 20_000);
+    assert_eq!(preview["preview"].as_str().unwrap().len(), 6_000);
+    // The read tool is offered in the OpenAI form.
+    assert_eq!(
+        v["request"]["tools"][0]["function"]["name"],
+        "read_context_artifact"
+    );
+    // The other messages came back as they were sent.
+    assert_eq!(v["request"]["messages"][1], body["messages"][1]);
+}

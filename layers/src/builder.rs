@@ -20,10 +20,14 @@
 use tower::ServiceBuilder;
 use tower::layer::util::Stack;
 
+use std::sync::Arc;
+
 use crate::clear::ClearLayer;
 use crate::context_policy::ContextPolicyLayer;
+use crate::offload::OffloadLayer;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prune::PruneLayer;
+use crate::store::ArtifactStore;
 
 mod sealed {
     pub trait Sealed<T> {}
@@ -48,6 +52,13 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         self,
         policy: ContextPolicy,
     ) -> Result<ServiceBuilder<Stack<ClearLayer, L>>, PolicyError>;
+
+    /// Adds [`OffloadLayer`] over `store`.
+    fn offload(
+        self,
+        policy: ContextPolicy,
+        store: Arc<dyn ArtifactStore>,
+    ) -> Result<ServiceBuilder<Stack<OffloadLayer, L>>, PolicyError>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -72,5 +83,13 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         policy: ContextPolicy,
     ) -> Result<ServiceBuilder<Stack<ClearLayer, L>>, PolicyError> {
         Ok(self.layer(ClearLayer::new(policy)?))
+    }
+
+    fn offload(
+        self,
+        policy: ContextPolicy,
+        store: Arc<dyn ArtifactStore>,
+    ) -> Result<ServiceBuilder<Stack<OffloadLayer, L>>, PolicyError> {
+        Ok(self.layer(OffloadLayer::new(policy, store)?))
     }
 }

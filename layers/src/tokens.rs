@@ -59,16 +59,22 @@ pub fn estimate_one(message: &Message) -> usize {
 
 /// The estimated tokens of `message` if its content were the plain text `text`.
 pub fn estimate_with_text(message: &Message, text: &str) -> usize {
-    let (content, _) = content_chars(&message.content);
+    estimate_with_content_chars(message, char_count(text))
+}
+
+/// The estimated tokens of `message` if its content were plain text of `content_chars`
+/// characters (everything else — name, call id, tool calls — as it is).
+pub fn estimate_with_content_chars(message: &Message, content_chars: usize) -> usize {
+    let (content, _) = content_chars_of(&message.content);
     let (all, _) = message_chars(message);
     OVERHEAD_TOKENS
-        + (all - content + char_count(text)) / 4
+        + (all - content + content_chars) / 4
         + OVERHEAD_TOKENS * message.tool_calls.len()
 }
 
 /// The Unicode scalar values of everything a message sends as text, and its image count.
 pub fn message_chars(message: &Message) -> (usize, usize) {
-    let (mut chars, images) = content_chars(&message.content);
+    let (mut chars, images) = content_chars_of(&message.content);
     chars += message.name.as_deref().map_or(0, char_count);
     chars += message.tool_call_id.as_deref().map_or(0, char_count);
     for call in &message.tool_calls {
@@ -95,7 +101,7 @@ pub fn estimate_tool_tokens(tools: &[ToolSpec]) -> usize {
         .sum()
 }
 
-fn content_chars(content: &Content) -> (usize, usize) {
+fn content_chars_of(content: &Content) -> (usize, usize) {
     match content {
         Content::Text(t) => (char_count(t), 0),
         Content::Parts(parts) => parts.iter().fold((0, 0), |(c, i), p| match p {

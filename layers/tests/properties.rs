@@ -6,9 +6,13 @@ mod common;
 use common::assert_pairing;
 use llm_context_layers::mock::MockModel;
 use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
+use std::sync::Arc;
+
+use llm_context_layers::clear::is_stub;
+use llm_context_layers::offload::{READ_ARTIFACT_TOOL, is_preview};
 use llm_context_layers::{
-    BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
-    Message, Role, ToolCall, ToolSpec,
+    ArtifactStore, BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
+    ContextPolicyLayer, Message, Role, ToolCall, ToolSpec,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -122,14 +126,71 @@ fn policy() -> impl Strategy<Value = ContextPolicy> {
 }
 
 fn run(policy: &ContextPolicy, req: ChatRequest) -> (Result<ChatResponse, BoxError>, MockModel) {
+    let (result, model, _) = run_with_store(policy, req);
+    (result, model)
+}
+
+fn run_with_store(
+    policy: &ContextPolicy,
+    req: ChatRequest,
+) -> (
+    Result<ChatResponse, BoxError>,
+    MockModel,
+    Arc<dyn ArtifactStore>,
+) {
     let model = MockModel::echo();
-    let service = ContextPolicyLayer::new(policy.clone())
-        .unwrap()
-        .layer(model.clone());
+    let layer = ContextPolicyLayer::new(policy.clone()).unwrap();
+    let store = layer.artifact_store();
+    let service = layer.layer(model.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    (rt.block_on(service.oneshot(req)), model)
+    (rt.block_on(service.oneshot(req)), model, store)
+}
+
+/// Every preview is at most the threshold long, and its artifact is stored and begins
+/// with the preview; every stub that names an artifact can be read back; the read tool
+/// is there exactly when something refers to an artifact.
+fn check_artifacts(sent: &ChatRequest, policy: &ContextPolicy, store: &dyn ArtifactStore) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for m in &sent.messages {
+        let Some(text) = m.content.as_str() else {
+            continue;
+        };
+        if is_preview(text) {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            let preview = v["preview"].as_str().unwrap();
+            assert!(preview.chars().count() <= policy.tool_result_max_chars);
+            let id = v["context_artifact"].as_str().unwrap();
+            let stored = rt
+                .block_on(store.get(&sent.scope, &sent.session, id))
+                .unwrap();
+            let stored = stored.expect("the artifact of a preview is stored");
+            assert!(
+                stored.text.starts_with(preview),
+                "artifact holds at least the preview"
+            );
+        } else if is_stub(text) {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            if let Some(id) = v["context_artifact"].as_str() {
+                let stored = rt
+                    .block_on(store.get(&sent.scope, &sent.session, id))
+                    .unwrap();
+                assert!(stored.is_some(), "a cleared result can be read back");
+            }
+        }
+    }
+    let refers = sent.messages.iter().any(|m| {
+        m.content
+            .as_str()
+            .is_some_and(|t| is_preview(t) || (is_stub(t) && t.contains("context_artifact")))
+    });
+    assert_eq!(
+        refers,
+        sent.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL)
+    );
 }
 
 fn sent_tokens(req: &ChatRequest) -> usize {
@@ -152,10 +213,11 @@ proptest! {
             req = req.with_tools(vec![ToolSpec::new("tool", "a tool", json!({"type": "object"}))]);
         }
         let allowance = policy.prompt_allowance(None);
-        let (result, model) = run(&policy, req.clone());
+        let (result, model, store) = run_with_store(&policy, req.clone());
         match result {
             Ok(resp) => {
                 let sent = model.last_request().unwrap();
+                check_artifacts(&sent, &policy, store.as_ref());
                 // Fits, and the report tells the truth about it.
                 prop_assert!(sent_tokens(&sent) <= allowance);
                 prop_assert_eq!(resp.report.after_tokens, sent_tokens(&sent));

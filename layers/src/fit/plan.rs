@@ -13,7 +13,7 @@ use crate::report::PreparationReport;
 use crate::request::ChatRequest;
 use crate::store::Artifact;
 use crate::tokens::{
-    OVERHEAD_TOKENS, char_count, estimate_one, estimate_tool_tokens, estimate_with_text,
+    char_count, estimate_one, estimate_tool_tokens, estimate_with_content_chars, estimate_with_text,
 };
 
 /// Which reductions a planner may make, and whether it must make the request fit.
@@ -291,14 +291,13 @@ fn offloaded_cost(m: &Message, policy: &ContextPolicy) -> Option<usize> {
     if original <= policy.tool_result_max_chars {
         return None;
     }
-    let chars = preview_chars(
+    let preview = preview_chars(
         text,
         original,
         policy.tool_result_max_chars,
         policy.artifact_max_chars,
-    ) + m.name.as_deref().map_or(0, char_count)
-        + m.tool_call_id.as_deref().map_or(0, char_count);
-    Some(OVERHEAD_TOKENS + chars / 4)
+    );
+    Some(estimate_with_content_chars(m, preview))
 }
 
 /// The text of a tool result that offloading may replace: plain text that is not already

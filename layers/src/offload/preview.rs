@@ -66,10 +66,32 @@ pub fn preview_info(text: &str) -> Option<(String, usize)> {
 
 /// The first `max_chars` characters of `text`, cut on a character boundary.
 pub fn cut_chars(text: &str, max_chars: usize) -> &str {
+    // Tool output is mostly ASCII, where characters are bytes: no walk needed.
+    let head = &text.as_bytes()[..max_chars.min(text.len())];
+    if head.is_ascii() {
+        return &text[..head.len()];
+    }
     match text.char_indices().nth(max_chars) {
         Some((byte, _)) => &text[..byte],
         None => text,
     }
+}
+
+/// [`json_string_chars`] of `s`, with a byte-level fast path for ASCII.
+fn escaped_chars(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    if !bytes.is_ascii() {
+        return json_string_chars(s);
+    }
+    let extra: usize = bytes
+        .iter()
+        .map(|&b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            0..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    2 + bytes.len() + extra
 }
 
 /// The preview JSON for an offloaded `text` with artifact `id`.
@@ -106,7 +128,7 @@ pub fn preview_chars(
     //  "stored_chars":<n>,"artifact_truncated":<b>,"instructions":<s>}
     FIXED_CHARS
         + ARTIFACT_ID_LEN
-        + json_string_chars(preview)
+        + escaped_chars(preview)
         + bool_len(truncated)
         + digits(original_chars)
         + digits(original_chars.min(artifact_max_chars))

@@ -1,0 +1,531 @@
+//! Offloading, the artifact store and `read_context_artifact`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use llm_context_layers::clear::is_stub;
+use llm_context_layers::mock::{MockModel, MockReply};
+use llm_context_layers::offload::{
+    ArtifactLimits, ArtifactReader, InMemoryArtifactStore, OffloadLayer, READ_ARTIFACT_TOOL,
+    artifact_id, is_preview, read_artifact_tool,
+};
+use llm_context_layers::{
+    Artifact, ArtifactStore, ChatRequest, ContextPolicy, ContextPolicyLayer, Message, Scope,
+    StoreError, StoreErrorKind, ToolCall, ToolConflictError, ToolSpec,
+};
+use serde_json::{Value, json};
+use tower::{Layer, ServiceExt};
+
+fn call_and_result(id: &str, text: &str) -> Vec<Message> {
+    vec![
+        Message::assistant_tool_calls("", vec![ToolCall::new(id, "fetch", json!({}))]),
+        Message::tool_result(id, "fetch", text),
+    ]
+}
+
+fn request(result: &str) -> ChatRequest {
+    let mut messages = vec![Message::user("fetch it")];
+    messages.extend(call_and_result("c1", result));
+    ChatRequest::new("m", messages)
+        .with_scope(Scope::org("acme"))
+        .with_session("s1")
+}
+
+/// Prepares through the composite and returns what the model saw.
+async fn prepared(
+    policy: ContextPolicy,
+    req: ChatRequest,
+) -> (ChatRequest, Arc<dyn ArtifactStore>, usize) {
+    let layer = ContextPolicyLayer::new(policy).unwrap();
+    let store = layer.artifact_store();
+    let model = MockModel::echo();
+    let reply = layer.layer(model.clone()).oneshot(req).await.unwrap();
+    (
+        model.last_request().unwrap(),
+        store,
+        reply.report.offloaded_results,
+    )
+}
+
+fn preview_json(m: &Message) -> Value {
+    let text = m.content.as_str().unwrap();
+    assert!(is_preview(text), "{text:.80}");
+    serde_json::from_str(text).unwrap()
+}
+
+#[tokio::test]
+async fn unicode_at_the_cut() {
+    let max = 100;
+    // Each edge character straddles the cut: positions max-1 and max.
+    for edge in ["🎉", "中", "e\u{301}", "𝄞", "👩\u{200d}💻"] {
+        for pad in [max - 1, max - 2, max] {
+            let text = format!("{}{}{}", "a".repeat(pad), edge, "z".repeat(200));
+            let policy = ContextPolicy::default().with_tool_result_max_chars(max);
+            let (sent, store, offloaded) = prepared(policy, request(&text)).await;
+            assert_eq!(offloaded, 1);
+            let v = preview_json(&sent.messages[2]);
+            let preview = v["preview"].as_str().unwrap();
+            let expected: String = text.chars().take(max).collect();
+            assert_eq!(preview, expected, "cut on a character boundary");
+            assert_eq!(v["preview_truncated"], true);
+            assert_eq!(v["original_chars"], text.chars().count());
+            let id = v["context_artifact"].as_str().unwrap();
+            let stored = store
+                .get(&sent.scope, &sent.session, id)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(&*stored.text, text.as_str());
+        }
+    }
+}
+
+#[tokio::test]
+async fn at_or_under_the_threshold_passes_byte_for_byte() {
+    let policy = ContextPolicy::default().with_tool_result_max_chars(10);
+    for text in ["0123456789", "中中中中中中中中中中", "🎉🎉🎉"] {
+        let (sent, store, offloaded) = prepared(policy.clone(), request(text)).await;
+        assert_eq!(offloaded, 0);
+        assert_eq!(sent.messages[2].content.as_str(), Some(text));
+        assert!(
+            sent.tools.is_empty(),
+            "no read tool when nothing refers to an artifact"
+        );
+        assert_eq!(
+            store
+                .get(
+                    &sent.scope,
+                    &sent.session,
+                    &artifact_id(&sent.scope, "s1", text)
+                )
+                .await
+                .unwrap(),
+            None
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_5_mb_result_is_cut_to_artifact_max_chars() {
+    let text = "0123456789".repeat(500_000);
+    let (sent, store, _) = prepared(ContextPolicy::default(), request(&text)).await;
+    let v = preview_json(&sent.messages[2]);
+    assert_eq!(v["original_chars"], 5_000_000);
+    assert_eq!(v["stored_chars"], 1_000_000);
+    assert_eq!(v["artifact_truncated"], true);
+    assert_eq!(v["preview"].as_str().unwrap().len(), 6_000);
+    let stored = store
+        .get(
+            &sent.scope,
+            &sent.session,
+            v["context_artifact"].as_str().unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.text.len(), 1_000_000);
+    assert!(stored.truncated);
+    assert_eq!(sent.tools, vec![read_artifact_tool()]);
+}
+
+#[tokio::test]
+async fn artifact_max_chars_cuts_on_characters() {
+    let text = "é".repeat(25_000);
+    let policy = ContextPolicy::default()
+        .with_tool_result_max_chars(1_000)
+        .with_artifact_max_chars(10_000);
+    let (sent, store, _) = prepared(policy, request(&text)).await;
+    let v = preview_json(&sent.messages[2]);
+    assert_eq!(v["stored_chars"], 10_000);
+    assert_eq!(v["artifact_truncated"], true);
+    let stored = store
+        .get(
+            &sent.scope,
+            &sent.session,
+            v["context_artifact"].as_str().unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.text.chars().count(), 10_000);
+    assert_eq!(stored.original_chars, 25_000);
+}
+
+#[tokio::test]
+async fn the_same_transcript_twice_gives_the_same_bytes_and_one_copy() {
+    let big = "log line\n".repeat(2_000);
+    let layer = ContextPolicyLayer::new(ContextPolicy::default()).unwrap();
+    let store = Arc::new(InMemoryArtifactStore::default());
+    let layer = layer.with_artifact_store(store.clone());
+    let model = MockModel::echo();
+    let stack = layer.layer(model.clone());
+    for _ in 0..3 {
+        stack.clone().oneshot(request(&big)).await.unwrap();
+    }
+    let seen = model.requests();
+    assert_eq!(
+        serde_json::to_string(&seen[0]).unwrap(),
+        serde_json::to_string(&seen[2]).unwrap()
+    );
+    assert_eq!(store.len(), 1, "content-addressed: one copy");
+    // And the prepared request prepared again is unchanged.
+    let again = stack.oneshot(seen[0].clone()).await.unwrap();
+    assert!(!again.report.changed());
+    assert_eq!(model.last_request().unwrap(), seen[0]);
+}
+
+#[tokio::test]
+async fn eviction_is_least_recently_used_per_session() {
+    let store = InMemoryArtifactStore::new(ArtifactLimits::default().with_per_session(3));
+    let scope = Scope::org(1);
+    for id in ["a", "b", "c"] {
+        store
+            .put(&scope, "s", id, Artifact::new(id, 10))
+            .await
+            .unwrap();
+    }
+    // Reading "a" makes "b" the least recently used.
+    assert!(store.get(&scope, "s", "a").await.unwrap().is_some());
+    store
+        .put(&scope, "s", "d", Artifact::new("d", 10))
+        .await
+        .unwrap();
+    assert!(
+        store.get(&scope, "s", "b").await.unwrap().is_none(),
+        "b evicted"
+    );
+    for id in ["a", "c", "d"] {
+        assert!(
+            store.get(&scope, "s", id).await.unwrap().is_some(),
+            "{id} kept"
+        );
+    }
+}
+
+#[tokio::test]
+async fn at_most_128_sessions_the_least_recently_used_goes_whole() {
+    let store = InMemoryArtifactStore::default();
+    let scope = Scope::org(1);
+    for s in 0..128 {
+        for id in ["x", "y"] {
+            store
+                .put(&scope, &format!("s{s}"), id, Artifact::new(id, 10))
+                .await
+                .unwrap();
+        }
+    }
+    // Touch s0 so that s1 is the least recently used session.
+    assert!(store.get(&scope, "s0", "x").await.unwrap().is_some());
+    store
+        .put(&scope, "s128", "x", Artifact::new("x", 10))
+        .await
+        .unwrap();
+    assert_eq!(store.session_count(), 128);
+    assert!(store.get(&scope, "s1", "x").await.unwrap().is_none());
+    assert!(
+        store.get(&scope, "s1", "y").await.unwrap().is_none(),
+        "evicted whole"
+    );
+    assert!(store.get(&scope, "s0", "y").await.unwrap().is_some());
+    assert_eq!(store.len(), 127 * 2 + 1);
+}
+
+#[tokio::test]
+async fn the_byte_bound_holds() {
+    let store = InMemoryArtifactStore::new(ArtifactLimits::default().with_total_bytes(1_000));
+    let scope = Scope::org(1);
+    for i in 0..10 {
+        store
+            .put(
+                &scope,
+                &format!("s{i}"),
+                "id",
+                Artifact::new(&"x".repeat(300), 1_000),
+            )
+            .await
+            .unwrap();
+        assert!(store.bytes() <= 1_000);
+    }
+    assert_eq!(store.len(), 3, "the three most recent");
+    assert!(store.get(&scope, "s9", "id").await.unwrap().is_some());
+    let err = store
+        .put(&scope, "s", "big", Artifact::new(&"x".repeat(2_000), 5_000))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::TooLarge);
+}
+
+#[tokio::test]
+async fn other_tenants_and_sessions_get_a_readable_error() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(InMemoryArtifactStore::default());
+    let owner = Scope::org("acme");
+    store
+        .put(&owner, "s1", "art_x", Artifact::new("secret", 100))
+        .await
+        .unwrap();
+    let reader = ArtifactReader::new(store);
+    let ok = reader
+        .read(&owner, "s1", &json!({"artifact_id": "art_x"}))
+        .await;
+    assert_eq!(ok["text"], "secret");
+    for (scope, session) in [
+        (Scope::org("evil"), "s1"),
+        (owner.clone(), "s2"),
+        (Scope::shared(), "s1"),
+    ] {
+        let err = reader
+            .read(&scope, session, &json!({"artifact_id": "art_x"}))
+            .await;
+        assert_eq!(err["error"], "unknown_artifact", "{scope:?} {session}");
+        assert!(err.get("text").is_none());
+        assert!(!err.to_string().contains("secret"));
+    }
+    for bad in [
+        json!({}),
+        json!({"artifact_id": 5}),
+        json!({"artifact_id": "art_x", "offset": -1}),
+        json!({"artifact_id": "art_x", "max_chars": 0}),
+        json!({"artifact_id": "art_x", "max_chars": 20_001}),
+        json!("not json {"),
+        json!([1, 2]),
+    ] {
+        let err = reader.read(&owner, "s1", &bad).await;
+        assert_eq!(err["error"], "invalid_arguments", "{bad}");
+    }
+    let err = reader
+        .read(&owner, "s1", &json!({"artifact_id": "art_x", "offset": 7}))
+        .await;
+    assert_eq!(err["error"], "offset_out_of_range");
+    // Arguments kept as raw JSON text are read too.
+    let raw = reader
+        .read(
+            &owner,
+            "s1",
+            &json!("{\"artifact_id\": \"art_x\", \"max_chars\": 3}"),
+        )
+        .await;
+    assert_eq!(raw["text"], "sec");
+}
+
+#[tokio::test]
+async fn paging_100_000_characters_to_the_end() {
+    let text: String = (0..100_000)
+        .map(|i| if i % 7 == 0 { '中' } else { 'a' })
+        .collect();
+    let store: Arc<dyn ArtifactStore> = Arc::new(InMemoryArtifactStore::default());
+    let scope = Scope::org(1);
+    store
+        .put(&scope, "s", "art_big", Artifact::new(&text, 1_000_000))
+        .await
+        .unwrap();
+    let reader = ArtifactReader::new(store);
+    let mut out = String::new();
+    let mut offset = Value::from(0);
+    let mut pages = 0;
+    while !offset.is_null() {
+        let page = reader
+            .read(
+                &scope,
+                "s",
+                &json!({"artifact_id": "art_big", "offset": offset, "max_chars": 20_000}),
+            )
+            .await;
+        assert_eq!(page["untrusted_content"], true);
+        out.push_str(page["text"].as_str().unwrap());
+        offset = page["next_offset"].clone();
+        pages += 1;
+        assert!(pages <= 5);
+    }
+    assert_eq!(pages, 5);
+    assert_eq!(out, text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_requests_over_50_sessions_lose_nothing() {
+    let store = Arc::new(InMemoryArtifactStore::default());
+    let layer = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_artifact_store(store.clone());
+    let stack = layer.layer(MockModel::echo());
+    let mut tasks = Vec::new();
+    for i in 0..1_000 {
+        let stack = stack.clone();
+        tasks.push(tokio::spawn(async move {
+            let text = format!("request {i}: {}", "payload ".repeat(1_000));
+            let req = request(&text).with_session(format!("s{}", i % 50));
+            stack.oneshot(req).await.unwrap();
+            (i, text)
+        }));
+    }
+    let scope = Scope::org("acme");
+    for task in tasks {
+        let (i, text) = task.await.unwrap();
+        // 20 artifacts a session, under the 32 bound: every one is still there.
+        let session = format!("s{}", i % 50);
+        let id = artifact_id(&scope, &session, &text);
+        let stored = store.get(&scope, &session, &id).await.unwrap();
+        assert_eq!(stored.map(|a| a.text.to_string()), Some(text));
+    }
+    assert_eq!(store.len(), 1_000);
+    assert_eq!(store.session_count(), 50);
+}
+
+#[tokio::test]
+async fn clearing_loses_nothing() {
+    let mut messages = vec![Message::user("audit")];
+    for r in 0..4 {
+        messages.extend(call_and_result(
+            &format!("c{r}"),
+            &format!("result {r} {}", "detail ".repeat(300)),
+        ));
+    }
+    let policy = ContextPolicy::default()
+        .with_max_tokens(1_500)
+        .with_reserve_tokens(100)
+        .with_preserve_tool_results(1);
+    let req = ChatRequest::new("m", messages.clone()).with_session("s1");
+    let layer = ContextPolicyLayer::new(policy).unwrap();
+    let reader = layer.artifact_reader();
+    let model = MockModel::echo();
+    let reply = layer.layer(model.clone()).oneshot(req).await.unwrap();
+    assert!(reply.report.cleared_observations > 0);
+    let sent = model.last_request().unwrap();
+    assert!(sent.tools.contains(&read_artifact_tool()));
+    for (orig, new) in messages.iter().zip(&sent.messages) {
+        let Some(text) = new.content.as_str().filter(|t| is_stub(t)) else {
+            continue;
+        };
+        let stub: Value = serde_json::from_str(text).unwrap();
+        let id = stub["context_artifact"]
+            .as_str()
+            .expect("the stub names an artifact");
+        let page = reader
+            .read(
+                &sent.scope,
+                &sent.session,
+                &json!({"artifact_id": id, "max_chars": 20_000}),
+            )
+            .await;
+        assert_eq!(
+            page["text"].as_str(),
+            orig.content.as_str(),
+            "read back in full"
+        );
+    }
+}
+
+#[tokio::test]
+async fn auto_resolve_answers_artifact_reads_inside_the_stack() {
+    let big = format!("HEADER\n{}\nSECRET-AT-THE-END", "row\n".repeat(3_000));
+    let req = request(&big);
+    let id = artifact_id(&req.scope, &req.session, &big);
+    let model = MockModel::scripted([
+        MockReply::tool_calls([ToolCall::new(
+            "r1",
+            READ_ARTIFACT_TOOL,
+            json!({"artifact_id": id, "offset": 11_990, "max_chars": 100}),
+        )]),
+        MockReply::text("the end says SECRET-AT-THE-END"),
+    ]);
+    let layer = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve();
+    let reply = layer.layer(model.clone()).oneshot(req).await.unwrap();
+    assert_eq!(reply.message.text(), "the end says SECRET-AT-THE-END");
+    assert_eq!(model.calls(), 2);
+    let added = &reply.report.resolved_messages;
+    assert_eq!(added.len(), 2);
+    assert_eq!(added[0].tool_calls[0].name, READ_ARTIFACT_TOOL);
+    let page: Value = serde_json::from_str(added[1].content.as_str().unwrap()).unwrap();
+    assert!(
+        page["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("SECRET-AT-THE-END")
+    );
+    // The model's second request carried the call and the page.
+    let second = model.last_request().unwrap();
+    assert_eq!(&second.messages[second.messages.len() - 2..], &added[..]);
+}
+
+#[tokio::test]
+async fn auto_resolve_is_bounded() {
+    let req = request(&"x".repeat(10_000));
+    let id = artifact_id(&req.scope, &req.session, &"x".repeat(10_000));
+    let model = MockModel::from_fn(move |_| {
+        MockReply::tool_calls([ToolCall::new(
+            "r",
+            READ_ARTIFACT_TOOL,
+            json!({"artifact_id": id}),
+        )])
+    });
+    let layer = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve_rounds(2);
+    let reply = layer.layer(model.clone()).oneshot(req).await.unwrap();
+    assert_eq!(model.calls(), 3, "the first call and two resolved rounds");
+    assert!(
+        reply.message.has_tool_calls(),
+        "the last reply is handed to the agent loop"
+    );
+    assert_eq!(reply.report.resolved_messages.len(), 4);
+}
+
+#[tokio::test]
+async fn a_different_tool_with_the_same_name_is_an_error() {
+    let req = request(&"x".repeat(10_000)).with_tools(vec![ToolSpec::new(
+        READ_ARTIFACT_TOOL,
+        "mine",
+        json!({"type": "object"}),
+    )]);
+    let model = MockModel::echo();
+    let err = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .layer(model.clone())
+        .oneshot(req)
+        .await
+        .unwrap_err();
+    assert!(err.downcast_ref::<ToolConflictError>().is_some(), "{err}");
+    assert_eq!(model.calls(), 0);
+    // The stack's own definition is fine, and is not added twice.
+    let req = request(&"x".repeat(10_000)).with_tools(vec![read_artifact_tool()]);
+    let (sent, _, _) = prepared(ContextPolicy::default(), req).await;
+    assert_eq!(sent.tools, vec![read_artifact_tool()]);
+}
+
+struct DownStore;
+
+#[async_trait]
+impl ArtifactStore for DownStore {
+    async fn put(&self, _: &Scope, _: &str, _: &str, _: Artifact) -> Result<(), StoreError> {
+        Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "connection refused",
+        ))
+    }
+    async fn get(&self, _: &Scope, _: &str, _: &str) -> Result<Option<Artifact>, StoreError> {
+        Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "connection refused",
+        ))
+    }
+}
+
+#[tokio::test]
+async fn the_offload_layer_alone_and_a_store_that_is_down() {
+    let model = MockModel::echo();
+    let stack = OffloadLayer::new(ContextPolicy::default(), Arc::new(DownStore))
+        .unwrap()
+        .layer(model.clone());
+    let reply = stack.oneshot(request(&"y".repeat(7_000))).await.unwrap();
+    // The call still goes through with the preview: the budget holds.
+    assert_eq!(reply.report.offloaded_results, 1);
+    let sent = model.last_request().unwrap();
+    assert!(is_preview(sent.messages[2].content.as_str().unwrap()));
+    assert!(reply.report.after_tokens < reply.report.before_tokens);
+    // Reading it back says so, in words the model can act on.
+    let page = ArtifactReader::new(Arc::new(DownStore))
+        .read(&sent.scope, &sent.session, &json!({"artifact_id": "art_1"}))
+        .await;
+    assert_eq!(page["error"], "store_unavailable");
+}
