@@ -47,6 +47,16 @@ async fn prepared(
     )
 }
 
+/// The stored artifact a preview names.
+async fn stored_for(store: &dyn ArtifactStore, sent: &ChatRequest, preview: &Value) -> Artifact {
+    let id = preview["context_artifact"].as_str().unwrap();
+    store
+        .get(&sent.scope, &sent.session, id)
+        .await
+        .unwrap()
+        .expect("stored")
+}
+
 fn preview_json(m: &Message) -> Value {
     let text = m.content.as_str().unwrap();
     assert!(is_preview(text), "{text:.80}");
@@ -114,15 +124,7 @@ async fn a_5_mb_result_is_cut_to_artifact_max_chars() {
     assert_eq!(v["stored_chars"], 1_000_000);
     assert_eq!(v["artifact_truncated"], true);
     assert_eq!(v["preview"].as_str().unwrap().len(), 6_000);
-    let stored = store
-        .get(
-            &sent.scope,
-            &sent.session,
-            v["context_artifact"].as_str().unwrap(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = stored_for(store.as_ref(), &sent, &v).await;
     assert_eq!(stored.text.len(), 1_000_000);
     assert!(stored.truncated);
     assert_eq!(sent.tools, vec![read_artifact_tool()]);
@@ -138,15 +140,7 @@ async fn artifact_max_chars_cuts_on_characters() {
     let v = preview_json(&sent.messages[2]);
     assert_eq!(v["stored_chars"], 10_000);
     assert_eq!(v["artifact_truncated"], true);
-    let stored = store
-        .get(
-            &sent.scope,
-            &sent.session,
-            v["context_artifact"].as_str().unwrap(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = stored_for(store.as_ref(), &sent, &v).await;
     assert_eq!(stored.text.chars().count(), 10_000);
     assert_eq!(stored.original_chars, 25_000);
 }
