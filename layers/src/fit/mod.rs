@@ -18,6 +18,7 @@ mod plan;
 mod turns;
 
 pub(crate) use plan::{Stages, is_artifact_stub, offloadable_text};
+pub(crate) use turns::Layout;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -188,17 +188,12 @@ pub struct LastNTurns(pub usize);
 
 impl ContextScope for LastNTurns {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
-        let head_end = messages
-            .iter()
-            .position(|m| m.role != Role::System)
-            .unwrap_or(messages.len());
-        // The first non-system message opens a turn even when it is not a request.
-        let starts: Vec<usize> = (head_end..messages.len())
-            .filter(|&i| i == head_end || messages[i].is_user_request())
-            .collect();
+        // The same turns the pruning layer sees: a turn starts at a real user request,
+        // and what comes before the first one (after the system head) is a turn too.
+        let turns = crate::fit::Layout::of(messages).turns;
         let window_start = match self.0 {
             0 => messages.len(),
-            n if n <= starts.len() => starts[starts.len() - n],
+            n if n <= turns.len() => turns[turns.len() - n].range.start,
             _ => 0,
         };
         messages
