@@ -15,13 +15,17 @@
 //! ```
 //!
 //! Each method validates the policy and returns the builder, so an invalid policy fails
-//! where the stack is built, not on the first request.
+//! where the stack is built, not on the first request. [`memo`](ServiceBuilderExt::memo)
+//! takes a store instead of a policy and cannot fail.
+
+use std::sync::Arc;
 
 use tower::ServiceBuilder;
 use tower::layer::util::Stack;
 
 use crate::clear::ClearLayer;
 use crate::context_policy::ContextPolicyLayer;
+use crate::memo::{MemoLayer, MemoStore};
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prune::PruneLayer;
 
@@ -48,6 +52,9 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         self,
         policy: ContextPolicy,
     ) -> Result<ServiceBuilder<Stack<ClearLayer, L>>, PolicyError>;
+
+    /// Adds [`MemoLayer`] with this store and the default predicate.
+    fn memo(self, store: Arc<dyn MemoStore>) -> ServiceBuilder<Stack<MemoLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -72,5 +79,9 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         policy: ContextPolicy,
     ) -> Result<ServiceBuilder<Stack<ClearLayer, L>>, PolicyError> {
         Ok(self.layer(ClearLayer::new(policy)?))
+    }
+
+    fn memo(self, store: Arc<dyn MemoStore>) -> ServiceBuilder<Stack<MemoLayer, L>> {
+        self.layer(MemoLayer::new(store))
     }
 }
