@@ -1,1 +1,3 @@
+//! The preparation benchmark (the core issue adds its body).
+
 fn main() {}

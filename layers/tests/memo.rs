@@ -314,14 +314,26 @@ async fn a_cancelled_caller_does_not_strand_the_waiters() {
     assert_eq!(provider.calls(), 2, "the cancelled call, then one more");
 }
 
-/// A store that is down, or that never answers.
+/// A store that is down, or that never answers; counts the lookups it is asked for.
+#[derive(Default)]
 struct BrokenStore {
     hang: bool,
+    gets: AtomicUsize,
+}
+
+impl BrokenStore {
+    fn hanging() -> Self {
+        Self {
+            hang: true,
+            ..Self::default()
+        }
+    }
 }
 
 #[async_trait]
 impl MemoStore for BrokenStore {
     async fn get(&self, _: &MemoKey) -> Result<Option<ChatResponse>, StoreError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
         if self.hang {
             std::future::pending::<()>().await;
         }
@@ -373,7 +385,7 @@ impl tracing::field::Visit for Fields<'_> {
 async fn a_store_that_is_down_degrades_to_the_provider_with_a_warning() {
     let (warnings, _guard) = capture_warnings();
     let llm = MockModel::echo();
-    let model = stack(llm.clone(), Arc::new(BrokenStore { hang: false }));
+    let model = stack(llm.clone(), Arc::new(BrokenStore::default()));
     for _ in 0..2 {
         let r = model
             .clone()
@@ -397,7 +409,7 @@ async fn a_store_that_is_down_degrades_to_the_provider_with_a_warning() {
 async fn a_store_that_hangs_is_bounded_by_the_timeout() {
     let (warnings, _guard) = capture_warnings();
     let llm = MockModel::echo();
-    let model = MemoLayer::new(Arc::new(BrokenStore { hang: true }))
+    let model = MemoLayer::new(Arc::new(BrokenStore::hanging()))
         .store_timeout(Duration::from_millis(50))
         .layer(llm.clone());
     let started = tokio::time::Instant::now();
@@ -412,6 +424,88 @@ async fn a_store_that_hangs_is_bounded_by_the_timeout() {
         warnings[0].contains("no answer within 50ms"),
         "{warnings:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_store_is_skipped_for_the_backoff() {
+    let (warnings, _guard) = capture_warnings();
+    let store = Arc::new(BrokenStore::hanging());
+    let llm = MockModel::echo();
+    let model = MemoLayer::new(Arc::clone(&store) as Arc<dyn MemoStore>)
+        .store_timeout(Duration::from_millis(50))
+        .store_backoff(Duration::from_secs(1))
+        .layer(llm.clone());
+
+    let started = tokio::time::Instant::now();
+    for _ in 0..5 {
+        model
+            .clone()
+            .oneshot(question(Scope::org(1)))
+            .await
+            .unwrap();
+    }
+    // One wait for the timeout, then straight to the provider.
+    assert_eq!(store.gets.load(Ordering::SeqCst), 1);
+    assert!(started.elapsed() < Duration::from_millis(60));
+    assert_eq!(llm.calls(), 5);
+    {
+        let warnings = warnings.lock().unwrap();
+        assert_eq!(warnings.len(), 5, "every request says why: {warnings:?}");
+        assert!(warnings[4].contains("skipped for up to 1s"), "{warnings:?}");
+    }
+
+    // After the backoff the store is tried again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    model.oneshot(question(Scope::org(1))).await.unwrap();
+    assert_eq!(store.gets.load(Ordering::SeqCst), 2);
+}
+
+/// An in-memory store whose first lookup reports a corrupt entry.
+struct CorruptOnce {
+    inner: InMemoryMemoStore,
+    corrupt: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl MemoStore for CorruptOnce {
+    async fn get(&self, key: &MemoKey) -> Result<Option<ChatResponse>, StoreError> {
+        if self.corrupt.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::new(StoreErrorKind::Corrupt, "bad entry"));
+        }
+        self.inner.get(key).await
+    }
+
+    async fn put(&self, key: &MemoKey, response: &ChatResponse) -> Result<(), StoreError> {
+        self.inner.put(key, response).await
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_entry_is_replaced_and_does_not_trip_the_backoff() {
+    let llm = MockModel::echo();
+    let model = MemoLayer::new(Arc::new(CorruptOnce {
+        inner: InMemoryMemoStore::default(),
+        corrupt: true.into(),
+    }))
+    .layer(llm.clone());
+    assert!(
+        !model
+            .clone()
+            .oneshot(question(Scope::org(1)))
+            .await
+            .unwrap()
+            .report
+            .memo_hit
+    );
+    assert!(
+        model
+            .oneshot(question(Scope::org(1)))
+            .await
+            .unwrap()
+            .report
+            .memo_hit
+    );
+    assert_eq!(llm.calls(), 1);
 }
 
 #[tokio::test]

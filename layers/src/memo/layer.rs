@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tower::Layer;
 
+use super::breaker::Breaker;
 use super::flight::Flights;
 use super::predicate::{DefaultPredicate, MemoPredicate};
 use super::service::Memo;
@@ -12,6 +13,9 @@ use super::store::MemoStore;
 
 /// How long the memo waits for its store by default before calling the provider.
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How long the memo skips a store that could not be reached, by default.
+pub const DEFAULT_STORE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Tenant-scoped memoization. See the [module docs](super).
 #[derive(Clone)]
@@ -25,7 +29,21 @@ pub struct MemoLayer<P = DefaultPredicate> {
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn MemoStore>,
     pub(crate) timeout: Duration,
+    pub(crate) backoff: Duration,
+    pub(crate) breaker: Breaker,
     pub(crate) flights: Arc<Flights>,
+}
+
+impl Shared {
+    fn new(store: Arc<dyn MemoStore>, timeout: Duration, backoff: Duration) -> Self {
+        Self {
+            store,
+            timeout,
+            backoff,
+            breaker: Breaker::new(backoff),
+            flights: Arc::default(),
+        }
+    }
 }
 
 impl<P> std::fmt::Debug for MemoLayer<P> {
@@ -44,6 +62,7 @@ pub(crate) fn debug_memo(
     d.field("enabled", &shared.is_some());
     if let Some(s) = shared {
         d.field("store_timeout", &s.timeout);
+        d.field("store_backoff", &s.backoff);
     }
     d.finish_non_exhaustive()
 }
@@ -52,11 +71,11 @@ impl MemoLayer {
     /// Memoizes in `store` the requests the [`DefaultPredicate`] allows.
     pub fn new(store: Arc<dyn MemoStore>) -> Self {
         Self {
-            shared: Some(Arc::new(Shared {
+            shared: Some(Arc::new(Shared::new(
                 store,
-                timeout: DEFAULT_STORE_TIMEOUT,
-                flights: Arc::default(),
-            })),
+                DEFAULT_STORE_TIMEOUT,
+                DEFAULT_STORE_BACKOFF,
+            ))),
             predicate: DefaultPredicate,
         }
     }
@@ -85,12 +104,27 @@ impl<P> MemoLayer<P> {
     /// [`DEFAULT_STORE_TIMEOUT`]); past it, the request goes to the provider and a warning
     /// is logged. Needs a Tokio runtime with its timer enabled.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
-        if let Some(shared) = &self.shared {
-            self.shared = Some(Arc::new(Shared {
-                store: Arc::clone(&shared.store),
+        if let Some(s) = &self.shared {
+            self.shared = Some(Arc::new(Shared::new(
+                Arc::clone(&s.store),
                 timeout,
-                flights: Arc::clone(&shared.flights),
-            }));
+                s.backoff,
+            )));
+        }
+        self
+    }
+
+    /// After the store could not be reached (an error saying so, or the timeout), skip
+    /// it for this long (default [`DEFAULT_STORE_BACKOFF`]; zero never skips): requests go
+    /// straight to the provider, each with a warning, instead of each waiting out the
+    /// timeout. The first request after the backoff tries the store again.
+    pub fn store_backoff(mut self, backoff: Duration) -> Self {
+        if let Some(s) = &self.shared {
+            self.shared = Some(Arc::new(Shared::new(
+                Arc::clone(&s.store),
+                s.timeout,
+                backoff,
+            )));
         }
         self
     }

@@ -50,7 +50,9 @@
 //!
 //! **Store failures degrade, never fail**: a store error or a store slower than
 //! [`MemoLayer::store_timeout`] sends the request to the provider and logs a `warn` event
-//! (`event = "memo_store_degraded"`) saying why.
+//! (`event = "memo_store_degraded"`) saying why. After the store could not be reached it
+//! is skipped for [`MemoLayer::store_backoff`], so an outage does not add the timeout to
+//! every request.
 //!
 //! Stores: [`InMemoryMemoStore`] (bounded by bytes and age) here; `llm-context` adds a
 //! Redis store so that many replicas share one memo. In [`ContextPolicyLayer`] this is the
@@ -58,6 +60,7 @@
 //!
 //! [`ContextPolicyLayer`]: crate::ContextPolicyLayer
 
+mod breaker;
 mod flight;
 mod future;
 mod key;
@@ -70,7 +73,7 @@ mod store;
 pub use flight::FlightError;
 pub use future::ResponseFuture;
 pub use key::MemoKey;
-pub use layer::{DEFAULT_STORE_TIMEOUT, MemoLayer};
+pub use layer::{DEFAULT_STORE_BACKOFF, DEFAULT_STORE_TIMEOUT, MemoLayer};
 pub use memory_store::{DEFAULT_MAX_BYTES, DEFAULT_TTL, InMemoryMemoStore};
 pub use predicate::{DefaultPredicate, MemoPredicate};
 pub use service::Memo;

@@ -142,7 +142,11 @@ where
             return Ok(served_from_memo(*response));
         }
         Lookup::Miss => true,
-        Lookup::Failed => false,
+        // A store that cannot be reached is not asked again for this request: that would
+        // double the time it waits. A bad entry is overwritten.
+        Lookup::Failed(kind) => {
+            !matches!(kind, StoreErrorKind::Unavailable | StoreErrorKind::Timeout)
+        }
     };
 
     if !ready {
@@ -155,8 +159,6 @@ where
             let mut stored = response.clone();
             stored.report = PreparationReport::default();
             lead.publish(Ok(stored.clone()));
-            // A store that just failed is not asked again for the same request: that
-            // would double the time this request spends waiting on it.
             if store_reachable {
                 save(&shared, &key, &stored).await;
             }
@@ -177,22 +179,28 @@ fn served_from_memo(mut response: ChatResponse) -> ChatResponse {
 enum Lookup {
     Hit(Box<ChatResponse>),
     Miss,
-    Failed,
+    Failed(StoreErrorKind),
 }
 
 async fn lookup(shared: &Shared, key: &MemoKey) -> Lookup {
-    match tokio::time::timeout(shared.timeout, shared.store.get(key)).await {
-        Ok(Ok(Some(response))) => Lookup::Hit(Box::new(response)),
-        Ok(Ok(None)) => Lookup::Miss,
-        Ok(Err(error)) => {
-            degraded("get", key, &error);
-            Lookup::Failed
-        }
-        Err(_) => {
-            degraded("get", key, &timed_out(shared));
-            Lookup::Failed
-        }
+    if let Some(reason) = shared.breaker.skipped_for() {
+        degraded("get", key, &skipped(shared, &reason));
+        return Lookup::Failed(reason.kind);
     }
+    let error = match tokio::time::timeout(shared.timeout, shared.store.get(key)).await {
+        Ok(Ok(found)) => {
+            shared.breaker.succeeded();
+            return match found {
+                Some(response) => Lookup::Hit(Box::new(response)),
+                None => Lookup::Miss,
+            };
+        }
+        Ok(Err(error)) => error,
+        Err(_) => timed_out(shared),
+    };
+    shared.breaker.failed(&error);
+    degraded("get", key, &error);
+    Lookup::Failed(error.kind)
 }
 
 async fn save(shared: &Shared, key: &MemoKey, response: &ChatResponse) {
@@ -206,9 +214,26 @@ async fn save(shared: &Shared, key: &MemoKey, response: &ChatResponse) {
             reason = %error,
             "memo: response not stored: {error}"
         ),
-        Ok(Err(error)) => degraded("put", key, &error),
-        Err(_) => degraded("put", key, &timed_out(shared)),
+        Ok(Err(error)) => {
+            shared.breaker.failed(&error);
+            degraded("put", key, &error);
+        }
+        Err(_) => {
+            let error = timed_out(shared);
+            shared.breaker.failed(&error);
+            degraded("put", key, &error);
+        }
     }
+}
+
+fn skipped(shared: &Shared, reason: &StoreError) -> StoreError {
+    StoreError::new(
+        reason.kind,
+        format!(
+            "skipped for up to {:?} after it failed: {}",
+            shared.backoff, reason.message
+        ),
+    )
 }
 
 fn timed_out(shared: &Shared) -> StoreError {
