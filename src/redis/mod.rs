@@ -31,9 +31,9 @@
 //! * [`RedisArtifactStore`] — per tenant and session, bounded in count and bytes by a Lua
 //!   script that writes and evicts in one atomic step.
 //!
-//! Errors are [`StoreError`](llm_context_layers::StoreError)s whose messages never carry
-//! the URL's password. When Redis goes away, the memo layer serves from the provider and
-//! logs a warning until the connection comes back.
+//! Errors are [`StoreError`]s whose messages never carry the URL's password. When Redis
+//! goes away, the memo layer serves from the provider and logs a warning until the
+//! connection comes back.
 //!
 //! Tests of this module run against a real `redis-server`: `scripts/test.sh` installs
 //! one where it is missing, starts it on a free port and sets `REDIS_URL`.

@@ -48,7 +48,7 @@ impl Shared {
 
 impl<P> std::fmt::Debug for MemoLayer<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_memo(f, "MemoLayer", self.shared.as_deref())
+        debug_memo(f, "MemoLayer", self.shared.as_deref(), None)
     }
 }
 
@@ -57,8 +57,12 @@ pub(crate) fn debug_memo(
     f: &mut std::fmt::Formatter<'_>,
     name: &str,
     shared: Option<&Shared>,
+    inner: Option<&dyn std::fmt::Debug>,
 ) -> std::fmt::Result {
     let mut d = f.debug_struct(name);
+    if let Some(inner) = inner {
+        d.field("inner", inner);
+    }
     d.field("enabled", &shared.is_some());
     if let Some(s) = shared {
         d.field("store_timeout", &s.timeout);

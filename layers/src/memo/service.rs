@@ -30,9 +30,7 @@ where
     S: fmt::Debug,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_memo(f, "Memo", self.shared.as_deref())?;
-        f.write_str(" around ")?;
-        self.inner.fmt(f)
+        debug_memo(f, "Memo", self.shared.as_deref(), Some(&self.inner))
     }
 }
 
