@@ -81,7 +81,7 @@ impl InMemoryMemoStore {
     }
 
     /// Entries and weighted bytes held now, after pending evictions are applied.
-    pub async fn usage(&self) -> (u64, u64) {
+    pub async fn occupancy(&self) -> (u64, u64) {
         self.cache.run_pending_tasks().await;
         (self.cache.entry_count(), self.cache.weighted_size())
     }
@@ -161,7 +161,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let (entries, bytes) = store.usage().await;
+        let (entries, bytes) = store.occupancy().await;
         assert!(bytes <= 100_000, "{bytes} bytes kept");
         assert!(
             (1..=9).contains(&entries),

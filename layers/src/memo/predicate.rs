@@ -38,7 +38,6 @@ where
 /// A request without a temperature gets the provider's default, which samples, so it is
 /// not memoized unless it opts in.
 #[derive(Clone, Copy, Debug, Default)]
-#[non_exhaustive]
 pub struct DefaultPredicate;
 
 impl MemoPredicate for DefaultPredicate {
