@@ -21,11 +21,15 @@
 //!
 //! Everything pure lives in [`llm_context_layers`], re-exported here, so one dependency
 //! is enough. This crate adds what touches the outside world: provider wire formats
-//! ([`wire`]) and the `llm-context` command-line tool.
+//! ([`wire`]), Redis stores shared by many replicas (`redis`, a default feature) and the
+//! `llm-context` command-line tool.
 #![forbid(unsafe_code)]
 
 pub use llm_context_layers::*;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 pub mod wire;
 
 // The README's examples are compiled as doctests, so they cannot rot.

@@ -15,15 +15,17 @@
 //! ```
 //!
 //! Each method validates the policy and returns the builder, so an invalid policy fails
-//! where the stack is built, not on the first request.
+//! where the stack is built, not on the first request. [`memo`](ServiceBuilderExt::memo)
+//! takes a store instead of a policy and cannot fail.
+
+use std::sync::Arc;
 
 use tower::ServiceBuilder;
 use tower::layer::util::Stack;
 
-use std::sync::Arc;
-
 use crate::clear::ClearLayer;
 use crate::context_policy::ContextPolicyLayer;
+use crate::memo::{MemoLayer, MemoStore};
 use crate::offload::OffloadLayer;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prune::PruneLayer;
@@ -59,6 +61,9 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         policy: ContextPolicy,
         store: Arc<dyn ArtifactStore>,
     ) -> Result<ServiceBuilder<Stack<OffloadLayer, L>>, PolicyError>;
+
+    /// Adds [`MemoLayer`] with this store and the default predicate.
+    fn memo(self, store: Arc<dyn MemoStore>) -> ServiceBuilder<Stack<MemoLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -91,5 +96,9 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         store: Arc<dyn ArtifactStore>,
     ) -> Result<ServiceBuilder<Stack<OffloadLayer, L>>, PolicyError> {
         Ok(self.layer(OffloadLayer::new(policy, store)?))
+    }
+
+    fn memo(self, store: Arc<dyn MemoStore>) -> ServiceBuilder<Stack<MemoLayer, L>> {
+        self.layer(MemoLayer::new(store))
     }
 }

@@ -18,8 +18,8 @@
 //!
 //! This crate has no network and no filesystem: the provider-neutral message model
 //! ([`Message`], [`ChatRequest`], [`ChatResponse`]), the token estimate ([`tokens`]),
-//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`ContextPolicyLayer`]), the
-//! [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
+//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`memo`],
+//! [`ContextPolicyLayer`]), the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
 //! provider clients, durable stores and the command-line tool.
 //!
 //! The request's path, outermost first: prune → clear → offload → prefix → memo → your
@@ -33,6 +33,7 @@ pub mod context_policy;
 mod error;
 pub mod fit;
 pub mod hash;
+pub mod memo;
 pub mod message;
 pub mod mock;
 pub mod offload;
@@ -54,7 +55,8 @@ pub use policy::{ContextPolicy, PolicyError};
 pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
 pub use request::{
-    CacheHints, CacheTtl, ChatRequest, ChatResponse, FinishReason, GenerationParams, Usage,
+    CacheHints, CacheTtl, ChatRequest, ChatResponse, FinishReason, GenerationParams, MemoHint,
+    Usage,
 };
 pub use scope::Scope;
 pub use store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};

@@ -42,6 +42,11 @@ pub struct PreparationReport {
     /// appends them to its transcript before the response's message.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resolved_messages: Vec<crate::message::Message>,
+    /// The response was not produced by a provider call made for this request: it came
+    /// from the memo, or from an identical request in flight at the same time. Its `usage`
+    /// is the usage of the call that produced it, so cost accounting should skip it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub memo_hit: bool,
 }
 
 impl PreparationReport {
@@ -50,11 +55,26 @@ impl PreparationReport {
         self.removed_messages > 0 || self.cleared_observations > 0 || self.offloaded_results > 0
     }
 
+    /// A report that says only "served from the memo".
+    pub fn memo_hit() -> Self {
+        Self {
+            memo_hit: true,
+            ..Self::default()
+        }
+    }
+
     /// Folds the report of an inner layer into this (outer) one: the outer layer saw the
     /// request first, so its `before_tokens` stand; the inner one saw it last, so its
     /// `after_tokens` stand; counts add up.
+    /// A memo hit anywhere inside makes the whole response a memo hit.
     pub fn absorb_inner(&mut self, inner: &PreparationReport) {
-        if inner == &PreparationReport::default() {
+        self.memo_hit |= inner.memo_hit;
+        // A memo hit alone is no preparation: it must not reset `after_tokens`.
+        let prepared = PreparationReport {
+            memo_hit: false,
+            ..inner.clone()
+        };
+        if prepared == PreparationReport::default() {
             return;
         }
         self.after_tokens = inner.after_tokens;
@@ -69,5 +89,35 @@ impl PreparationReport {
         if self.prompt_allowance == 0 {
             self.prompt_allowance = inner.prompt_allowance;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memo_hit_inside_keeps_the_outer_figures() {
+        let mut outer = PreparationReport {
+            before_tokens: 900,
+            after_tokens: 400,
+            removed_messages: 6,
+            prompt_allowance: 500,
+            ..PreparationReport::default()
+        };
+        outer.absorb_inner(&PreparationReport::memo_hit());
+        assert!(outer.memo_hit);
+        assert_eq!(outer.after_tokens, 400);
+        assert_eq!(outer.removed_messages, 6);
+    }
+
+    #[test]
+    fn memo_hit_is_absent_from_json_unless_true() {
+        let json = serde_json::to_value(PreparationReport::default()).unwrap();
+        assert!(json.get("memo_hit").is_none());
+        let json = serde_json::to_value(PreparationReport::memo_hit()).unwrap();
+        assert_eq!(json["memo_hit"], true);
+        let back: PreparationReport = serde_json::from_value(json).unwrap();
+        assert!(back.memo_hit);
     }
 }

@@ -98,6 +98,30 @@ impl CacheHints {
     }
 }
 
+/// Whether a request may be answered from the memo (see [`memo`](crate::memo)).
+///
+/// This is not a provider field: it is never sent to the model, and it is not part of the
+/// memo key, so a request that opts in and one that relies on the default share an entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MemoHint {
+    /// The layer's predicate decides (by default: memoize when `temperature` is 0).
+    #[default]
+    Default,
+    /// Opt in: memoize even without `temperature` 0, unless the predicate refuses.
+    Always,
+    /// Opt out: neither read nor write the memo, whatever the predicate says.
+    Never,
+}
+
+impl MemoHint {
+    /// Whether this is [`MemoHint::Default`].
+    pub fn is_default(&self) -> bool {
+        *self == MemoHint::Default
+    }
+}
+
 /// A provider-neutral chat request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -124,6 +148,9 @@ pub struct ChatRequest {
     /// Prompt-cache breakpoints, as data.
     #[serde(default, skip_serializing_if = "CacheHints::is_empty")]
     pub cache: CacheHints,
+    /// Whether this request may be answered from (and stored in) the memo.
+    #[serde(default, skip_serializing_if = "MemoHint::is_default")]
+    pub memo: MemoHint,
 }
 
 fn default_session() -> String {
@@ -142,6 +169,7 @@ impl ChatRequest {
             scope: Scope::default(),
             session: default_session(),
             cache: CacheHints::default(),
+            memo: MemoHint::Default,
         }
     }
 
@@ -178,6 +206,12 @@ impl ChatRequest {
     /// Sets the generation parameters.
     pub fn with_params(mut self, params: GenerationParams) -> Self {
         self.params = params;
+        self
+    }
+
+    /// Sets whether the memo may answer this request.
+    pub fn with_memo(mut self, hint: MemoHint) -> Self {
+        self.memo = hint;
         self
     }
 }

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use tower::Layer;
 
 use crate::context_policy::service::{ContextPolicyService, Shared};
+use crate::memo::{DefaultPredicate, MemoLayer};
 use crate::offload::{ArtifactLimits, ArtifactReader, InMemoryArtifactStore};
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::store::ArtifactStore;
@@ -11,16 +12,21 @@ use crate::store::ArtifactStore;
 pub const DEFAULT_RESOLVE_ROUNDS: usize = 4;
 
 /// Applies a whole [`ContextPolicy`]. See the [module docs](crate::context_policy).
+///
+/// `P` is the memo's predicate (what may be memoized); see
+/// [`with_memo`](Self::with_memo).
 #[derive(Clone)]
-pub struct ContextPolicyLayer {
+pub struct ContextPolicyLayer<P = DefaultPredicate> {
     shared: Arc<Shared>,
+    memo: MemoLayer<P>,
 }
 
-impl std::fmt::Debug for ContextPolicyLayer {
+impl<P> std::fmt::Debug for ContextPolicyLayer<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ContextPolicyLayer")
             .field("policy", &self.shared.policy)
             .field("auto_resolve", &self.shared.auto_resolve)
+            .field("memo", &self.memo)
             .finish_non_exhaustive()
     }
 }
@@ -39,7 +45,19 @@ impl ContextPolicyLayer {
                 policy,
                 auto_resolve: None,
             }),
+            memo: MemoLayer::disabled(),
         })
+    }
+}
+
+impl<P> ContextPolicyLayer<P> {
+    /// Memoizes prepared requests, per tenant, as the innermost step (see
+    /// [`memo`](crate::memo)). Off by default.
+    pub fn with_memo<Q>(self, memo: MemoLayer<Q>) -> ContextPolicyLayer<Q> {
+        ContextPolicyLayer {
+            shared: self.shared,
+            memo,
+        }
     }
 
     /// Keeps artifacts in `store` (shared with other stacks, durable, …) instead of the
@@ -84,14 +102,15 @@ impl ContextPolicyLayer {
         f(&mut shared);
         Self {
             shared: Arc::new(shared),
+            memo: self.memo,
         }
     }
 }
 
-impl<S> Layer<S> for ContextPolicyLayer {
-    type Service = ContextPolicyService<S>;
+impl<S, P: Clone> Layer<S> for ContextPolicyLayer<P> {
+    type Service = ContextPolicyService<S, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ContextPolicyService::new(inner, self.shared.clone())
+        ContextPolicyService::new(self.memo.layer(inner), self.shared.clone())
     }
 }

@@ -5,6 +5,7 @@ use tower::{Service, ServiceExt};
 
 use crate::BoxError;
 use crate::fit::{self, Stages};
+use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
 use crate::message::Message;
 use crate::offload::prepare::{Prepared, offload_request, store_all};
 use crate::offload::{ArtifactReader, READ_ARTIFACT_TOOL, ResponseFuture};
@@ -20,14 +21,15 @@ pub(crate) struct Shared {
     pub(crate) auto_resolve: Option<usize>,
 }
 
-/// The service of [`ContextPolicyLayer`](crate::ContextPolicyLayer).
+/// The service of [`ContextPolicyLayer`](crate::ContextPolicyLayer): the preparation
+/// steps around the memo step around `S`.
 #[derive(Clone)]
-pub struct ContextPolicyService<S> {
-    inner: S,
+pub struct ContextPolicyService<S, P = DefaultPredicate> {
+    inner: Memo<S, P>,
     shared: Arc<Shared>,
 }
 
-impl<S: std::fmt::Debug> std::fmt::Debug for ContextPolicyService<S> {
+impl<S: std::fmt::Debug, P> std::fmt::Debug for ContextPolicyService<S, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ContextPolicyService")
             .field("inner", &self.inner)
@@ -36,24 +38,24 @@ impl<S: std::fmt::Debug> std::fmt::Debug for ContextPolicyService<S> {
     }
 }
 
-impl<S> ContextPolicyService<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+impl<S, P> ContextPolicyService<S, P> {
+    pub(crate) fn new(inner: Memo<S, P>, shared: Arc<Shared>) -> Self {
         Self { inner, shared }
     }
 
     /// The inner service.
     pub fn get_ref(&self) -> &S {
-        &self.inner
+        self.inner.get_ref()
     }
 
     /// The inner service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
+        self.inner.get_mut()
     }
 
     /// The inner service, consuming the wrapper.
     pub fn into_inner(self) -> S {
-        self.inner
+        self.inner.into_inner()
     }
 }
 
@@ -74,15 +76,16 @@ fn only_artifact_reads(m: &Message) -> bool {
     m.has_tool_calls() && m.tool_calls.iter().all(|c| c.name == READ_ARTIFACT_TOOL)
 }
 
-impl<S> Service<ChatRequest> for ContextPolicyService<S>
+impl<S, P> Service<ChatRequest> for ContextPolicyService<S, P>
 where
     S: Service<ChatRequest, Response = ChatResponse> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
+    P: MemoPredicate + Send + Sync + 'static,
 {
     type Response = ChatResponse;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<MemoFuture<S::Future>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)

@@ -1,0 +1,148 @@
+//! [`MemoLayer`]: configuration, shared by every service it makes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::Layer;
+
+use super::breaker::Breaker;
+use super::flight::Flights;
+use super::predicate::{DefaultPredicate, MemoPredicate};
+use super::service::Memo;
+use super::store::MemoStore;
+
+/// How long the memo waits for its store by default before calling the provider.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How long the memo skips a store that could not be reached, by default.
+pub const DEFAULT_STORE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Tenant-scoped memoization. See the [module docs](super).
+#[derive(Clone)]
+pub struct MemoLayer<P = DefaultPredicate> {
+    pub(crate) shared: Option<Arc<Shared>>,
+    pub(crate) predicate: P,
+}
+
+/// What every service of one layer shares: the store, the timeout and the flights in
+/// progress (so clones of a service, e.g. behind a `Buffer`, single-flight together).
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn MemoStore>,
+    pub(crate) timeout: Duration,
+    pub(crate) backoff: Duration,
+    pub(crate) breaker: Breaker,
+    pub(crate) flights: Arc<Flights>,
+}
+
+impl Shared {
+    fn new(store: Arc<dyn MemoStore>, timeout: Duration, backoff: Duration) -> Self {
+        Self {
+            store,
+            timeout,
+            backoff,
+            breaker: Breaker::new(backoff),
+            flights: Arc::default(),
+        }
+    }
+}
+
+impl<P> std::fmt::Debug for MemoLayer<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        debug_memo(f, "MemoLayer", self.shared.as_deref(), None)
+    }
+}
+
+/// Debug output without the store or the predicate, which need not be `Debug`.
+pub(crate) fn debug_memo(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    shared: Option<&Shared>,
+    inner: Option<&dyn std::fmt::Debug>,
+) -> std::fmt::Result {
+    let mut d = f.debug_struct(name);
+    if let Some(inner) = inner {
+        d.field("inner", inner);
+    }
+    d.field("enabled", &shared.is_some());
+    if let Some(s) = shared {
+        d.field("store_timeout", &s.timeout);
+        d.field("store_backoff", &s.backoff);
+    }
+    d.finish_non_exhaustive()
+}
+
+impl MemoLayer {
+    /// Memoizes in `store` the requests the [`DefaultPredicate`] allows.
+    pub fn new(store: Arc<dyn MemoStore>) -> Self {
+        Self {
+            shared: Some(Arc::new(Shared::new(
+                store,
+                DEFAULT_STORE_TIMEOUT,
+                DEFAULT_STORE_BACKOFF,
+            ))),
+            predicate: DefaultPredicate,
+        }
+    }
+
+    /// A layer that passes every request straight through, so a composite can always
+    /// include the memo stage and switch it on by configuration.
+    pub fn disabled() -> Self {
+        Self {
+            shared: None,
+            predicate: DefaultPredicate,
+        }
+    }
+}
+
+impl<P> MemoLayer<P> {
+    /// Replaces what may be memoized (a [`MemoPredicate`] or a closure). Requests that opt
+    /// out with [`MemoHint::Never`](crate::request::MemoHint::Never) stay out.
+    pub fn predicate<Q: MemoPredicate>(self, predicate: Q) -> MemoLayer<Q> {
+        MemoLayer {
+            shared: self.shared,
+            predicate,
+        }
+    }
+
+    /// How long to wait for the store on each lookup and write (default
+    /// [`DEFAULT_STORE_TIMEOUT`]); past it, the request goes to the provider and a warning
+    /// is logged. Needs a Tokio runtime with its timer enabled.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(s) = &self.shared {
+            self.shared = Some(Arc::new(Shared::new(
+                Arc::clone(&s.store),
+                timeout,
+                s.backoff,
+            )));
+        }
+        self
+    }
+
+    /// After the store could not be reached (an error saying so, or the timeout), skip
+    /// it for this long (default [`DEFAULT_STORE_BACKOFF`]; zero never skips): requests go
+    /// straight to the provider, each with a warning, instead of each waiting out the
+    /// timeout. The first request after the backoff tries the store again.
+    pub fn store_backoff(mut self, backoff: Duration) -> Self {
+        if let Some(s) = &self.shared {
+            self.shared = Some(Arc::new(Shared::new(
+                Arc::clone(&s.store),
+                s.timeout,
+                backoff,
+            )));
+        }
+        self
+    }
+
+    /// Whether this layer memoizes anything (false for [`MemoLayer::disabled`]).
+    pub fn is_enabled(&self) -> bool {
+        self.shared.is_some()
+    }
+}
+
+impl<S, P: Clone> Layer<S> for MemoLayer<P> {
+    type Service = Memo<S, P>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Memo::from_parts(inner, self.shared.clone(), self.predicate.clone())
+    }
+}

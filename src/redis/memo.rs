@@ -1,0 +1,107 @@
+//! [`RedisMemoStore`]: memoized responses shared by every replica pointing at one Redis.
+
+use std::sync::Arc;
+
+use ::redis::aio::ConnectionManager;
+use async_trait::async_trait;
+use llm_context_layers::memo::{MemoKey, MemoStore};
+use llm_context_layers::{ChatResponse, StoreError, StoreErrorKind};
+
+use super::error::store_error;
+use super::keys;
+use super::options::{RedisOptions, millis};
+
+/// A [`MemoStore`] on Redis: one key per response, `SET … PX ttl`, named by tenant
+/// (`{prefix}:memo:{scope key}:{digest}`).
+///
+/// Entries expire after [`RedisOptions::memo_ttl`]; a response larger than
+/// [`RedisOptions::max_memo_bytes`] is not stored ([`StoreErrorKind::TooLarge`], which the
+/// memo layer logs at debug level). The total is bounded by the server: give it a
+/// `maxmemory` with a `volatile-lru` or `allkeys-lru` policy. Clones share one
+/// connection, which reconnects by itself.
+#[derive(Clone)]
+pub struct RedisMemoStore {
+    conn: ConnectionManager,
+    options: Arc<RedisOptions>,
+    secret: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for RedisMemoStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisMemoStore")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisMemoStore {
+    /// A store on an open connection.
+    pub fn new(conn: ConnectionManager, options: RedisOptions) -> Self {
+        Self::with_secret(conn, Arc::new(options), None)
+    }
+
+    pub(crate) fn with_secret(
+        conn: ConnectionManager,
+        options: Arc<RedisOptions>,
+        secret: Option<Arc<str>>,
+    ) -> Self {
+        Self {
+            conn,
+            options,
+            secret,
+        }
+    }
+
+    fn error(&self, what: &str, e: &::redis::RedisError) -> StoreError {
+        store_error(what, e, self.secret.as_deref())
+    }
+}
+
+#[async_trait]
+impl MemoStore for RedisMemoStore {
+    async fn get(&self, key: &MemoKey) -> Result<Option<ChatResponse>, StoreError> {
+        let mut conn = self.conn.clone();
+        let bytes: Option<Vec<u8>> = ::redis::cmd("GET")
+            .arg(keys::memo(self.options.key_prefix(), key))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.error("memo get", &e))?;
+        match bytes {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::Corrupt,
+                    format!("redis memo entry for {key} does not decode: {e}"),
+                )
+            }),
+        }
+    }
+
+    async fn put(&self, key: &MemoKey, response: &ChatResponse) -> Result<(), StoreError> {
+        let value = serde_json::to_vec(response).map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                format!("cannot encode a response: {e}"),
+            )
+        })?;
+        if value.len() > self.options.max_memo_bytes() {
+            return Err(StoreError::new(
+                StoreErrorKind::TooLarge,
+                format!(
+                    "a {} byte response is over the memo bound of {} bytes",
+                    value.len(),
+                    self.options.max_memo_bytes()
+                ),
+            ));
+        }
+        let mut conn = self.conn.clone();
+        ::redis::cmd("SET")
+            .arg(keys::memo(self.options.key_prefix(), key))
+            .arg(value)
+            .arg("PX")
+            .arg(millis(self.options.memo_ttl()))
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| self.error("memo put", &e))
+    }
+}

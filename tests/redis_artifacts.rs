@@ -1,0 +1,280 @@
+//! The Redis artifact store against a real redis-server (run through scripts/test.sh):
+//! replicas read each other's artifacts within a tenant and session only; sessions
+//! expire; the per-session bounds hold under 1,000 concurrent writers.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use llm_context::redis::{RedisOptions, RedisStores};
+use llm_context::{Artifact, ArtifactStore, Scope, StoreErrorKind};
+
+fn artifact(text: &str) -> Artifact {
+    Artifact::new(text, 1_000_000)
+}
+
+/// A replica's stores: its own connection, under `prefix`.
+async fn replica(prefix: &str, options: RedisOptions) -> RedisStores {
+    RedisStores::connect_with(&support::redis_url(), options.with_key_prefix(prefix))
+        .await
+        .expect("the test Redis is reachable (run scripts/test.sh)")
+}
+
+#[tokio::test]
+async fn replicas_read_each_others_artifacts_within_a_tenant_and_session_only() {
+    let prefix = support::unique_prefix("art-replicas");
+    let a = replica(&prefix, RedisOptions::default()).await;
+    let b = replica(&prefix, RedisOptions::default()).await;
+
+    let org1 = Scope::org(1);
+    a.artifacts
+        .put(&org1, "s1", "art_1", artifact("the full tool output"))
+        .await
+        .unwrap();
+
+    let read = b.artifacts.get(&org1, "s1", "art_1").await.unwrap();
+    assert_eq!(read, Some(artifact("the full tool output")));
+    let elsewhere = [
+        (Scope::org(999), "s1"),
+        (org1.clone(), "s2"),
+        (org1.clone().with_domain("billing"), "s1"),
+        (Scope::shared(), "s1"),
+    ];
+    for (scope, session) in elsewhere {
+        assert_eq!(
+            b.artifacts.get(&scope, session, "art_1").await.unwrap(),
+            None,
+            "{scope:?} / {session} must not see org 1's artifact"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_session_expires_after_its_last_use() {
+    let stores = replica(
+        &support::unique_prefix("art-ttl"),
+        RedisOptions::default().with_artifact_ttl(Duration::from_millis(400)),
+    )
+    .await;
+    let (scope, s) = (Scope::org(1), "s1");
+    stores
+        .artifacts
+        .put(&scope, s, "a", artifact("x"))
+        .await
+        .unwrap();
+    // Reads keep the session alive…
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            stores
+                .artifacts
+                .get(&scope, s, "a")
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    // …and without use it goes, every key of it.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(stores.artifacts.get(&scope, s, "a").await.unwrap(), None);
+    let usage = stores.artifacts.session_usage(&scope, s).await.unwrap();
+    assert_eq!((usage.artifacts, usage.bytes), (0, 0));
+}
+
+#[tokio::test]
+async fn the_least_recently_used_artifact_is_evicted_first() {
+    let stores = replica(
+        &support::unique_prefix("art-lru"),
+        RedisOptions::default().with_max_artifacts_per_session(3),
+    )
+    .await;
+    let (scope, s) = (Scope::org(1), "s1");
+    for id in ["a", "b", "c"] {
+        stores
+            .artifacts
+            .put(&scope, s, id, artifact(id))
+            .await
+            .unwrap();
+    }
+    // Reading "a" makes "b" the least recently used.
+    assert!(
+        stores
+            .artifacts
+            .get(&scope, s, "a")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    stores
+        .artifacts
+        .put(&scope, s, "d", artifact("d"))
+        .await
+        .unwrap();
+    let mut kept = Vec::new();
+    for id in ["a", "b", "c", "d"] {
+        if stores.artifacts.get(&scope, s, id).await.unwrap().is_some() {
+            kept.push(id);
+        }
+    }
+    assert_eq!(kept, ["a", "c", "d"]);
+    // Storing an id again keeps one copy.
+    stores
+        .artifacts
+        .put(&scope, s, "d", artifact("d"))
+        .await
+        .unwrap();
+    assert_eq!(
+        stores
+            .artifacts
+            .session_usage(&scope, s)
+            .await
+            .unwrap()
+            .artifacts,
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_count_bound_holds_under_1000_concurrent_writers() {
+    const MAX: usize = 10;
+    let prefix = support::unique_prefix("art-writers");
+    let options = RedisOptions::default().with_max_artifacts_per_session(MAX);
+    // Two replicas writing to the same session at once.
+    let replicas = [
+        replica(&prefix, options.clone()).await,
+        replica(&prefix, options).await,
+    ];
+    let scope = Scope::org(1);
+    let other_session_store = replicas[0].artifacts.clone();
+    other_session_store
+        .put(&scope, "untouched", "keep-me", artifact("kept"))
+        .await
+        .unwrap();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let store = replicas[1].artifacts.clone();
+        let (scope, done) = (scope.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            let (mut samples, mut most) = (0, 0);
+            while !done.load(Ordering::SeqCst) {
+                let usage = store.session_usage(&scope, "busy").await.unwrap();
+                most = most.max(usage.artifacts);
+                samples += 1;
+                tokio::task::yield_now().await;
+            }
+            (samples, most)
+        })
+    };
+
+    let writers: Vec<_> = (0..1000)
+        .map(|i| {
+            let store = replicas[i % 2].artifacts.clone();
+            let scope = scope.clone();
+            tokio::spawn(async move {
+                store
+                    .put(
+                        &scope,
+                        "busy",
+                        &format!("art_{i}"),
+                        artifact(&format!("result {i}")),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let (samples, most) = watcher.await.unwrap();
+
+    assert!(samples > 0);
+    assert!(
+        most <= MAX,
+        "the session held {most} artifacts at one point"
+    );
+    let usage = replicas[0]
+        .artifacts
+        .session_usage(&scope, "busy")
+        .await
+        .unwrap();
+    assert_eq!(usage.artifacts, MAX);
+    let mut readable = 0;
+    for i in 0..1000 {
+        let id = format!("art_{i}");
+        if let Some(a) = replicas[0]
+            .artifacts
+            .get(&scope, "busy", &id)
+            .await
+            .unwrap()
+        {
+            assert_eq!(&*a.text, format!("result {i}"));
+            readable += 1;
+        }
+    }
+    assert_eq!(readable, MAX, "the index and the data agree");
+    // Another session of the same tenant is not touched by the evictions.
+    assert!(
+        other_session_store
+            .get(&scope, "untouched", "keep-me")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_byte_bound_holds_under_concurrent_writers() {
+    let one = serde_json::to_vec(&artifact(&"x".repeat(1_000)))
+        .unwrap()
+        .len();
+    let max_bytes = one * 5 + one / 2;
+    let stores = replica(
+        &support::unique_prefix("art-bytes"),
+        RedisOptions::default().with_max_session_bytes(max_bytes),
+    )
+    .await;
+    let scope = Scope::org(1);
+    let writers: Vec<_> = (0..200)
+        .map(|i| {
+            let store = stores.artifacts.clone();
+            let scope = scope.clone();
+            tokio::spawn(async move {
+                store
+                    .put(
+                        &scope,
+                        "s",
+                        &format!("{i:04}"),
+                        artifact(&"x".repeat(1_000)),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+    let usage = stores.artifacts.session_usage(&scope, "s").await.unwrap();
+    assert_eq!(usage.artifacts, 5);
+    assert_eq!(usage.bytes, 5 * one);
+
+    let err = stores
+        .artifacts
+        .put(&scope, "s", "huge", artifact(&"y".repeat(max_bytes)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::TooLarge);
+    assert_eq!(
+        stores
+            .artifacts
+            .session_usage(&scope, "s")
+            .await
+            .unwrap()
+            .artifacts,
+        5
+    );
+}
