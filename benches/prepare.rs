@@ -1,1 +1,3 @@
+//! Preparation benchmarks.
+
 fn main() {}
