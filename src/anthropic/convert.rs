@@ -33,6 +33,10 @@ pub(crate) fn request(
         tools,
     } = render(req, req.cache)?;
     let p = &req.params;
+    if p.temperature.is_some() || p.top_p.is_some() {
+        // The Messages API as of SDK 2.14.0 has no sampling fields; sending them is refused.
+        tracing::debug!(target: "llm_context", "temperature / top_p are not sent to Anthropic");
+    }
     let tool_choice = if tools.is_empty() {
         None
     } else {
@@ -45,8 +49,6 @@ pub(crate) fn request(
         system,
         tools,
         tool_choice,
-        temperature: p.temperature,
-        top_p: p.top_p,
         stop_sequences: stop(p),
     })
 }

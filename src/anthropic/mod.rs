@@ -40,7 +40,9 @@
 //! * **Limits**: `max_tokens` is required here: the request's output limit, else the
 //!   body's `max_completion_tokens` / `max_tokens`, else the builder's default (4,096).
 //!   Fields of an OpenAI-shaped body that Anthropic lacks (`seed`, `response_format`,
-//!   …) are not sent.
+//!   …) are not sent, and neither are `temperature` and `top_p`: the Messages API as
+//!   described by the official SDK 2.14.0 has no sampling fields and refuses unknown
+//!   keys.
 //! * **Counting**: [`AnthropicTokenCounter`] counts exactly with the
 //!   `/v1/messages/count_tokens` endpoint.
 

@@ -26,12 +26,6 @@ pub struct CreateMessageRequest {
     /// How the model may use tools; only sent with tools.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
-    /// Sampling temperature (0–1 here).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
     /// Stop sequences.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop_sequences: Vec<String>,
