@@ -259,7 +259,9 @@ async fn tool_use_responses_map_back() {
     svc.oneshot(ChatRequest::new(MODEL, messages).with_tools(tools()))
         .await
         .unwrap();
-    let second: Value = serde_json::from_str(&bodies(&server).await[1]).unwrap();
+    let sent = bodies(&server).await;
+    check_body(&serde_json::from_str(&sent[0]).unwrap());
+    let second: Value = serde_json::from_str(&sent[1]).unwrap();
     check_body(&second);
     let last = second["messages"]
         .as_array()
@@ -337,7 +339,11 @@ async fn failure(template: ResponseTemplate) -> (ProviderError, usize) {
         .oneshot(ChatRequest::new(MODEL, vec![Message::user("hi")]))
         .await
         .unwrap_err();
-    (err, server.received_requests().await.unwrap().len())
+    let sent = bodies(&server).await;
+    for body in &sent {
+        check_body(&serde_json::from_str(body).unwrap());
+    }
+    (err, sent.len())
 }
 
 fn error_body(kind: &str, message: &str) -> Value {

@@ -175,7 +175,9 @@ async fn tool_calls_map_back_and_go_out_again() {
     svc.oneshot(ChatRequest::new("gpt-5.4", messages).with_tools(tools()))
         .await
         .unwrap();
-    let second: Value = serde_json::from_str(&bodies(&server).await[1]).unwrap();
+    let sent = bodies(&server).await;
+    check_body(&serde_json::from_str(&sent[0]).unwrap());
+    let second: Value = serde_json::from_str(&sent[1]).unwrap();
     check_body(&second);
     assert_eq!(
         second["messages"][1]["tool_calls"][1]["function"]["arguments"],
@@ -261,7 +263,11 @@ async fn failure(template: ResponseTemplate) -> (ProviderError, usize) {
         .oneshot(ChatRequest::new("gpt-5.4", vec![Message::user("hi")]))
         .await
         .unwrap_err();
-    (err, server.received_requests().await.unwrap().len())
+    let sent = bodies(&server).await;
+    for body in &sent {
+        check_body(&serde_json::from_str(body).unwrap());
+    }
+    (err, sent.len())
 }
 
 fn error_body(kind: &str, code: &str, message: &str) -> Value {

@@ -117,3 +117,28 @@ async fn a_prefix_injected_inside_the_policy_is_not_counted() {
         .unwrap();
     assert!(tail_max <= ALLOWANCE && tail_max + 10_000 > ALLOWANCE);
 }
+
+/// What the composite must do, built from the pieces: inject the configured prefix
+/// before the planner runs, mark breakpoints after it. The allowance holds, and the
+/// breakpoints are those of what is sent.
+#[tokio::test]
+async fn inject_before_planning_and_mark_after() {
+    let model = MockModel::echo();
+    let prefix = PrefixLayer::new().with_prefix(big_prefix());
+    let inject = prefix.clone();
+    let stack = ServiceBuilder::new()
+        .map_request(move |mut req: ChatRequest| {
+            inject.inject(&mut req);
+            req
+        })
+        .layer(ContextPolicyLayer::new(policy()).unwrap())
+        .layer(PrefixLayer::new()) // marks only: the request already has its prefix
+        .service(model.clone());
+    let (largest, pruned) = converse(stack, &model, false).await;
+    assert!(largest <= ALLOWANCE, "sent {largest} > {ALLOWANCE}");
+    assert!(pruned > 0);
+    let last = model.last_request().unwrap();
+    assert_eq!(last.prefix.as_deref(), Some(&*big_prefix()));
+    // 10,000 prefix tokens pass claude-sonnet-4-6's 2,048 minimum.
+    assert!(last.cache.prefix.is_some() && last.cache.history.is_some());
+}

@@ -130,14 +130,30 @@ impl PrefixLayer {
         self.breakpoints
     }
 
-    /// The request as this layer sends it: the prefix injected when it has none, and the
-    /// breakpoints set. Pure and idempotent; [`Prefix`] calls exactly this.
+    /// The request as this layer sends it: [`inject`](Self::inject), then
+    /// [`mark`](Self::mark). Pure and idempotent; [`Prefix`] calls exactly this.
     pub fn prepare(&self, mut req: ChatRequest) -> ChatRequest {
+        self.inject(&mut req);
+        self.mark(&mut req);
+        req
+    }
+
+    /// Sets the configured prefix on a request that carries none.
+    ///
+    /// A composite that prunes should call this *before* planning, so the planner counts
+    /// the prefix, and [`mark`](Self::mark) after, so the minimums are checked on what
+    /// is sent.
+    pub fn inject(&self, req: &mut ChatRequest) {
         if req.prefix.is_none() {
             req.prefix = self.prefix.clone();
         }
+    }
+
+    /// Sets the request's breakpoints ([`plan_breakpoints`] with this layer's
+    /// breakpoints and the model's minimum from the catalog), replacing any it had.
+    pub fn mark(&self, req: &mut ChatRequest) {
         let min = self.catalog.cache_min_tokens(&req.model);
-        req.cache = plan_breakpoints(&req, self.breakpoints, min);
+        req.cache = plan_breakpoints(req, self.breakpoints, min);
         tracing::debug!(
             target: "llm_context",
             model = %req.model,
@@ -147,7 +163,6 @@ impl PrefixLayer {
             min_cacheable = min,
             "cache breakpoints"
         );
-        req
     }
 }
 

@@ -75,10 +75,7 @@ pub(crate) fn render(req: &ChatRequest, hints: CacheHints) -> Result<Rendered, P
     for m in prefix_messages.iter().chain(&req.messages[..head_end]) {
         let text = system_text(m)?;
         if !text.is_empty() {
-            system.push(TextBlockParam {
-                text,
-                cache_control: None,
-            });
+            system.push(TextBlockParam::new(text));
         }
     }
     if let (Some(ttl), Some(last)) = (hints.prefix, system.last_mut()) {

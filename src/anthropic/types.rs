@@ -1,5 +1,15 @@
 //! Anthropic Messages wire types: exactly what is sent and what is read.
 //!
+//! ```
+//! use llm_context::anthropic::types::{CacheControl, TextBlockParam};
+//!
+//! let block = TextBlockParam::new("You are terse.").with_cache_control(CacheControl::ONE_HOUR);
+//! assert_eq!(
+//!     serde_json::to_string(&block).unwrap(),
+//!     r#"{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral","ttl":"1h"}}"#
+//! );
+//! ```
+//!
 //! Content blocks are tagged by `type`; `cache_control` is skipped when absent, so only
 //! the breakpoints asked for are sent. Responses read only what the client uses and
 //! ignore unknown fields and block types (thinking, server tools).
@@ -111,6 +121,22 @@ pub struct TextBlockParam {
     /// A breakpoint after this block.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_control: Option<CacheControl>,
+}
+
+impl TextBlockParam {
+    /// A text block without a breakpoint.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            cache_control: None,
+        }
+    }
+
+    /// Sets the breakpoint after this block.
+    pub fn with_cache_control(mut self, cc: CacheControl) -> Self {
+        self.cache_control = Some(cc);
+        self
+    }
 }
 
 /// A block of a message, tagged by `type`.

@@ -1,5 +1,16 @@
 //! OpenAI Chat Completions wire types: exactly what is sent and what is read.
 //!
+//! ```
+//! use llm_context::openai::types::{CompletionUsage, CreateChatCompletionResponse};
+//!
+//! let body = r#"{"choices": [{"message": {"role": "assistant", "content": "hi"}}],
+//!                "usage": {"prompt_tokens": 2006, "completion_tokens": 3,
+//!                          "prompt_tokens_details": {"cached_tokens": 1920}}}"#;
+//! let r: CreateChatCompletionResponse = serde_json::from_str(body).unwrap();
+//! let usage: CompletionUsage = r.usage.unwrap();
+//! assert_eq!(usage.prompt_tokens_details.unwrap().cached_tokens, Some(1920));
+//! ```
+//!
 //! Requests: tagged enums for roles and content parts, "string or parts" untagged, and
 //! every optional field skipped when absent, so nothing the schema does not define is
 //! sent. Responses: only what the client reads, every field optional where compatible

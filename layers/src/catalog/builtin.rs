@@ -1,5 +1,14 @@
 //! The built-in figures, with where each came from.
 //!
+//! ```
+//! use llm_context_layers::catalog::builtin::MODELS;
+//!
+//! let (_, sonnet) = MODELS.iter().find(|(id, _)| *id == "claude-sonnet-4-6").unwrap();
+//! let price = sonnet.price.unwrap();
+//! assert_eq!((price.input, price.output, price.cache_read), (3.0, 15.0, 0.30));
+//! assert_eq!(sonnet.cache_min_tokens, Some(2_048));
+//! ```
+//!
 //! Prices are USD per million tokens, standard tier, as the providers' pages (or readers
 //! of them) stated them in 2026:
 //!
