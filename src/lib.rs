@@ -20,17 +20,45 @@
 //! typed [`ContextLimitError`] *before* dispatch when the request cannot fit.
 //!
 //! Everything pure lives in [`llm_context_layers`], re-exported here, so one dependency
-//! is enough. This crate adds what touches the outside world: provider wire formats
-//! ([`wire`]), Redis stores shared by many replicas (`redis`, a default feature) and the
-//! `llm-context` command-line tool.
+//! is enough. This crate adds what touches the outside world: provider clients
+//! ([`openai::OpenAi`] and [`anthropic::Anthropic`], features `openai` and `anthropic`,
+//! both on by default) with typed [`error`]s and a [`retry`] policy, Redis stores shared by
+//! many replicas (`redis`, a default feature), provider wire formats ([`wire`]), catalog
+//! files ([`load_catalog`]) and the `llm-context` command-line tool.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use llm_context_layers::*;
 
+#[cfg(feature = "anthropic")]
+pub mod anthropic;
+mod catalog_file;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod client;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod error;
+#[cfg(feature = "openai")]
+pub mod openai;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod retry;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod transport;
+pub mod wire;
+
+#[cfg(feature = "anthropic")]
+pub use anthropic::Anthropic;
+pub use catalog_file::load_catalog;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use client::ConfigError;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use error::{ProviderError, ProviderErrorKind};
+#[cfg(feature = "openai")]
+pub use openai::OpenAi;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use retry::RetryPolicy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
-pub mod wire;
 
 // The README's examples are compiled as doctests, so they cannot rot.
 #[cfg(doctest)]

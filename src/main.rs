@@ -2,10 +2,11 @@
 //!
 //! ```text
 //! llm-context prepare [--policy FILE] [--window N] [--json] [REQUEST.json | -]
+//! llm-context send --provider openai|anthropic [--policy FILE] [--tenant T] [--session S] REQUEST.json
 //! ```
 //!
-//! Exit codes: 0 prepared, 2 bad input (a one-line message on stderr), 3 the request
-//! cannot fit (`context_limit`).
+//! Exit codes: 0 done, 2 bad input (a one-line message on stderr), 3 the request
+//! cannot fit (`context_limit`), 4 (`send`) the provider failed.
 #![forbid(unsafe_code)]
 
 mod cli;

@@ -14,9 +14,23 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Each method validates the policy and returns the builder, so an invalid policy fails
-//! where the stack is built, not on the first request. [`memo`](ServiceBuilderExt::memo)
-//! takes a store instead of a policy and cannot fail.
+//! Each method that takes a policy validates it and returns the builder, so an invalid
+//! policy fails where the stack is built, not on the first request. The others cannot
+//! fail.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use llm_context_layers::{PrefixContext, ServiceBuilderExt};
+//! use llm_context_layers::mock::MockModel;
+//! use llm_context_layers::usage::UsageMeter;
+//! use tower::ServiceBuilder;
+//!
+//! let meter = UsageMeter::new();
+//! let _model = ServiceBuilder::new()
+//!     .prefix(Arc::new(PrefixContext::new("You are terse.")))
+//!     .usage(meter.clone())
+//!     .service(MockModel::echo());
+//! ```
 
 use std::sync::Arc;
 
@@ -28,8 +42,11 @@ use crate::context_policy::ContextPolicyLayer;
 use crate::memo::{MemoLayer, MemoStore};
 use crate::offload::OffloadLayer;
 use crate::policy::{ContextPolicy, PolicyError};
+use crate::prefix::PrefixLayer;
+use crate::prefix_context::PrefixContext;
 use crate::prune::PruneLayer;
 use crate::store::ArtifactStore;
+use crate::usage::{UsageLayer, UsageMeter};
 
 mod sealed {
     pub trait Sealed<T> {}
@@ -64,6 +81,14 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
 
     /// Adds [`MemoLayer`] with this store and the default predicate.
     fn memo(self, store: Arc<dyn MemoStore>) -> ServiceBuilder<Stack<MemoLayer, L>>;
+
+    /// Adds [`PrefixLayer`] injecting `prefix` into requests that carry none, with the
+    /// default breakpoints (see [`prefix`](crate::prefix)). For other settings, add a
+    /// configured `PrefixLayer` with `layer`.
+    fn prefix(self, prefix: Arc<PrefixContext>) -> ServiceBuilder<Stack<PrefixLayer, L>>;
+
+    /// Adds [`UsageLayer`] recording into `meter`.
+    fn usage(self, meter: UsageMeter) -> ServiceBuilder<Stack<UsageLayer, L>>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -100,5 +125,13 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
 
     fn memo(self, store: Arc<dyn MemoStore>) -> ServiceBuilder<Stack<MemoLayer, L>> {
         self.layer(MemoLayer::new(store))
+    }
+
+    fn prefix(self, prefix: Arc<PrefixContext>) -> ServiceBuilder<Stack<PrefixLayer, L>> {
+        self.layer(PrefixLayer::new().with_prefix(prefix))
+    }
+
+    fn usage(self, meter: UsageMeter) -> ServiceBuilder<Stack<UsageLayer, L>> {
+        self.layer(UsageLayer::new(meter))
     }
 }

@@ -18,8 +18,9 @@
 //!
 //! This crate has no network and no filesystem: the provider-neutral message model
 //! ([`Message`], [`ChatRequest`], [`ChatResponse`]), the token estimate ([`tokens`]),
-//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`memo`],
-//! [`ContextPolicyLayer`]), the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
+//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`offload`], [`prefix`],
+//! [`memo`], [`usage`], [`ContextPolicyLayer`]), the model [`catalog`] and costs,
+//! [`WorkingContext`], the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
 //! provider clients, durable stores and the command-line tool.
 //!
 //! The request's path, outermost first: prune → clear → offload → prefix → memo → your
@@ -28,6 +29,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod builder;
+pub mod catalog;
 pub mod clear;
 pub mod context_policy;
 mod error;
@@ -38,6 +40,7 @@ pub mod message;
 pub mod mock;
 pub mod offload;
 pub mod policy;
+pub mod prefix;
 mod prefix_context;
 pub mod prune;
 mod report;
@@ -45,13 +48,16 @@ pub mod request;
 mod scope;
 pub mod store;
 pub mod tokens;
+pub mod usage;
 pub mod working;
 
 pub use builder::ServiceBuilderExt;
+pub use catalog::{Catalog, CatalogError};
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
 pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
 pub use message::{Content, ContentPart, Message, Role, ToolCall, ToolSpec};
 pub use policy::{ContextPolicy, PolicyError};
+pub use prefix::PrefixLayer;
 pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
 pub use request::{
@@ -60,6 +66,7 @@ pub use request::{
 };
 pub use scope::Scope;
 pub use store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};
+pub use usage::{UsageLayer, UsageMeter};
 pub use working::{
     ContextDiff, FrozenContext, MergeMode, MutationJournal, SharedContext, WorkingContext,
 };

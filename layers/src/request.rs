@@ -92,6 +92,64 @@ pub struct CacheHints {
 }
 
 impl CacheHints {
+    /// No breakpoint.
+    pub const NONE: CacheHints = CacheHints {
+        tools: None,
+        prefix: None,
+        history: None,
+    };
+
+    /// A breakpoint with `ttl` at each of the three places.
+    pub fn all(ttl: CacheTtl) -> Self {
+        Self {
+            tools: Some(ttl),
+            prefix: Some(ttl),
+            history: Some(ttl),
+        }
+    }
+
+    /// Sets the breakpoint after the tool definitions.
+    pub fn with_tools(mut self, ttl: Option<CacheTtl>) -> Self {
+        self.tools = ttl;
+        self
+    }
+
+    /// Sets the breakpoint after the prefix.
+    pub fn with_prefix(mut self, ttl: Option<CacheTtl>) -> Self {
+        self.prefix = ttl;
+        self
+    }
+
+    /// Sets the breakpoint after the stable history.
+    pub fn with_history(mut self, ttl: Option<CacheTtl>) -> Self {
+        self.history = ttl;
+        self
+    }
+
+    /// The breakpoints in the providers' cache order (tools → prefix → history), absent
+    /// ones included.
+    pub fn in_order(&self) -> [Option<CacheTtl>; 3] {
+        [self.tools, self.prefix, self.history]
+    }
+
+    /// How many breakpoints are asked for.
+    pub fn count(&self) -> usize {
+        self.in_order().iter().flatten().count()
+    }
+
+    /// Whether a longer TTL never follows a shorter one in the cache order, as Anthropic
+    /// requires ("a 1-hour cache entry must appear before any 5-minute cache entries").
+    pub fn ttl_order_ok(&self) -> bool {
+        let mut shortest = CacheTtl::OneHour;
+        for ttl in self.in_order().into_iter().flatten() {
+            if ttl > shortest {
+                return false;
+            }
+            shortest = ttl;
+        }
+        true
+    }
+
     /// Whether no breakpoint is asked for.
     pub fn is_empty(&self) -> bool {
         self.tools.is_none() && self.prefix.is_none() && self.history.is_none()
@@ -220,7 +278,9 @@ impl ChatRequest {
 ///
 /// `input_tokens` is the *uncached* part of the prompt: the whole prompt is
 /// `input_tokens + cache_read_tokens + cache_write_tokens` (Anthropic's convention;
-/// OpenAI's `prompt_tokens` is converted on the way in).
+/// OpenAI's `prompt_tokens` is converted on the way in). `cache_write_1h_tokens` is the
+/// part of `cache_write_tokens` written with a one-hour TTL, which Anthropic bills at a
+/// higher rate; it is never added to the total a second time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 #[non_exhaustive]
@@ -231,8 +291,16 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Prompt tokens read from the provider's cache.
     pub cache_read_tokens: u64,
-    /// Prompt tokens written to the provider's cache.
+    /// Prompt tokens written to the provider's cache (any TTL).
     pub cache_write_tokens: u64,
+    /// Of `cache_write_tokens`, those written with a one-hour TTL (0 when the provider
+    /// does not say).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_write_1h_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -243,7 +311,15 @@ impl Usage {
             output_tokens: output,
             cache_read_tokens: cache_read,
             cache_write_tokens: cache_write,
+            cache_write_1h_tokens: 0,
         }
+    }
+
+    /// Sets how many of the cache writes used a one-hour TTL (clamped to
+    /// `cache_write_tokens`).
+    pub fn with_cache_write_1h(mut self, tokens: u64) -> Self {
+        self.cache_write_1h_tokens = tokens.min(self.cache_write_tokens);
+        self
     }
 
     /// The whole prompt: fresh + cache reads + cache writes.
@@ -258,6 +334,7 @@ impl std::ops::AddAssign for Usage {
         self.output_tokens += o.output_tokens;
         self.cache_read_tokens += o.cache_read_tokens;
         self.cache_write_tokens += o.cache_write_tokens;
+        self.cache_write_1h_tokens += o.cache_write_1h_tokens;
     }
 }
 

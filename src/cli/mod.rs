@@ -4,6 +4,8 @@ mod capture;
 mod input;
 mod picture;
 mod prepare;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod send;
 
 use std::process::ExitCode;
 
@@ -13,12 +15,15 @@ use clap::{Parser, Subcommand};
 pub(crate) const EXIT_BAD_INPUT: u8 = 2;
 /// Exit code for a request that cannot fit.
 pub(crate) const EXIT_CONTEXT_LIMIT: u8 = 3;
+/// Exit code for a provider or network failure (after retries).
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) const EXIT_PROVIDER: u8 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "llm-context",
     version,
-    about = "Decide what an LLM sees: inspect a context policy against a real transcript."
+    about = "Decide what an LLM sees: inspect a context policy against a real transcript, or send it through the whole stack to a provider."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -30,6 +35,12 @@ enum Command {
     /// Prepare an OpenAI Chat Completions request body under a policy and show what the
     /// model would see.
     Prepare(prepare::PrepareArgs),
+    /// Send an OpenAI Chat Completions request body through the whole stack (context
+    /// policy, cache-stable prefix, usage, retries) to OpenAI or Anthropic and print the
+    /// normalised response and the report as JSON.
+    #[cfg(any(feature = "openai", feature = "anthropic"))]
+    #[command(after_help = send::EXIT_CODES_HELP)]
+    Send(send::SendArgs),
 }
 
 /// A failure that ends the command with an exit code.
@@ -63,6 +74,8 @@ pub(crate) fn run() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Prepare(args) => prepare::run(args).await,
+            #[cfg(any(feature = "openai", feature = "anthropic"))]
+            Command::Send(args) => send::run(args).await,
         }
     });
     match result {

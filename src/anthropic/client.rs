@@ -1,0 +1,252 @@
+//! The `Anthropic` service and its builder.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use tower::Service;
+
+use super::convert;
+use super::types::MessageResponse;
+use crate::client::{
+    ConfigError, Settings, base_url, env, post_json, read_response, transport_error,
+};
+use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
+use llm_context_layers::{ChatRequest, ChatResponse};
+
+/// Anthropic's API, the default base URL (without `/v1`, as in Anthropic's SDKs).
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The environment variable holding the API key.
+pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
+/// The environment variable holding the base URL.
+pub const BASE_URL_VAR: &str = "ANTHROPIC_BASE_URL";
+/// The `anthropic-version` header sent.
+pub const API_VERSION: &str = "2023-06-01";
+/// The output limit sent when the request sets none (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u32 = 4_096;
+
+/// An Anthropic Messages client: a `Service<ChatRequest>`. See the [module docs](super).
+#[derive(Clone)]
+pub struct Anthropic<T = ReqwestTransport> {
+    pub(super) transport: T,
+    pub(super) shared: Arc<Shared>,
+}
+
+pub(super) struct Shared {
+    base_url: String,
+    api_key: SecretString,
+    default_max_tokens: u32,
+}
+
+impl<T> std::fmt::Debug for Anthropic<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Anthropic")
+            .field("base_url", &self.shared.base_url)
+            .field("api_key", &"[REDACTED]")
+            .field("default_max_tokens", &self.shared.default_max_tokens)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Anthropic {
+    /// A client configured from `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (default
+    /// [`DEFAULT_BASE_URL`]).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let mut b = Self::builder();
+        if let Some(url) = env(BASE_URL_VAR) {
+            b = b.base_url(url);
+        }
+        if let Some(key) = env(API_KEY_VAR) {
+            b = b.api_key(key);
+        }
+        b.build()
+    }
+
+    /// A builder.
+    pub fn builder() -> AnthropicBuilder {
+        AnthropicBuilder::default()
+    }
+}
+
+impl<T> Anthropic<T> {
+    /// The base URL requests go to (`{base}/v1/messages`).
+    pub fn base_url(&self) -> &str {
+        &self.shared.base_url
+    }
+
+    /// The same client over another transport.
+    pub fn with_transport<U>(self, transport: U) -> Anthropic<U> {
+        Anthropic {
+            transport,
+            shared: self.shared,
+        }
+    }
+
+    /// The transport.
+    pub fn get_ref(&self) -> &T {
+        &self.transport
+    }
+
+    /// The transport, mutably.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// The transport, consuming the client.
+    pub fn into_inner(self) -> T {
+        self.transport
+    }
+
+    /// A JSON POST to `{base}{path}` with the key and version headers.
+    pub(super) fn post(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<HttpRequest, ProviderError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| {
+            ProviderError::new(
+                Provider::Anthropic,
+                ProviderErrorKind::Unsupported,
+                e.to_string(),
+            )
+        })?;
+        let headers = [
+            (
+                "x-api-key",
+                self.shared.api_key.expose_secret().to_owned(),
+                true,
+            ),
+            ("anthropic-version", API_VERSION.to_owned(), false),
+        ];
+        let url = format!("{}{path}", self.shared.base_url);
+        post_json(&url, &headers, bytes).map_err(|m| {
+            // The message names the header, never its value.
+            ProviderError::new(Provider::Anthropic, ProviderErrorKind::Unsupported, m)
+        })
+    }
+
+    pub(super) fn api_key(&self) -> &SecretString {
+        &self.shared.api_key
+    }
+}
+
+/// Builds an [`Anthropic`] client.
+#[derive(Debug)]
+pub struct AnthropicBuilder {
+    settings: Settings,
+    default_max_tokens: u32,
+}
+
+impl Default for AnthropicBuilder {
+    fn default() -> Self {
+        Self {
+            settings: Settings::default(),
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+        }
+    }
+}
+
+impl AnthropicBuilder {
+    /// The base URL, without `/v1`.
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.settings.base_url = Some(url.into());
+        self
+    }
+
+    /// The API key, sent as `x-api-key`.
+    pub fn api_key(mut self, key: impl Into<SecretString>) -> Self {
+        self.settings.api_key = Some(key.into());
+        self
+    }
+
+    /// A limit on each whole call; none by default. Timeouts are retryable.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = Some(timeout);
+        self
+    }
+
+    /// The `max_tokens` sent when a request sets no output limit (default
+    /// [`DEFAULT_MAX_TOKENS`]).
+    pub fn default_max_tokens(mut self, n: u32) -> Self {
+        self.default_max_tokens = n;
+        self
+    }
+
+    /// The client, over reqwest.
+    pub fn build(self) -> Result<Anthropic, ConfigError> {
+        let transport = ReqwestTransport::with_timeout(self.settings.timeout)?;
+        self.build_with_transport(transport)
+    }
+
+    /// The client over another transport.
+    pub fn build_with_transport<T>(self, transport: T) -> Result<Anthropic<T>, ConfigError> {
+        let url = base_url(
+            self.settings
+                .base_url
+                .as_deref()
+                .unwrap_or(DEFAULT_BASE_URL),
+        )?;
+        let api_key = self
+            .settings
+            .api_key
+            .ok_or(ConfigError::MissingApiKey { var: API_KEY_VAR })?;
+        Ok(Anthropic {
+            transport,
+            shared: Arc::new(Shared {
+                base_url: url,
+                api_key,
+                default_max_tokens: self.default_max_tokens,
+            }),
+        })
+    }
+}
+
+/// The response future of [`Anthropic`].
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, ProviderError>> + Send>>;
+
+impl<T> Service<ChatRequest> for Anthropic<T>
+where
+    T: Service<HttpRequest, Response = HttpResponse, Error = TransportError>,
+    T::Future: Send + 'static,
+{
+    type Response = ChatResponse;
+    type Error = ProviderError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.transport
+            .poll_ready(cx)
+            .map_err(|e| transport_error(Provider::Anthropic, e))
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let http = match convert::request(&req, self.shared.default_max_tokens)
+            .and_then(|body| self.post("/v1/messages", &body))
+        {
+            Ok(h) => h,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        tracing::debug!(
+            target: "llm_context",
+            provider = "anthropic",
+            model = %req.model,
+            messages = req.messages.len(),
+            "sending"
+        );
+        let sent = self.transport.call(http);
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let resp = sent
+                .await
+                .map_err(|e| transport_error(Provider::Anthropic, e))?;
+            let body: MessageResponse =
+                read_response(Provider::Anthropic, resp, Some(&shared.api_key))?;
+            Ok(convert::response(body))
+        })
+    }
+}

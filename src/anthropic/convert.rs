@@ -1,0 +1,469 @@
+//! The neutral model ↔ Anthropic Messages wire types.
+
+use serde_json::{Map, Value};
+
+use super::types::{
+    CacheControl, ContentBlockParam, CreateMessageRequest, ImageSource, InputMessage, InputRole,
+    MessageResponse, ResponseBlock, ResponseUsage, TextBlockParam, ToolChoice, ToolParam,
+    ToolResultContent,
+};
+use crate::client::unsupported;
+use crate::error::{Provider, ProviderError};
+use llm_context_layers::prefix::{leading_system_end, stable_history_end};
+use llm_context_layers::{
+    CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, FinishReason,
+    GenerationParams, Message, Role, ToolCall, ToolSpec, Usage,
+};
+
+/// The parts of a request that `messages` and `count_tokens` share.
+pub(crate) struct Rendered {
+    pub(crate) system: Vec<TextBlockParam>,
+    pub(crate) messages: Vec<InputMessage>,
+    pub(crate) tools: Vec<ToolParam>,
+}
+
+/// The request body for `req`.
+pub(crate) fn request(
+    req: &ChatRequest,
+    default_max_tokens: u32,
+) -> Result<CreateMessageRequest, ProviderError> {
+    let Rendered {
+        system,
+        messages,
+        tools,
+    } = render(req, req.cache)?;
+    let p = &req.params;
+    if p.temperature.is_some() || p.top_p.is_some() {
+        // The Messages API as of SDK 2.14.0 has no sampling fields; sending them is refused.
+        tracing::debug!(target: "llm_context", "temperature / top_p are not sent to Anthropic");
+    }
+    let tool_choice = if tools.is_empty() {
+        None
+    } else {
+        tool_choice(p)
+    };
+    Ok(CreateMessageRequest {
+        model: req.model.clone(),
+        max_tokens: max_tokens(p).unwrap_or(default_max_tokens),
+        messages,
+        system,
+        tools,
+        tool_choice,
+        stop_sequences: stop(p),
+    })
+}
+
+/// System blocks, messages and tools, with `hints` turned into `cache_control` markers:
+/// on the last tool, on the last system block, and on the last block of the message
+/// before the newest real user request.
+pub(crate) fn render(req: &ChatRequest, hints: CacheHints) -> Result<Rendered, ProviderError> {
+    let hints = ttl_order(hints);
+    let head_end = leading_system_end(&req.messages);
+
+    let mut tools: Vec<ToolParam> = req.tools.iter().map(tool).collect();
+    if let (Some(ttl), Some(last)) = (hints.tools, tools.last_mut()) {
+        last.cache_control = Some(cache_control(ttl));
+    }
+
+    // The prefix, then the leading system messages: Anthropic takes them as `system`.
+    let mut system = Vec::new();
+    let prefix_messages = req
+        .prefix
+        .as_ref()
+        .map(|p| p.as_messages())
+        .unwrap_or_default();
+    for m in prefix_messages.iter().chain(&req.messages[..head_end]) {
+        let text = system_text(m)?;
+        if !text.is_empty() {
+            system.push(TextBlockParam::new(text));
+        }
+    }
+    if let (Some(ttl), Some(last)) = (hints.prefix, system.last_mut()) {
+        last.cache_control = Some(cache_control(ttl));
+    }
+
+    let history_mark = hints
+        .history
+        .zip(stable_history_end(&req.messages))
+        .map(|(ttl, end)| (end - 1, cache_control(ttl)));
+
+    let mut messages: Vec<InputMessage> = Vec::with_capacity(req.messages.len());
+    for (i, m) in req.messages.iter().enumerate().skip(head_end) {
+        let (role, mut blocks) = blocks(m)?;
+        if let Some((at, cc)) = history_mark
+            && at == i
+        {
+            // The message may render to nothing (empty text): mark what precedes it.
+            match blocks.last_mut() {
+                Some(b) => b.set_cache_control(cc),
+                None => {
+                    if let Some(b) = messages.last_mut().and_then(|m| m.content.last_mut()) {
+                        b.set_cache_control(cc);
+                    }
+                }
+            }
+        }
+        if blocks.is_empty() {
+            // Empty messages are refused.
+            continue;
+        }
+        match messages.last_mut() {
+            Some(last) if last.role == role => merge(&mut last.content, blocks),
+            _ => messages.push(InputMessage {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    Ok(Rendered {
+        system,
+        messages,
+        tools,
+    })
+}
+
+/// Appends `blocks` to a message of the same role. Tool results go before any other
+/// block, after the results already there: Anthropic wants them first.
+fn merge(content: &mut Vec<ContentBlockParam>, blocks: Vec<ContentBlockParam>) {
+    for b in blocks {
+        if b.is_tool_result() {
+            let at = content.iter().take_while(|c| c.is_tool_result()).count();
+            content.insert(at, b);
+        } else {
+            content.push(b);
+        }
+    }
+}
+
+/// A longer TTL may not follow a shorter one (tools → system → messages): later 1h
+/// breakpoints become 5m rather than make the request fail.
+fn ttl_order(hints: CacheHints) -> CacheHints {
+    let mut shortest = CacheTtl::OneHour;
+    let mut clamp = |ttl: Option<CacheTtl>| {
+        ttl.map(|t| {
+            let t = t.min(shortest);
+            shortest = t;
+            t
+        })
+    };
+    let tools = clamp(hints.tools);
+    let prefix = clamp(hints.prefix);
+    let history = clamp(hints.history);
+    CacheHints::NONE
+        .with_tools(tools)
+        .with_prefix(prefix)
+        .with_history(history)
+}
+
+fn cache_control(ttl: CacheTtl) -> CacheControl {
+    match ttl {
+        CacheTtl::OneHour => CacheControl::ONE_HOUR,
+        _ => CacheControl::FIVE_MINUTES,
+    }
+}
+
+fn system_text(m: &Message) -> Result<String, ProviderError> {
+    if let Content::Parts(parts) = &m.content
+        && parts.iter().any(|p| !matches!(p, ContentPart::Text { .. }))
+    {
+        return Err(unsupported(
+            Provider::Anthropic,
+            "the system prompt (prefix and leading system messages) can only carry text",
+        ));
+    }
+    Ok(m.text().into_owned())
+}
+
+/// The role and blocks of one tail message. Empty text makes no block.
+fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderError> {
+    if let Some(id) = &m.tool_call_id {
+        let content = match &m.content {
+            c if c.is_empty() => None,
+            Content::Text(t) => Some(ToolResultContent::Text(t.clone())),
+            Content::Parts(parts) => Some(ToolResultContent::Blocks(part_blocks(parts)?)),
+        };
+        let block = ContentBlockParam::ToolResult {
+            tool_use_id: id.clone(),
+            content,
+            cache_control: None,
+        };
+        return Ok((InputRole::User, vec![block]));
+    }
+    match m.role {
+        // A system message inside the conversation: Anthropic has no such role there,
+        // so it goes as user text.
+        Role::System | Role::User => {
+            let blocks = match &m.content {
+                Content::Text(t) => text_block(t).into_iter().collect(),
+                Content::Parts(parts) => part_blocks(parts)?,
+            };
+            Ok((InputRole::User, blocks))
+        }
+        Role::Assistant => {
+            let mut blocks: Vec<ContentBlockParam> = text_block(&m.text()).into_iter().collect();
+            blocks.extend(m.tool_calls.iter().map(|c| ContentBlockParam::ToolUse {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                input: tool_input(&c.arguments),
+                cache_control: None,
+            }));
+            Ok((InputRole::Assistant, blocks))
+        }
+        Role::Tool => Err(unsupported(
+            Provider::Anthropic,
+            "a tool message has no tool_call_id",
+        )),
+    }
+}
+
+fn text_block(text: &str) -> Option<ContentBlockParam> {
+    (!text.is_empty()).then(|| ContentBlockParam::Text {
+        text: text.to_owned(),
+        cache_control: None,
+    })
+}
+
+fn part_blocks(parts: &[ContentPart]) -> Result<Vec<ContentBlockParam>, ProviderError> {
+    let mut out = Vec::with_capacity(parts.len());
+    for p in parts {
+        match p {
+            ContentPart::Text { text } => out.extend(text_block(text)),
+            ContentPart::Image { url, .. } => out.push(ContentBlockParam::Image {
+                source: image_source(url)?,
+                cache_control: None,
+            }),
+            other => out.extend(text_block(&Content::Parts(vec![other.clone()]).text())),
+        }
+    }
+    Ok(out)
+}
+
+/// A `data:<type>;base64,<data>` URL becomes inline bytes; an `http(s)` URL is fetched by
+/// the provider.
+fn image_source(url: &str) -> Result<ImageSource, ProviderError> {
+    if let Some(rest) = url.strip_prefix("data:") {
+        if let Some((meta, data)) = rest.split_once(',')
+            && let Some(media_type) = meta.strip_suffix(";base64")
+        {
+            return Ok(ImageSource::Base64 {
+                media_type: media_type.to_owned(),
+                data: data.to_owned(),
+            });
+        }
+        return Err(unsupported(
+            Provider::Anthropic,
+            "an image data URL must be base64 (data:<type>;base64,<data>)",
+        ));
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(ImageSource::Url {
+            url: url.to_owned(),
+        });
+    }
+    Err(unsupported(
+        Provider::Anthropic,
+        "an image must be an http(s) or base64 data URL",
+    ))
+}
+
+/// Anthropic takes tool input as a JSON object. Arguments that are not one (a model's
+/// broken JSON, kept as a string) are wrapped, so the transcript is still accepted and
+/// the model still sees what it wrote.
+fn tool_input(arguments: &Value) -> Value {
+    match arguments {
+        Value::Object(_) => arguments.clone(),
+        other => {
+            let mut m = Map::new();
+            m.insert("arguments".into(), other.clone());
+            Value::Object(m)
+        }
+    }
+}
+
+fn tool(t: &ToolSpec) -> ToolParam {
+    ToolParam {
+        name: t.name.clone(),
+        description: (!t.description.is_empty()).then(|| t.description.clone()),
+        input_schema: t.parameters.clone(),
+        cache_control: None,
+    }
+}
+
+/// The caller's choice in the OpenAI form, from the typed field or the body's fields.
+fn tool_choice(p: &GenerationParams) -> Option<ToolChoice> {
+    let choice = p
+        .tool_choice
+        .as_ref()
+        .or_else(|| p.extra.get("tool_choice"));
+    let no_parallel =
+        (p.extra.get("parallel_tool_calls") == Some(&Value::Bool(false))).then_some(true);
+    match choice {
+        None => no_parallel.map(|d| ToolChoice::Auto {
+            disable_parallel_tool_use: Some(d),
+        }),
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Some(ToolChoice::None),
+            "required" => Some(ToolChoice::Any {
+                disable_parallel_tool_use: no_parallel,
+            }),
+            _ => Some(ToolChoice::Auto {
+                disable_parallel_tool_use: no_parallel,
+            }),
+        },
+        Some(obj) => obj
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .map(|name| ToolChoice::Tool {
+                name: name.to_owned(),
+                disable_parallel_tool_use: no_parallel,
+            }),
+    }
+}
+
+fn max_tokens(p: &GenerationParams) -> Option<u32> {
+    p.max_output_tokens.or_else(|| {
+        ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|k| p.extra.get(*k)?.as_u64())
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+    })
+}
+
+fn stop(p: &GenerationParams) -> Vec<String> {
+    if !p.stop.is_empty() {
+        return p.stop.clone();
+    }
+    match p.extra.get("stop") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The neutral response.
+pub(crate) fn response(body: MessageResponse) -> ChatResponse {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for block in body.content {
+        match block {
+            ResponseBlock::Text { text: t } => text.push_str(&t),
+            ResponseBlock::ToolUse { id, name, input } => {
+                calls.push(ToolCall::new(id, name, input))
+            }
+            _ => {}
+        }
+    }
+    let message = if calls.is_empty() {
+        Message::assistant(text)
+    } else {
+        Message::assistant_tool_calls(text, calls)
+    };
+    let finish = match body.stop_reason.as_deref() {
+        None | Some("end_turn" | "stop_sequence") => FinishReason::Stop,
+        Some("max_tokens" | "model_context_window_exceeded") => FinishReason::Length,
+        Some("tool_use") => FinishReason::ToolCalls,
+        Some("refusal") => FinishReason::ContentFilter,
+        Some(other) => FinishReason::Other(other.to_owned()),
+    };
+    ChatResponse::new(message)
+        .with_finish_reason(finish)
+        .with_usage(usage(&body.usage))
+}
+
+/// Anthropic's `input_tokens` already excludes cache reads and writes, as the neutral
+/// `Usage` does; the one-hour writes come from `cache_creation`.
+pub(crate) fn usage(u: &ResponseUsage) -> Usage {
+    let writes = u.cache_creation_input_tokens.unwrap_or_else(|| {
+        u.cache_creation.map_or(0, |c| {
+            c.ephemeral_5m_input_tokens + c.ephemeral_1h_input_tokens
+        })
+    });
+    let one_hour = u.cache_creation.map_or(0, |c| c.ephemeral_1h_input_tokens);
+    Usage::new(
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_input_tokens.unwrap_or(0),
+        writes,
+    )
+    .with_cache_write_1h(one_hour)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::anthropic::types::CacheCreation;
+    use serde_json::json;
+
+    #[test]
+    fn later_long_ttls_are_shortened() {
+        let h = ttl_order(
+            CacheHints::NONE
+                .with_tools(Some(CacheTtl::FiveMinutes))
+                .with_prefix(Some(CacheTtl::OneHour))
+                .with_history(Some(CacheTtl::OneHour)),
+        );
+        assert_eq!(h.prefix, Some(CacheTtl::FiveMinutes));
+        assert_eq!(h.history, Some(CacheTtl::FiveMinutes));
+        let ok = CacheHints::NONE
+            .with_prefix(Some(CacheTtl::OneHour))
+            .with_history(Some(CacheTtl::FiveMinutes));
+        assert_eq!(ttl_order(ok), ok);
+    }
+
+    #[test]
+    fn results_go_first_in_their_message() {
+        let mut content = vec![ContentBlockParam::Text {
+            text: "and then?".into(),
+            cache_control: None,
+        }];
+        let result = ContentBlockParam::ToolResult {
+            tool_use_id: "c1".into(),
+            content: None,
+            cache_control: None,
+        };
+        merge(&mut content, vec![result.clone()]);
+        assert_eq!(content[0], result);
+    }
+
+    #[test]
+    fn usage_splits_ttls() {
+        let u = ResponseUsage {
+            input_tokens: 50,
+            output_tokens: 7,
+            cache_creation_input_tokens: Some(3_000),
+            cache_read_input_tokens: Some(20_000),
+            cache_creation: Some(CacheCreation {
+                ephemeral_5m_input_tokens: 1_000,
+                ephemeral_1h_input_tokens: 2_000,
+            }),
+        };
+        let n = usage(&u);
+        assert_eq!(
+            n,
+            Usage::new(50, 7, 20_000, 3_000).with_cache_write_1h(2_000)
+        );
+        assert_eq!(n.prompt_tokens(), 23_050);
+    }
+
+    #[test]
+    fn broken_arguments_are_wrapped() {
+        assert_eq!(tool_input(&json!("{oops")), json!({"arguments": "{oops"}));
+        assert_eq!(tool_input(&json!({"a": 1})), json!({"a": 1}));
+    }
+
+    #[test]
+    fn images() {
+        assert_eq!(
+            image_source("data:image/png;base64,AAAA").unwrap(),
+            ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: "AAAA".into()
+            }
+        );
+        assert!(image_source("data:text/plain,hi").is_err());
+        assert!(image_source("file:///etc/passwd").is_err());
+    }
+}

@@ -1,0 +1,485 @@
+//! Errors of the provider clients: typed, and never carrying an API key.
+//!
+//! ```
+//! use llm_context::error::{ProviderError, ProviderErrorKind};
+//!
+//! # fn check(err: llm_context::BoxError) {
+//! if let Some(e) = err.downcast_ref::<ProviderError>() {
+//!     match e.kind {
+//!         ProviderErrorKind::ContextLength => println!("shorten the prompt: {}", e.message),
+//!         _ if e.is_retryable() => println!("retry after {:?}", e.retry_after),
+//!         _ => println!("{e}"),
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! A provider's error body is parsed for its error type, code and message (both OpenAI's
+//! `{"error": {"type", "code", "message"}}` and Anthropic's `{"type": "error", "error":
+//! {"type", "message"}}`); a body that does not parse is kept, truncated to
+//! [`RAW_BODY_LIMIT`] characters. The client's own key is removed from everything kept
+//! (bodies, messages), and anything shaped like an OpenAI or Anthropic key (`sk-…`) is
+//! masked, since some servers echo the key they were given.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The most characters of an unparsed error body kept in a [`ProviderError`].
+pub const RAW_BODY_LIMIT: usize = 2_048;
+
+/// Which API answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Provider {
+    /// OpenAI Chat Completions or a compatible server.
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+        })
+    }
+}
+
+/// What went wrong, by what the caller can do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProviderErrorKind {
+    /// 400: the request was refused as malformed or invalid (not for its length).
+    InvalidRequest,
+    /// The prompt is longer than the model's context window (a 400 saying so).
+    ContextLength,
+    /// 401: the API key is missing or wrong.
+    Authentication,
+    /// 403: the key may not use this model or endpoint.
+    PermissionDenied,
+    /// 404: unknown model or endpoint (often a base URL without, or with a second, `/v1`).
+    NotFound,
+    /// 413: the request body is larger than the provider accepts.
+    PayloadTooLarge,
+    /// 429: rate limit. Retryable after `retry_after`.
+    RateLimited,
+    /// 429 with OpenAI's `insufficient_quota`: the account is out of credit. Waiting
+    /// does not help, so it is not retried.
+    QuotaExceeded,
+    /// 529 (Anthropic `overloaded_error`) or 503: the provider is overloaded. Retryable.
+    Overloaded,
+    /// Any other 5xx. Retryable.
+    Server,
+    /// No answer in time. Retryable.
+    Timeout,
+    /// The connection failed, was reset, or the body was cut short. Retryable.
+    Connection,
+    /// A success status with a body that is not the expected JSON.
+    InvalidResponse,
+    /// The request cannot be expressed in this provider's format (nothing was sent).
+    Unsupported,
+    /// Any other status.
+    Other,
+}
+
+impl ProviderErrorKind {
+    /// A stable snake_case name (`rate_limited`, `context_length`, …) for logs and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderErrorKind::InvalidRequest => "invalid_request",
+            ProviderErrorKind::ContextLength => "context_length",
+            ProviderErrorKind::Authentication => "authentication",
+            ProviderErrorKind::PermissionDenied => "permission_denied",
+            ProviderErrorKind::NotFound => "not_found",
+            ProviderErrorKind::PayloadTooLarge => "payload_too_large",
+            ProviderErrorKind::RateLimited => "rate_limited",
+            ProviderErrorKind::QuotaExceeded => "quota_exceeded",
+            ProviderErrorKind::Overloaded => "overloaded",
+            ProviderErrorKind::Server => "server",
+            ProviderErrorKind::Timeout => "timeout",
+            ProviderErrorKind::Connection => "connection",
+            ProviderErrorKind::InvalidResponse => "invalid_response",
+            ProviderErrorKind::Unsupported => "unsupported",
+            ProviderErrorKind::Other => "other",
+        }
+    }
+
+    /// Whether trying again later may succeed.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ProviderErrorKind::RateLimited
+                | ProviderErrorKind::Overloaded
+                | ProviderErrorKind::Server
+                | ProviderErrorKind::Timeout
+                | ProviderErrorKind::Connection
+        )
+    }
+
+    /// The kind for an HTTP status (without looking at the body).
+    pub fn from_status(status: u16) -> Self {
+        match status {
+            400 | 422 => ProviderErrorKind::InvalidRequest,
+            401 => ProviderErrorKind::Authentication,
+            403 => ProviderErrorKind::PermissionDenied,
+            404 => ProviderErrorKind::NotFound,
+            408 => ProviderErrorKind::Timeout,
+            413 => ProviderErrorKind::PayloadTooLarge,
+            429 => ProviderErrorKind::RateLimited,
+            503 | 529 => ProviderErrorKind::Overloaded,
+            500..=599 => ProviderErrorKind::Server,
+            _ => ProviderErrorKind::Other,
+        }
+    }
+}
+
+/// A failed provider call. See the [module docs](self).
+///
+/// The provider's own details (error type, code, request id, unparsed body) sit behind
+/// accessors so that the error stays small on the `Result` path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProviderError {
+    /// Which API.
+    pub provider: Provider,
+    /// What went wrong.
+    pub kind: ProviderErrorKind,
+    /// The HTTP status, when there was a response.
+    pub status: Option<u16>,
+    /// The provider's message, or a description of the failure.
+    pub message: String,
+    /// How long the provider asked to wait (`retry-after`, `retry-after-ms`).
+    pub retry_after: Option<Duration>,
+    detail: Box<Detail>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Detail {
+    error_type: Option<String>,
+    code: Option<String>,
+    request_id: Option<String>,
+    raw_body: Option<String>,
+}
+
+impl ProviderError {
+    /// An error of `kind` with a message and no response.
+    pub fn new(provider: Provider, kind: ProviderErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            provider,
+            kind,
+            status: None,
+            message: message.into(),
+            retry_after: None,
+            detail: Box::default(),
+        }
+    }
+
+    /// The provider's error type (`invalid_request_error`, `rate_limit_error`,
+    /// `overloaded_error`, …).
+    pub fn error_type(&self) -> Option<&str> {
+        self.detail.error_type.as_deref()
+    }
+
+    /// The provider's error code, when it gives one (OpenAI: `context_length_exceeded`,
+    /// `invalid_api_key`, `insufficient_quota`, …).
+    pub fn code(&self) -> Option<&str> {
+        self.detail.code.as_deref()
+    }
+
+    /// The provider's request id (`x-request-id` / `request-id`), for support tickets.
+    pub fn request_id(&self) -> Option<&str> {
+        self.detail.request_id.as_deref()
+    }
+
+    /// The body, truncated to [`RAW_BODY_LIMIT`] characters and redacted, when it could
+    /// not be parsed.
+    pub fn raw_body(&self) -> Option<&str> {
+        self.detail.raw_body.as_deref()
+    }
+
+    pub(crate) fn with_raw_body(mut self, raw: String) -> Self {
+        self.detail.raw_body = Some(raw);
+        self
+    }
+
+    /// Whether trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+
+    /// Whether the provider refused the prompt as longer than the model's window.
+    pub fn is_context_length(&self) -> bool {
+        self.kind == ProviderErrorKind::ContextLength
+    }
+
+    /// The error for a non-success response. `secret` is removed from what is kept.
+    pub(crate) fn from_response(
+        provider: Provider,
+        status: u16,
+        headers: &http::HeaderMap,
+        body: &[u8],
+        secret: Option<&str>,
+    ) -> Self {
+        let mut err = Self::new(provider, ProviderErrorKind::from_status(status), "");
+        err.status = Some(status);
+        err.retry_after = retry_after(headers);
+        let d = &mut err.detail;
+        d.request_id = ["x-request-id", "request-id"]
+            .iter()
+            .find_map(|h| headers.get(*h)?.to_str().ok())
+            .map(str::to_owned);
+        match serde_json::from_slice::<ErrorEnvelope>(body) {
+            Ok(ErrorEnvelope {
+                error: Some(detail),
+            }) => {
+                d.error_type = detail.kind.map(|t| redact(&t, secret));
+                d.code = detail.code.and_then(|c| match c {
+                    serde_json::Value::String(s) => Some(redact(&s, secret)),
+                    serde_json::Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                });
+                err.message = redact(detail.message.as_deref().unwrap_or(""), secret);
+            }
+            _ => d.raw_body = Some(raw_body(body, secret)),
+        }
+        if err.message.is_empty() {
+            err.message = format!("HTTP {status}");
+        }
+        if err.error_type() == Some("overloaded_error") {
+            err.kind = ProviderErrorKind::Overloaded;
+        }
+        if err.code() == Some("insufficient_quota") {
+            err.kind = ProviderErrorKind::QuotaExceeded;
+        }
+        if is_context_length(status, &err) {
+            err.kind = ProviderErrorKind::ContextLength;
+        }
+        err
+    }
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.provider)?;
+        if let Some(status) = self.status {
+            write!(f, " {status}")?;
+        }
+        if let Some(t) = self.error_type() {
+            write!(f, " {t}")?;
+        }
+        if let Some(c) = self.code() {
+            write!(f, " ({c})")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(d) = self.retry_after {
+            write!(f, " (retry after {:.3}s)", d.as_secs_f64())?;
+        }
+        if let Some(raw) = self.raw_body() {
+            write!(f, "; body: {raw}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+/// Both providers' error bodies: OpenAI `{"error": {...}}`, Anthropic
+/// `{"type": "error", "error": {...}}`.
+#[derive(Deserialize)]
+struct ErrorEnvelope {
+    error: Option<ErrorDetail>,
+}
+
+#[derive(Deserialize)]
+struct ErrorDetail {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    code: Option<serde_json::Value>,
+    message: Option<String>,
+}
+
+fn is_context_length(status: u16, err: &ProviderError) -> bool {
+    if err.code() == Some("context_length_exceeded") {
+        return true;
+    }
+    if status != 400 && status != 413 {
+        return false;
+    }
+    // Anthropic: "prompt is too long: 201234 tokens > 200000 maximum"; OpenAI and vLLM:
+    // "This model's maximum context length is 8192 tokens…"; llama.cpp: "the request
+    // exceeds the available context size".
+    let m = err.message.to_ascii_lowercase();
+    [
+        "prompt is too long",
+        "maximum context length",
+        "context size",
+        "context window",
+    ]
+    .iter()
+    .any(|needle| m.contains(needle))
+}
+
+/// `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date.
+pub(crate) fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = value("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1_000.0));
+    }
+    let v = value("retry-after")?;
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Removes `secret` and masks anything shaped like a provider key.
+pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
+    let mut out = match secret {
+        Some(s) if !s.is_empty() => text.replace(s, "[REDACTED]"),
+        _ => text.to_owned(),
+    };
+    if out.contains("sk-") {
+        out = mask_key_shapes(&out);
+    }
+    out
+}
+
+/// Masks `sk-` followed by 16 or more key characters (OpenAI `sk-…`, `sk-proj-…`,
+/// Anthropic `sk-ant-…`). Keys that a server already masked (`sk-abc***xyz`) break the
+/// run and are left as they are.
+fn mask_key_shapes(text: &str) -> String {
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("sk-") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + 3..];
+        let run = tail.find(|c| !is_key_char(c)).unwrap_or(tail.len());
+        if run >= 16 {
+            out.push_str("sk-[REDACTED]");
+        } else {
+            out.push_str(&rest[at..at + 3 + run]);
+        }
+        rest = &tail[run..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A body as kept in an error: lossy UTF-8, redacted, truncated.
+pub(crate) fn raw_body(body: &[u8], secret: Option<&str>) -> String {
+    truncate(&redact(&String::from_utf8_lossy(body), secret))
+}
+
+fn truncate(text: &str) -> String {
+    match text.char_indices().nth(RAW_BODY_LIMIT) {
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &text[..cut], text.len()),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn openai_context_length() {
+        let body = br#"{"error": {"message": "This model's maximum context length is 8192 tokens.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}"#;
+        let e = ProviderError::from_response(Provider::OpenAi, 400, &headers(&[]), body, None);
+        assert_eq!(e.kind, ProviderErrorKind::ContextLength);
+        assert_eq!(e.code(), Some("context_length_exceeded"));
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn anthropic_overloaded_and_context_length() {
+        let body =
+            br#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#;
+        let e = ProviderError::from_response(Provider::Anthropic, 529, &headers(&[]), body, None);
+        assert_eq!(e.kind, ProviderErrorKind::Overloaded);
+        assert!(e.is_retryable());
+        let body = br#"{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 201234 tokens > 200000 maximum"}}"#;
+        let e = ProviderError::from_response(Provider::Anthropic, 400, &headers(&[]), body, None);
+        assert_eq!(e.kind, ProviderErrorKind::ContextLength);
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7")])),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(&headers(&[
+                ("retry-after", "3"),
+                ("retry-after-ms", "1500")
+            ])),
+            Some(Duration::from_millis(1_500))
+        );
+        assert_eq!(
+            retry_after(&headers(&[(
+                "retry-after",
+                "Wed, 21 Oct 2015 07:28:00 GMT"
+            )])),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
+    }
+
+    #[test]
+    fn unparsed_bodies_are_truncated_and_redacted() {
+        let secret = "sk-test-0123456789abcdefghij";
+        let body = format!(
+            "<html>bad gateway for key {secret} {}</html>",
+            "x".repeat(10_000)
+        );
+        let e = ProviderError::from_response(
+            Provider::OpenAi,
+            502,
+            &headers(&[]),
+            body.as_bytes(),
+            Some(secret),
+        );
+        assert_eq!(e.kind, ProviderErrorKind::Server);
+        let raw = e.raw_body().unwrap();
+        assert!(!raw.contains(secret));
+        assert!(raw.contains("[REDACTED]"));
+        assert!(raw.chars().count() < RAW_BODY_LIMIT + 40);
+        assert!(!format!("{e} {e:?}").contains(secret));
+    }
+
+    #[test]
+    fn key_shapes_are_masked() {
+        assert_eq!(
+            redact("key sk-ant-api03-AAAAAAAAAAAAAAAAAAAA is bad", None),
+            "key sk-[REDACTED] is bad"
+        );
+        // Already masked by the server, and short runs: left alone.
+        assert_eq!(redact("sk-abc***wxyz", None), "sk-abc***wxyz");
+        assert_eq!(redact("task-list sk-", None), "task-list sk-");
+    }
+}

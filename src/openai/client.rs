@@ -1,0 +1,227 @@
+//! The `OpenAi` service and its builder.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use tower::Service;
+
+use super::convert;
+use super::types::CreateChatCompletionResponse;
+use crate::client::{
+    ConfigError, Settings, base_url, env, post_json, read_response, transport_error,
+};
+use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
+use llm_context_layers::{ChatRequest, ChatResponse};
+
+/// OpenAI's API, the default base URL (it includes `/v1`, as in OpenAI's SDKs).
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The environment variable holding the API key.
+pub const API_KEY_VAR: &str = "OPENAI_API_KEY";
+/// The environment variable holding the base URL.
+pub const BASE_URL_VAR: &str = "OPENAI_BASE_URL";
+
+/// An OpenAI-compatible Chat Completions client: a `Service<ChatRequest>`. See the
+/// [module docs](super).
+#[derive(Clone)]
+pub struct OpenAi<T = ReqwestTransport> {
+    transport: T,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    base_url: String,
+    endpoint: String,
+    api_key: Option<SecretString>,
+}
+
+impl<T> std::fmt::Debug for OpenAi<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAi")
+            .field("base_url", &self.shared.base_url)
+            .field(
+                "api_key",
+                &self.shared.api_key.as_ref().map(|_| "[REDACTED]"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAi {
+    /// A client configured from `OPENAI_API_KEY` and `OPENAI_BASE_URL` (default
+    /// [`DEFAULT_BASE_URL`]). The key may be missing only when the base URL points
+    /// elsewhere (a local server that needs none).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let mut b = Self::builder();
+        if let Some(url) = env(BASE_URL_VAR) {
+            b = b.base_url(url);
+        }
+        if let Some(key) = env(API_KEY_VAR) {
+            b = b.api_key(key);
+        }
+        b.build()
+    }
+
+    /// A builder.
+    pub fn builder() -> OpenAiBuilder {
+        OpenAiBuilder::default()
+    }
+}
+
+impl<T> OpenAi<T> {
+    /// The base URL requests go to (`{base}/chat/completions`).
+    pub fn base_url(&self) -> &str {
+        &self.shared.base_url
+    }
+
+    /// The same client over another transport.
+    pub fn with_transport<U>(self, transport: U) -> OpenAi<U> {
+        OpenAi {
+            transport,
+            shared: self.shared,
+        }
+    }
+
+    /// The transport.
+    pub fn get_ref(&self) -> &T {
+        &self.transport
+    }
+
+    /// The transport, mutably.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// The transport, consuming the client.
+    pub fn into_inner(self) -> T {
+        self.transport
+    }
+}
+
+/// Builds an [`OpenAi`] client.
+#[derive(Debug, Default)]
+pub struct OpenAiBuilder {
+    settings: Settings,
+}
+
+impl OpenAiBuilder {
+    /// The base URL, including `/v1` (`http://localhost:11434/v1` for Ollama,
+    /// `http://localhost:8000/v1` for vLLM).
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.settings.base_url = Some(url.into());
+        self
+    }
+
+    /// The API key, sent as `Authorization: Bearer …`.
+    pub fn api_key(mut self, key: impl Into<SecretString>) -> Self {
+        self.settings.api_key = Some(key.into());
+        self
+    }
+
+    /// A limit on each whole call (connect, send, wait, read); none by default. Timeouts
+    /// are retryable ([`RetryPolicy`](crate::retry::RetryPolicy)).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = Some(timeout);
+        self
+    }
+
+    /// The client, over reqwest.
+    pub fn build(self) -> Result<OpenAi, ConfigError> {
+        let transport = ReqwestTransport::with_timeout(self.settings.timeout)?;
+        self.build_with_transport(transport)
+    }
+
+    /// The client over another transport (the timeout setting is then the transport's
+    /// business).
+    pub fn build_with_transport<T>(self, transport: T) -> Result<OpenAi<T>, ConfigError> {
+        let url = base_url(
+            self.settings
+                .base_url
+                .as_deref()
+                .unwrap_or(DEFAULT_BASE_URL),
+        )?;
+        if self.settings.api_key.is_none() && url == DEFAULT_BASE_URL {
+            return Err(ConfigError::MissingApiKey { var: API_KEY_VAR });
+        }
+        Ok(OpenAi {
+            transport,
+            shared: Arc::new(Shared {
+                endpoint: format!("{url}/chat/completions"),
+                base_url: url,
+                api_key: self.settings.api_key,
+            }),
+        })
+    }
+}
+
+/// The response future of [`OpenAi`].
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, ProviderError>> + Send>>;
+
+impl<T> Service<ChatRequest> for OpenAi<T>
+where
+    T: Service<HttpRequest, Response = HttpResponse, Error = TransportError>,
+    T::Future: Send + 'static,
+{
+    type Response = ChatResponse;
+    type Error = ProviderError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.transport
+            .poll_ready(cx)
+            .map_err(|e| transport_error(Provider::OpenAi, e))
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let http = match self.http_request(&req) {
+            Ok(h) => h,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        tracing::debug!(
+            target: "llm_context",
+            provider = "openai",
+            model = %req.model,
+            messages = req.messages.len(),
+            "sending"
+        );
+        let sent = self.transport.call(http);
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let resp = sent
+                .await
+                .map_err(|e| transport_error(Provider::OpenAi, e))?;
+            let body: CreateChatCompletionResponse =
+                read_response(Provider::OpenAi, resp, shared.api_key.as_ref())?;
+            convert::response(body)
+        })
+    }
+}
+
+impl<T> OpenAi<T> {
+    fn http_request(&self, req: &ChatRequest) -> Result<HttpRequest, ProviderError> {
+        let body = convert::request(req)?;
+        let bytes = serde_json::to_vec(&body).map_err(|e| {
+            ProviderError::new(
+                Provider::OpenAi,
+                ProviderErrorKind::Unsupported,
+                e.to_string(),
+            )
+        })?;
+        let mut headers = Vec::with_capacity(1);
+        if let Some(key) = &self.shared.api_key {
+            headers.push((
+                "authorization",
+                format!("Bearer {}", key.expose_secret()),
+                true,
+            ));
+        }
+        post_json(&self.shared.endpoint, &headers, bytes).map_err(|m| {
+            // The message names the header, never its value.
+            ProviderError::new(Provider::OpenAi, ProviderErrorKind::Unsupported, m)
+        })
+    }
+}

@@ -1,0 +1,315 @@
+//! The neutral model ↔ OpenAI Chat Completions wire types.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::types::{
+    CompletionUsage, CreateChatCompletionRequest, CreateChatCompletionResponse, FunctionCall,
+    FunctionObject, ImageUrl, MessageToolCall, RequestMessage, TextContent, TextPart, Tool,
+    UserContent, UserPart,
+};
+use crate::client::unsupported;
+use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::wire::openai::{arguments_from_wire, arguments_to_wire};
+use llm_context_layers::{
+    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, Message, Role, ToolCall,
+    ToolSpec, Usage,
+};
+
+/// Fields of a caller's body that this client sets itself or cannot honour: the rest of
+/// `params.extra` is passed through.
+const NOT_PASSED_THROUGH: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    // The client reads one JSON response; streaming is not supported.
+    "stream",
+    "stream_options",
+];
+
+/// The request body for `req`: the prefix rendered first, then the tail.
+pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, ProviderError> {
+    let mut messages = Vec::with_capacity(req.messages.len() + 3);
+    if let Some(prefix) = &req.prefix {
+        for m in prefix.as_messages() {
+            messages.push(message(&m)?);
+        }
+    }
+    for m in &req.messages {
+        messages.push(message(m)?);
+    }
+    let p = &req.params;
+    let mut extra: BTreeMap<String, Value> = p
+        .extra
+        .iter()
+        .filter(|(k, _)| !NOT_PASSED_THROUGH.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    // A typed field wins over the same key passed through, so no key is written twice.
+    let mut typed = |key: &str, set: bool| {
+        if set {
+            extra.remove(key);
+        }
+    };
+    typed("temperature", p.temperature.is_some());
+    typed("top_p", p.top_p.is_some());
+    typed("max_completion_tokens", p.max_output_tokens.is_some());
+    typed("stop", !p.stop.is_empty());
+    typed("seed", p.seed.is_some());
+    typed("tool_choice", p.tool_choice.is_some());
+    let cache_key = match (&req.prefix, extra.contains_key("prompt_cache_key")) {
+        (Some(prefix), false) if !prefix.is_empty() => Some(prefix.stable_hash()),
+        _ => None,
+    };
+    let mut tool_choice = p.tool_choice.clone();
+    if req.tools.is_empty() {
+        // Only valid with tools; a body whose tools were all removed must drop them.
+        tool_choice = None;
+        extra.remove("tool_choice");
+        extra.remove("parallel_tool_calls");
+    }
+    Ok(CreateChatCompletionRequest {
+        model: req.model.clone(),
+        messages,
+        tools: req.tools.iter().map(tool).collect(),
+        temperature: p.temperature,
+        top_p: p.top_p,
+        max_completion_tokens: p.max_output_tokens,
+        stop: (!p.stop.is_empty()).then(|| p.stop.clone()),
+        seed: p.seed,
+        tool_choice,
+        prompt_cache_key: cache_key,
+        extra,
+    })
+}
+
+fn tool(t: &ToolSpec) -> Tool {
+    Tool {
+        kind: "function",
+        function: FunctionObject {
+            name: t.name.clone(),
+            description: (!t.description.is_empty()).then(|| t.description.clone()),
+            parameters: t.parameters.clone(),
+        },
+    }
+}
+
+fn message(m: &Message) -> Result<RequestMessage, ProviderError> {
+    // A result is linked to its call by id, whatever role the transcript gave it.
+    if let Some(id) = &m.tool_call_id {
+        return Ok(RequestMessage::Tool {
+            content: text_content(&m.content, "tool")?,
+            tool_call_id: id.clone(),
+        });
+    }
+    Ok(match m.role {
+        Role::System => RequestMessage::System {
+            content: text_content(&m.content, "system")?,
+            name: m.name.clone(),
+        },
+        Role::User => RequestMessage::User {
+            content: user_content(&m.content),
+            name: m.name.clone(),
+        },
+        Role::Assistant => {
+            let calls: Vec<MessageToolCall> = m
+                .tool_calls
+                .iter()
+                .map(|c| MessageToolCall {
+                    id: c.id.clone(),
+                    kind: "function",
+                    function: FunctionCall {
+                        name: c.name.clone(),
+                        arguments: arguments_to_wire(&c.arguments),
+                    },
+                })
+                .collect();
+            // Content is required unless the message calls tools.
+            let content = if calls.is_empty() || !m.content.is_empty() {
+                Some(text_content(&m.content, "assistant")?)
+            } else {
+                None
+            };
+            RequestMessage::Assistant {
+                content,
+                name: m.name.clone(),
+                tool_calls: calls,
+            }
+        }
+        Role::Tool => {
+            return Err(unsupported(
+                Provider::OpenAi,
+                "a tool message has no tool_call_id",
+            ));
+        }
+    })
+}
+
+/// Content for roles that take text only. Images there cannot be sent.
+fn text_content(c: &Content, role: &str) -> Result<TextContent, ProviderError> {
+    match c {
+        Content::Text(t) => Ok(TextContent::Text(t.clone())),
+        Content::Parts(parts) => {
+            let mut out = Vec::with_capacity(parts.len());
+            for p in parts {
+                match p {
+                    ContentPart::Text { text } => out.push(TextPart { text: text.clone() }),
+                    _ => {
+                        return Err(unsupported(
+                            Provider::OpenAi,
+                            format!("a {role} message can only carry text, not images"),
+                        ));
+                    }
+                }
+            }
+            if out.is_empty() {
+                // An empty parts array is refused (`minItems: 1`).
+                return Ok(TextContent::Text(String::new()));
+            }
+            Ok(TextContent::Parts(out))
+        }
+    }
+}
+
+fn user_content(c: &Content) -> UserContent {
+    match c {
+        Content::Text(t) => UserContent::Text(t.clone()),
+        Content::Parts(parts) if parts.is_empty() => UserContent::Text(String::new()),
+        Content::Parts(parts) => UserContent::Parts(
+            parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Image { url, detail } => UserPart::ImageUrl {
+                        image_url: ImageUrl {
+                            url: url.clone(),
+                            detail: detail.clone(),
+                        },
+                    },
+                    ContentPart::Text { text } => UserPart::Text { text: text.clone() },
+                    // A part kind added to the neutral model later: its text, if any.
+                    other => UserPart::Text {
+                        text: Content::Parts(vec![other.clone()]).text().into_owned(),
+                    },
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The neutral response.
+pub(crate) fn response(body: CreateChatCompletionResponse) -> Result<ChatResponse, ProviderError> {
+    let Some(choice) = body.choices.into_iter().next() else {
+        return Err(ProviderError::new(
+            Provider::OpenAi,
+            ProviderErrorKind::InvalidResponse,
+            "the response has no choices",
+        ));
+    };
+    let msg = choice.message;
+    let calls: Vec<ToolCall> = msg
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|c| {
+            let f = c.function?;
+            Some(ToolCall::new(
+                c.id,
+                f.name,
+                arguments_from_wire(&f.arguments),
+            ))
+        })
+        .collect();
+    let text = msg.content.or(msg.refusal).unwrap_or_default();
+    let message = if calls.is_empty() {
+        Message::assistant(text)
+    } else {
+        Message::assistant_tool_calls(text, calls)
+    };
+    let finish = match choice.finish_reason.as_deref() {
+        None | Some("stop") => FinishReason::Stop,
+        Some("length") => FinishReason::Length,
+        Some("tool_calls" | "function_call") => FinishReason::ToolCalls,
+        Some("content_filter") => FinishReason::ContentFilter,
+        Some(other) => FinishReason::Other(other.to_owned()),
+    };
+    Ok(ChatResponse::new(message)
+        .with_finish_reason(finish)
+        .with_usage(usage(body.usage.unwrap_or_default())))
+}
+
+/// OpenAI counts cached and written tokens inside `prompt_tokens`; the neutral `Usage`
+/// keeps them apart (`input_tokens` is the fresh part only).
+pub(crate) fn usage(u: CompletionUsage) -> Usage {
+    let details = u.prompt_tokens_details.unwrap_or_default();
+    // A compatible server may report more cached tokens than prompt tokens; never let the
+    // parts exceed the whole.
+    let read = details.cached_tokens.unwrap_or(0).min(u.prompt_tokens);
+    let write = details
+        .cache_write_tokens
+        .unwrap_or(0)
+        .min(u.prompt_tokens - read);
+    Usage::new(
+        u.prompt_tokens - read - write,
+        u.completion_tokens,
+        read,
+        write,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::types::PromptTokensDetails;
+    use serde_json::json;
+
+    #[test]
+    fn usage_is_normalised() {
+        let u = CompletionUsage {
+            prompt_tokens: 2_006,
+            completion_tokens: 300,
+            prompt_tokens_details: Some(PromptTokensDetails {
+                cached_tokens: Some(1_920),
+                cache_write_tokens: None,
+            }),
+        };
+        assert_eq!(usage(u), Usage::new(86, 300, 1_920, 0));
+        let u = CompletionUsage {
+            prompt_tokens: 5_000,
+            completion_tokens: 1,
+            prompt_tokens_details: Some(PromptTokensDetails {
+                cached_tokens: Some(1_024),
+                cache_write_tokens: Some(3_000),
+            }),
+        };
+        assert_eq!(usage(u), Usage::new(976, 1, 1_024, 3_000));
+        let odd = CompletionUsage {
+            prompt_tokens: 10,
+            completion_tokens: 1,
+            prompt_tokens_details: Some(PromptTokensDetails {
+                cached_tokens: Some(50),
+                cache_write_tokens: Some(5),
+            }),
+        };
+        assert_eq!(usage(odd).prompt_tokens(), 10);
+    }
+
+    #[test]
+    fn duplicate_keys_are_not_written() {
+        let mut req = ChatRequest::new("m", vec![Message::user("hi")]);
+        req.params.max_output_tokens = Some(5);
+        req.params
+            .extra
+            .insert("max_completion_tokens".into(), json!(9));
+        req.params.extra.insert("stream".into(), json!(true));
+        req.params.extra.insert("tool_choice".into(), json!("auto"));
+        let body = serde_json::to_string(&request(&req).unwrap()).unwrap();
+        assert_eq!(body.matches("max_completion_tokens").count(), 1);
+        assert!(body.contains("\"max_completion_tokens\":5"));
+        assert!(!body.contains("stream"));
+        assert!(
+            !body.contains("tool_choice"),
+            "no tools, no tool_choice: {body}"
+        );
+    }
+}

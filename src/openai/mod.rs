@@ -1,0 +1,43 @@
+//! The OpenAI-compatible Chat Completions client.
+//!
+//! ```no_run
+//! use llm_context::openai::OpenAi;
+//! use llm_context::{ChatRequest, ContextPolicy, Message, ServiceBuilderExt};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::BoxError> {
+//! let model = ServiceBuilder::new()
+//!     .context_policy(ContextPolicy::default().with_context_window(272_000))?
+//!     .service(OpenAi::from_env()?); // OPENAI_API_KEY, OPENAI_BASE_URL
+//! let reply = model
+//!     .oneshot(ChatRequest::new("gpt-5.4-mini", vec![Message::user("Say hi.")]))
+//!     .await?;
+//! println!("{} ({:?})", reply.message.text(), reply.usage);
+//! # Ok(()) }
+//! ```
+//!
+//! `POST {base}/chat/completions`, where the base URL includes `/v1` as in OpenAI's own
+//! SDKs (default `https://api.openai.com/v1`), so the same client serves vLLM, llama.cpp,
+//! Ollama and any compatible server (`OPENAI_BASE_URL=http://localhost:11434/v1`).
+//!
+//! * **Prefix**: `request.prefix` is rendered first (system prompt, grounding, schema
+//!   block), then the tail; tool results go as `tool` messages linked by
+//!   `tool_call_id`.
+//! * **Caching**: OpenAI caches automatically from 1,024 tokens when the prefix is
+//!   byte-identical. The client sends `prompt_cache_key` = the prefix's stable hash, so
+//!   requests sharing a prefix are routed to the same cache (a key the caller put in
+//!   the body wins). The breakpoint hints are not sent: Chat Completions has no such
+//!   markers before GPT-5.6's explicit mode.
+//! * **Usage**: OpenAI's `prompt_tokens` *includes* `cached_tokens` (and
+//!   `cache_write_tokens`); the neutral [`Usage`](crate::Usage) keeps them apart, so
+//!   `input_tokens = prompt_tokens − cached_tokens − cache_write_tokens`.
+//! * **Other fields** of the caller's body (`response_format`, `reasoning_effort`, …) are
+//!   passed through; `stream` is dropped (this client reads one JSON response).
+
+mod client;
+mod convert;
+pub mod types;
+
+pub use client::{
+    API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, OpenAi, OpenAiBuilder, ResponseFuture,
+};

@@ -1,0 +1,279 @@
+//! `llm-context send` end to end: the binary, a request body on stdin, a real HTTP server
+//! on 127.0.0.1 standing in for the provider, and the documented exit codes.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::rules::{anthropic_request, openai_request};
+use common::schema::{Root, assert_valid, validator};
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const KEY: &str = "sk-test-CLI-0123456789abcdefghijklmnop";
+
+/// Runs the binary with `args`, `stdin` as the request, and only the given provider
+/// variables in its environment.
+async fn run(args: Vec<String>, env: Vec<(&'static str, String)>, stdin: String) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_llm-context"));
+        cmd.args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for var in [
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+        ] {
+            cmd.env_remove(var);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn body() -> String {
+    json!({
+        "model": "gpt-5.4",
+        "max_completion_tokens": 500,
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "When do hikes start?"}
+        ]
+    })
+    .to_string()
+}
+
+async fn openai_server(template: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(template)
+        .mount(&server)
+        .await;
+    server
+}
+
+fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", server.uri())),
+        ("OPENAI_API_KEY", KEY.to_owned()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_answers_with_the_response_and_the_report() {
+    let server = openai_server(ResponseTemplate::new(200).set_body_raw(
+        common::fixture("openai-response-text.json"),
+        "application/json",
+    ))
+    .await;
+    let out = run(
+        args(&["send", "--provider", "openai", "-"]),
+        openai_env(&server),
+        body(),
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stdout_json(&out);
+    assert_eq!(
+        v["response"]["message"]["content"],
+        "Hikes start at 08:00 sharp."
+    );
+    assert_eq!(v["response"]["finish_reason"], "stop");
+    assert_eq!(v["response"]["usage"]["input_tokens"], 86);
+    assert_eq!(v["response"]["usage"]["cache_read_tokens"], 1_920);
+    // gpt-5.4: $2.50 fresh, $15 output, $0.25 cached per Mtok.
+    let cost = v["response"]["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost - (86.0 * 2.5 + 300.0 * 15.0 + 1_920.0 * 0.25) / 1e6).abs() < 1e-12,
+        "{cost}"
+    );
+    // No policy file: the allowance comes from the model's window in the catalog.
+    assert_eq!(v["report"]["prompt_allowance"], 272_000 - 2_048);
+    assert_eq!(v["report"]["removed_messages"], 0);
+
+    let sent: Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+    assert_valid(
+        &validator("openai-chat-completions.schema.json", Root::Request),
+        &sent,
+        "the body",
+    );
+    assert!(openai_request(&sent).is_empty());
+    assert_eq!(sent["max_completion_tokens"], 500);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_gets_the_same_body_in_its_own_form() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            common::fixture("anthropic-response-text.json"),
+            "application/json",
+        ))
+        .mount(&server)
+        .await;
+    let env = vec![
+        ("ANTHROPIC_BASE_URL", server.uri()),
+        ("ANTHROPIC_API_KEY", KEY.to_owned()),
+    ];
+    let a = args(&[
+        "send",
+        "--provider",
+        "anthropic",
+        "--tenant",
+        "acme",
+        "--session",
+        "s1",
+        "-",
+    ]);
+    let mut request: Value = serde_json::from_str(&body()).unwrap();
+    request["model"] = json!("claude-sonnet-4-6");
+    let out = run(a, env, request.to_string()).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stdout_json(&out);
+    assert_eq!(v["response"]["usage"]["cache_write_1h_tokens"], 2_000);
+    assert_eq!(v["report"]["prompt_allowance"], 1_000_000 - 2_048);
+
+    let sent: Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+    assert_valid(
+        &validator("anthropic-messages.schema.json", Root::Request),
+        &sent,
+        "the body",
+    );
+    assert!(anthropic_request(&sent).is_empty());
+    assert_eq!(sent["system"][0]["text"], "Be brief.");
+    assert_eq!(sent["max_tokens"], 500);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_that_cannot_fit_is_never_sent() {
+    let server = openai_server(ResponseTemplate::new(200)).await;
+    let policy = std::env::temp_dir().join(format!("llm-context-send-{}.toml", std::process::id()));
+    std::fs::write(&policy, "max_tokens = 1000\nreserve_tokens = 100\n").unwrap();
+    let mut request: Value = serde_json::from_str(&body()).unwrap();
+    request["messages"][1]["content"] = json!("word ".repeat(5_000));
+    let a = args(&[
+        "send",
+        "--provider",
+        "openai",
+        "--policy",
+        policy.to_str().unwrap(),
+        "-",
+    ]);
+    let out = run(a, openai_env(&server), request.to_string()).await;
+    std::fs::remove_file(&policy).ok();
+    assert_eq!(out.status.code(), Some(3));
+    let v = stdout_json(&out);
+    assert_eq!(v["error"], "context_limit");
+    assert_eq!(v["allowance"], 900);
+    assert!(server.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_errors_exit_4_without_the_key() {
+    let server = openai_server(ResponseTemplate::new(401).set_body_json(json!({"error": {
+        "message": format!("Incorrect API key provided: {KEY}."),
+        "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}})))
+    .await;
+    let out = run(
+        args(&["send", "--provider", "openai", "-"]),
+        openai_env(&server),
+        body(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(4));
+    let v = stdout_json(&out);
+    assert_eq!(v["error"], "provider");
+    assert_eq!(v["kind"], "authentication");
+    assert_eq!(v["status"], 401);
+    assert_eq!(v["code"], "invalid_api_key");
+    for stream in [&out.stdout, &out.stderr] {
+        assert!(!String::from_utf8_lossy(stream).contains(KEY));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_errors_are_retried_as_asked() {
+    let server = openai_server(ResponseTemplate::new(500).set_body_raw("oops", "text/plain")).await;
+    let a = args(&["send", "--provider", "openai", "--max-retries", "1", "-"]);
+    let out = run(a, openai_env(&server), body()).await;
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(stdout_json(&out)["kind"], "server");
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_exits_2() {
+    // No key for OpenAI's own API.
+    let out = run(args(&["send", "--provider", "openai", "-"]), vec![], body()).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("OPENAI_API_KEY"));
+    let out = run(
+        args(&["send", "--provider", "anthropic", "-"]),
+        vec![],
+        body(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ANTHROPIC_API_KEY"));
+    // Not JSON, and not a request body.
+    let env = vec![("OPENAI_API_KEY", KEY.to_owned())];
+    let out = run(
+        args(&["send", "--provider", "openai", "-"]),
+        env.clone(),
+        "{oops".into(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(
+        args(&["send", "--provider", "openai", "-"]),
+        env,
+        "{\"model\": 1}".into(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("model"));
+}
