@@ -128,7 +128,9 @@ async fn the_whole_stack_retries_below_the_context_layers_and_counts_usage_once(
         .service(client(&server));
     let req = ChatRequest::new("gpt-5.4", vec![Message::user("hi")]).with_scope(Scope::org("acme"));
     let reply = stack.oneshot(req).await.unwrap();
-    assert_eq!(reply.report.prompt_allowance, 32_000 - 2_048);
+    // No max_tokens in the policy: the model's window from the built-in catalog (272k for
+    // the GPT-5 family) less the default reserve.
+    assert_eq!(reply.report.prompt_allowance, 272_000 - 2_048);
     assert_eq!(server.received_requests().await.unwrap().len(), 2);
     let acme = meter.get(&Scope::org("acme"));
     assert_eq!(acme.requests, 1);

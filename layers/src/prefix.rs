@@ -66,7 +66,7 @@ use crate::message::{Message, Role};
 use crate::policy::PolicyError;
 use crate::prefix_context::PrefixContext;
 use crate::request::{CacheHints, CacheTtl, ChatRequest};
-use crate::tokens::{estimate_message_tokens, estimate_tool_tokens};
+use crate::tokens::{estimate_message_tokens, estimate_one, estimate_tool_tokens};
 
 /// Injects a prefix and marks cache breakpoints. See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -244,7 +244,14 @@ pub fn plan_breakpoints(req: &ChatRequest, wanted: CacheHints, min_tokens: usize
         out.prefix = wanted.prefix;
     }
     if let Some(end) = stable_history_end(&req.messages) {
-        cumulative += estimate_message_tokens(&req.messages[head_end..end]);
+        // Only "at least the minimum" matters: stop counting once it is reached, so a long
+        // history is not measured a second time on every request.
+        for m in &req.messages[head_end..end] {
+            if cumulative >= min_tokens {
+                break;
+            }
+            cumulative += estimate_one(m);
+        }
         if cumulative >= min_tokens {
             out.history = wanted.history;
         }

@@ -350,3 +350,84 @@ async fn roles_are_never_rewritten() {
         .unwrap();
     assert!(seen.messages.iter().all(|m| m.role != Role::System));
 }
+
+#[tokio::test]
+async fn a_configured_prefix_counts_in_the_allowance() {
+    use llm_context_layers::prefix::PrefixLayer;
+    use llm_context_layers::{PrefixContext, mock::MockModel};
+    use std::sync::Arc;
+    use tower::{Layer, ServiceExt};
+
+    // 40,000 characters: 4 + 10,000 tokens of prefix against 12,000 - 1,000.
+    let prefix = Arc::new(PrefixContext::new("p".repeat(40_000)));
+    let policy = ContextPolicy::default()
+        .with_max_tokens(12_000)
+        .with_reserve_tokens(1_000);
+    let layer = ContextPolicyLayer::new(policy)
+        .unwrap()
+        .with_prefix(PrefixLayer::new().with_prefix(prefix.clone()));
+    let model = MockModel::echo();
+    let stack = layer.layer(model.clone());
+    let mut messages = Vec::new();
+    for t in 0..30 {
+        messages.extend(tool_turn(&format!("t{t}"), 1, 400));
+    }
+    let reply = stack.oneshot(request(messages)).await.unwrap();
+    let sent = model.last_request().unwrap();
+    assert_eq!(sent.prefix.as_deref(), Some(&*prefix), "injected");
+    let total = prefix.estimated_tokens()
+        + estimate_tool_tokens(&sent.tools)
+        + estimate_message_tokens(&sent.messages);
+    assert!(total <= 11_000, "{total}");
+    assert_eq!(reply.report.after_tokens, total);
+    assert!(reply.report.pruned_turns > 0);
+    // The prefix is long enough to cache: its breakpoint is marked.
+    assert!(sent.cache.prefix.is_some());
+}
+
+#[tokio::test]
+async fn the_models_window_is_the_ceiling_when_the_policy_sets_none() {
+    use llm_context_layers::catalog::Catalog;
+    use llm_context_layers::mock::MockModel;
+    use std::sync::Arc;
+    use tower::{Layer, ServiceExt};
+
+    let catalog = Arc::new(
+        Catalog::builtin()
+            .as_ref()
+            .clone()
+            .with_overrides_json(
+                r#"{"models": {"tiny-model": {"context_window": 5000}, "too-small": {"context_window": 1000}}}"#,
+            )
+            .unwrap(),
+    );
+    let layer = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_catalog(catalog);
+    let stack = layer.layer(MockModel::echo());
+    let reply = stack
+        .clone()
+        .oneshot(ChatRequest::new("tiny-model", vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    assert_eq!(reply.report.prompt_allowance, 5_000 - 2_048);
+    let unknown = stack
+        .clone()
+        .oneshot(request(vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        unknown.report.prompt_allowance,
+        32_000 - 2_048,
+        "unknown model: 32,000"
+    );
+    // A window at or below the reserve is an error naming the field, not a silent default.
+    let err = stack
+        .oneshot(ChatRequest::new("too-small", vec![Message::user("hi")]))
+        .await
+        .unwrap_err();
+    let policy_err = err
+        .downcast_ref::<llm_context_layers::PolicyError>()
+        .expect("a policy error");
+    assert_eq!(policy_err.field(), Some("context_window"));
+}

@@ -2,10 +2,12 @@ use std::sync::Arc;
 
 use tower::Layer;
 
+use crate::catalog::Catalog;
 use crate::context_policy::service::{ContextPolicyService, Shared};
 use crate::memo::{DefaultPredicate, MemoLayer};
 use crate::offload::{ArtifactLimits, ArtifactReader, InMemoryArtifactStore};
 use crate::policy::{ContextPolicy, PolicyError};
+use crate::prefix::PrefixLayer;
 use crate::store::ArtifactStore;
 
 /// The auto-resolve rounds of [`ContextPolicyLayer::with_auto_resolve`].
@@ -43,6 +45,8 @@ impl ContextPolicyLayer {
                 reader: ArtifactReader::new(store.clone()),
                 store,
                 policy,
+                prefix: PrefixLayer::new(),
+                catalog: Catalog::builtin(),
                 auto_resolve: None,
             }),
             memo: MemoLayer::disabled(),
@@ -66,6 +70,25 @@ impl<P> ContextPolicyLayer<P> {
         self.with_shared(|s| {
             s.reader = ArtifactReader::new(store.clone());
             s.store = store;
+        })
+    }
+
+    /// Uses `prefix` for the prefix step: a prefix injected into requests that carry none
+    /// (counted in the allowance, since it is injected before planning) and the cache
+    /// breakpoints to mark. The default injects nothing and marks all three breakpoints
+    /// (tools, prefix, stable history) with a 5-minute TTL where the model's minimum
+    /// cacheable length is reached.
+    pub fn with_prefix(self, prefix: PrefixLayer) -> Self {
+        self.with_shared(|s| s.prefix = prefix.with_catalog(s.catalog.clone()))
+    }
+
+    /// Takes context windows and cache minimums from `catalog` instead of the built-in
+    /// one. The model's window is the ceiling when the policy sets no `max_tokens` or
+    /// `context_window`.
+    pub fn with_catalog(self, catalog: Arc<Catalog>) -> Self {
+        self.with_shared(|s| {
+            s.prefix = s.prefix.clone().with_catalog(catalog.clone());
+            s.catalog = catalog;
         })
     }
 

@@ -31,7 +31,15 @@
 //! 3. **offload** tool results longer than `tool_result_max_chars` into the artifact
 //!    store, and store what clearing replaced, so nothing is lost (see
 //!    [`offload`](crate::offload));
-//! 4. then the inner service (prefix and memo layers join here).
+//! 4. **prefix**: a configured prefix is injected *before* the plan (so it counts in the
+//!    allowance) and the cache breakpoints are marked on what is sent
+//!    ([`with_prefix`](ContextPolicyLayer::with_prefix), see [`prefix`](crate::prefix));
+//! 5. **memo**: tenant-scoped memoization of the prepared request, off unless
+//!    [`with_memo`](ContextPolicyLayer::with_memo) (see [`memo`](crate::memo));
+//! 6. then the inner service.
+//!
+//! When the policy sets no `max_tokens` or `context_window`, the ceiling is the model's
+//! window from the [`catalog`](crate::catalog) (then 32,000).
 //!
 //! When nothing has to be stored the inner call is made straight away, with no
 //! allocation; otherwise the stores are written first (clone-and-swap, so the ready

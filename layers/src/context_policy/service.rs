@@ -4,18 +4,24 @@ use std::task::{Context, Poll};
 use tower::{Service, ServiceExt};
 
 use crate::BoxError;
+use crate::catalog::Catalog;
 use crate::fit::{self, Stages};
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
 use crate::message::Message;
 use crate::offload::prepare::{Prepared, offload_request, store_all};
 use crate::offload::{ArtifactReader, READ_ARTIFACT_TOOL, ResponseFuture};
 use crate::policy::ContextPolicy;
+use crate::prefix::PrefixLayer;
 use crate::request::{ChatRequest, ChatResponse};
 use crate::store::ArtifactStore;
 
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) policy: ContextPolicy,
+    /// Injects the configured prefix (before planning) and marks breakpoints (after).
+    pub(crate) prefix: PrefixLayer,
+    /// Context windows (when the policy sets no ceiling) and cache minimums.
+    pub(crate) catalog: Arc<Catalog>,
     pub(crate) store: Arc<dyn ArtifactStore>,
     pub(crate) reader: ArtifactReader,
     pub(crate) auto_resolve: Option<usize>,
@@ -59,16 +65,24 @@ impl<S, P> ContextPolicyService<S, P> {
     }
 }
 
-/// Fits, then offloads: the whole synchronous part of preparation.
-fn prepare(req: ChatRequest, policy: &ContextPolicy) -> Result<Prepared, BoxError> {
-    let fitted = fit::prepare(req, policy, Stages::ALL)?;
-    offload_request(
+/// The whole synchronous part of preparation: inject the prefix (so the plan counts
+/// it), fit, offload, then mark the cache breakpoints on what will be sent.
+fn prepare(mut req: ChatRequest, shared: &Shared) -> Result<Prepared, BoxError> {
+    shared.prefix.inject(&mut req);
+    let window = shared.catalog.context_window(&req.model);
+    if let Some(window) = window {
+        shared.policy.validate_window(window)?;
+    }
+    let fitted = fit::prepare(req, &shared.policy, Stages::ALL, window)?;
+    let mut prepared = offload_request(
         fitted.req,
         fitted.report,
         fitted.displaced,
-        policy,
+        &shared.policy,
         fitted.reserved_tool,
-    )
+    )?;
+    shared.prefix.mark(&mut prepared.req);
+    Ok(prepared)
 }
 
 /// Whether the reply asks only for artifact pages.
@@ -92,7 +106,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let prepared = match prepare(req, &self.shared.policy) {
+        let prepared = match prepare(req, &self.shared) {
             Ok(p) => p,
             Err(e) => return ResponseFuture::failed(e),
         };
@@ -140,7 +154,7 @@ where
                     resolved.push(answer);
                 }
                 // The pages may not fit with the rest: prepare again.
-                prepared = prepare(req, &shared.policy)?;
+                prepared = prepare(req, &shared)?;
                 round += 1;
             }
             _ => {

@@ -76,8 +76,9 @@ pub(crate) fn prepare(
     mut req: ChatRequest,
     policy: &ContextPolicy,
     stages: Stages,
+    model_window: Option<usize>,
 ) -> Result<Fitted, ContextLimitError> {
-    let planned = plan::plan(&req, policy, stages)?;
+    let planned = plan::plan(&req, policy, stages, model_window)?;
     let reserved_tool = planned.reserved_tool;
     let report = planned.report.clone();
     let mut displaced = Vec::new();
@@ -152,7 +153,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        match prepare(req, &self.policy, self.stages) {
+        match prepare(req, &self.policy, self.stages, None) {
             Ok(fitted) => ResponseFuture::inner(self.inner.call(fitted.req), fitted.report),
             Err(limit) => ResponseFuture::limit(limit),
         }

@@ -113,6 +113,7 @@ pub(crate) fn plan(
     req: &ChatRequest,
     policy: &ContextPolicy,
     stages: Stages,
+    model_window: Option<usize>,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
     let original: Vec<usize> = msgs.iter().map(estimate_one).collect();
@@ -141,7 +142,7 @@ pub(crate) fn plan(
         req,
         stages,
         layout: Layout::of(msgs),
-        allowance: policy.prompt_allowance(None),
+        allowance: policy.prompt_allowance(model_window),
         prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
         tool_tokens: estimate_tool_tokens(&req.tools),
         original,
