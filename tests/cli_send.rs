@@ -277,3 +277,88 @@ async fn bad_input_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("model"));
 }
+
+/// `--redis URL`: two separate processes share one memo (and one artifact store) through
+/// a real Redis, per tenant.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_shares_the_memo_between_processes() {
+    let url = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            panic!("REDIS_URL is not set: run `bash scripts/test.sh`, which starts a redis-server")
+        }
+    };
+    let server = openai_server(ResponseTemplate::new(200).set_body_raw(
+        common::fixture("openai-response-text.json"),
+        "application/json",
+    ))
+    .await;
+    // A tenant of its own, so an earlier run's memo in the same Redis cannot answer.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let tenant = format!("cli-{nanos}");
+    let deterministic = json!({
+        "model": "gpt-5.4",
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "When do hikes start?"}]
+    })
+    .to_string();
+    let send = |tenant: String| {
+        let (url, server_env, body) = (url.clone(), openai_env(&server), deterministic.clone());
+        async move {
+            let out = run(
+                args(&[
+                    "send",
+                    "--provider",
+                    "openai",
+                    "--redis",
+                    &url,
+                    "--tenant",
+                    &tenant,
+                    "-",
+                ]),
+                server_env,
+                body,
+            )
+            .await;
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout_json(&out)
+        }
+    };
+    let first = send(tenant.clone()).await;
+    assert_eq!(first["report"]["memo_hit"], Value::Null, "a provider call");
+    let second = send(tenant.clone()).await;
+    assert_eq!(second["report"]["memo_hit"], true, "answered from Redis");
+    assert_eq!(second["response"]["message"], first["response"]["message"]);
+    send(format!("{tenant}-other")).await;
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        2,
+        "one call per tenant"
+    );
+
+    // An unreachable Redis at start is bad input, and the password is never printed.
+    let out = run(
+        args(&[
+            "send",
+            "--provider",
+            "openai",
+            "--redis",
+            "redis://:hunter2@127.0.0.1:1/",
+            "-",
+        ]),
+        openai_env(&server),
+        deterministic.clone(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
+}

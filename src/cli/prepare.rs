@@ -86,7 +86,7 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
 }
 
 /// The report fields of the CLI contract, and only those.
-pub(crate) fn report_json(r: &PreparationReport) -> serde_json::Value {
+fn report_json(r: &PreparationReport) -> serde_json::Value {
     json!({
         "before_tokens": r.before_tokens,
         "after_tokens": r.after_tokens,

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use llm_context::prefix::PrefixLayer;
 use llm_context::retry::RetryPolicy;
 use llm_context::usage::{UsageLayer, UsageMeter};
 use llm_context::wire::openai::request_from_body;
@@ -17,7 +16,7 @@ use serde_json::{Value, json};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use super::input::{read_body, read_policy};
-use super::prepare::report_json;
+
 use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit};
 
 /// The exit codes, for `--help`.
@@ -63,13 +62,18 @@ pub(crate) struct SendArgs {
     /// Limit of each attempt, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
+    /// Share memoized responses and artifacts with every other process using this Redis
+    /// (`redis://[:password@]host:port/[db]`). Requests with temperature 0 are memoized.
+    #[cfg(feature = "redis")]
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// An OpenAI Chat Completions request body; `-` or nothing reads stdin.
     #[arg(value_name = "REQUEST.json")]
     request: Option<PathBuf>,
 }
 
 pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
-    let mut policy = match &args.policy {
+    let policy = match &args.policy {
         Some(path) => read_policy(path)?,
         None => ContextPolicy::default(),
     };
@@ -86,17 +90,20 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
     if let Some(s) = &args.session {
         request = request.with_session(s.as_str());
     }
-    if policy.max_tokens.is_none() && policy.context_window.is_none() {
-        // Prune to the model's real window rather than the generic default.
-        policy.context_window = catalog.context_window(&request.model);
-    }
-    let context = ContextPolicyLayer::new(policy).map_err(|e| Exit::bad_input(e.to_string()))?;
+    // The model's window from the catalog is the ceiling when the policy sets none.
+    let context = ContextPolicyLayer::new(policy)
+        .map_err(|e| Exit::bad_input(e.to_string()))?
+        .with_catalog(catalog.clone());
+    #[cfg(feature = "redis")]
+    let context = match &args.redis {
+        Some(url) => with_redis(context, url).await?,
+        None => context,
+    };
     let meter = UsageMeter::with_catalog(catalog.clone());
     let retry = RetryPolicy::default().with_max_retries(args.max_retries);
     let timeout = Duration::from_secs(args.timeout.max(1));
     let stack = ServiceBuilder::new()
         .layer(context)
-        .layer(PrefixLayer::new().with_catalog(catalog.clone()))
         .layer(UsageLayer::new(meter))
         .retry(retry);
 
@@ -115,7 +122,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         Ok(response) => {
             let out = json!({
                 "response": response_json(&response, catalog.cost(&model, &response.usage)),
-                "report": report_json(&response.report),
+                "report": serde_json::to_value(&response.report).unwrap_or_default(),
             });
             println!("{out}");
             Ok(0)
@@ -136,6 +143,21 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
             Ok(EXIT_PROVIDER)
         }
     }
+}
+
+/// The stack's artifact store and memo on Redis.
+#[cfg(feature = "redis")]
+async fn with_redis(context: ContextPolicyLayer, url: &str) -> Result<ContextPolicyLayer, Exit> {
+    use llm_context::memo::MemoLayer;
+    use llm_context::redis::RedisStores;
+    // A Redis that cannot be reached at start is a configuration error (exit 2); once
+    // connected, an outage degrades to the provider (see `memo`).
+    let stores = RedisStores::connect(url)
+        .await
+        .map_err(|e| Exit::bad_input(format!("--redis: {e}")))?;
+    Ok(context
+        .with_artifact_store(Arc::new(stores.artifacts))
+        .with_memo(MemoLayer::new(Arc::new(stores.memo))))
 }
 
 async fn dispatch<S>(service: S, request: ChatRequest) -> Result<ChatResponse, BoxError>
