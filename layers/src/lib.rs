@@ -18,8 +18,9 @@
 //!
 //! This crate has no network and no filesystem: the provider-neutral message model
 //! ([`Message`], [`ChatRequest`], [`ChatResponse`]), the token estimate ([`tokens`]),
-//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`ContextPolicyLayer`]), the
-//! [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
+//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`ContextPolicyLayer`],
+//! [`summarize`]), durable context records and memory with in-memory backends
+//! ([`durable`]), the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
 //! provider clients, durable stores and the command-line tool.
 //!
 //! The request's path, outermost first: prune → clear → offload → prefix → memo → your
@@ -30,6 +31,7 @@
 pub mod builder;
 pub mod clear;
 pub mod context_policy;
+pub mod durable;
 mod error;
 pub mod fit;
 pub mod hash;
@@ -43,6 +45,7 @@ mod report;
 pub mod request;
 mod scope;
 pub mod store;
+pub mod summarize;
 pub mod tokens;
 pub mod working;
 
@@ -58,6 +61,7 @@ pub use request::{
 };
 pub use scope::Scope;
 pub use store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};
+pub use summarize::{SummarizeLayer, SummaryBlock};
 pub use working::{
     ContextDiff, FrozenContext, MergeMode, MutationJournal, SharedContext, WorkingContext,
 };

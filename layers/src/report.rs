@@ -42,12 +42,26 @@ pub struct PreparationReport {
     /// appends them to its transcript before the response's message.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resolved_messages: Vec<crate::message::Message>,
+    /// Messages of the request folded into a summary block (by the
+    /// [`summarize`](crate::summarize) layer), whether freshly or from its cache.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub folded_messages: usize,
+    /// Requests made to the summarizer for this request (0 when a cached summary served).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub summary_calls: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl PreparationReport {
-    /// Whether anything was removed, cleared or offloaded.
+    /// Whether anything was removed, cleared, offloaded or folded.
     pub fn changed(&self) -> bool {
-        self.removed_messages > 0 || self.cleared_observations > 0 || self.offloaded_results > 0
+        self.removed_messages > 0
+            || self.cleared_observations > 0
+            || self.offloaded_results > 0
+            || self.folded_messages > 0
     }
 
     /// Folds the report of an inner layer into this (outer) one: the outer layer saw the
@@ -63,6 +77,8 @@ impl PreparationReport {
         self.offloaded_results += inner.offloaded_results;
         self.pruned_turns += inner.pruned_turns;
         self.dropped_rounds += inner.dropped_rounds;
+        self.folded_messages += inner.folded_messages;
+        self.summary_calls += inner.summary_calls;
         if self.cut.is_none() {
             self.cut = inner.cut;
         }
