@@ -21,11 +21,13 @@
 //!
 //! Everything pure lives in [`llm_context_layers`], re-exported here, so one dependency
 //! is enough. This crate adds what touches the outside world: provider wire formats
-//! ([`wire`]) and the `llm-context` command-line tool.
+//! ([`wire`]), durable stores for context records and memory ([`durable`]: SQLite, the
+//! embedded default, and Redis) and the `llm-context` command-line tool.
 #![forbid(unsafe_code)]
 
 pub use llm_context_layers::*;
 
+pub mod durable;
 pub mod wire;
 
 // The README's examples are compiled as doctests, so they cannot rot.
