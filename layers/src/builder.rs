@@ -24,6 +24,7 @@ use crate::clear::ClearLayer;
 use crate::context_policy::ContextPolicyLayer;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prune::PruneLayer;
+use crate::summarize::{SummarizeConfig, SummarizeLayer};
 
 mod sealed {
     pub trait Sealed<T> {}
@@ -48,6 +49,13 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         self,
         policy: ContextPolicy,
     ) -> Result<ServiceBuilder<Stack<ClearLayer, L>>, PolicyError>;
+
+    /// Adds [`SummarizeLayer`] (put it before [`context_policy`](Self::context_policy), so
+    /// it runs first).
+    fn summarize(
+        self,
+        config: SummarizeConfig,
+    ) -> Result<ServiceBuilder<Stack<SummarizeLayer, L>>, PolicyError>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -72,5 +80,12 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         policy: ContextPolicy,
     ) -> Result<ServiceBuilder<Stack<ClearLayer, L>>, PolicyError> {
         Ok(self.layer(ClearLayer::new(policy)?))
+    }
+
+    fn summarize(
+        self,
+        config: SummarizeConfig,
+    ) -> Result<ServiceBuilder<Stack<SummarizeLayer, L>>, PolicyError> {
+        Ok(self.layer(SummarizeLayer::new(config)?))
     }
 }
