@@ -6,10 +6,9 @@
 //! cargo bench --bench prepare
 //! ```
 
-use std::cell::RefCell;
 use std::convert::Infallible;
 use std::future::Future;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use llm_context::{
@@ -98,10 +97,11 @@ fn run(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool) {
     let req = transcript(n);
     // The inner service hands the prepared request back, so that freeing a 7 MB transcript
     // (the model's business, not preparation's) happens after the timer stops.
-    let sent: Rc<RefCell<Option<ChatRequest>>> = Rc::default();
+    // The stack needs a `Send` inner service; the lock is uncontended.
+    let sent: Arc<Mutex<Option<ChatRequest>>> = Arc::default();
     let slot = sent.clone();
     let inner = service_fn(move |req: ChatRequest| {
-        *slot.borrow_mut() = Some(req);
+        *slot.lock().unwrap() = Some(req);
         std::future::ready(Ok::<_, Infallible>(ChatResponse::new(Message::assistant(
             "ok",
         ))))
@@ -114,6 +114,6 @@ fn run(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool) {
         .with_inputs(|| req.clone())
         .bench_local_values(|req| {
             let response = poll_now(stack.call(req));
-            (response, sent.borrow_mut().take())
+            (response, sent.lock().unwrap().take())
         });
 }
