@@ -23,8 +23,8 @@
 //! ([`durable`]), the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
 //! provider clients, durable stores and the command-line tool.
 //!
-//! The request's path, outermost first: prune → clear → offload → prefix → memo → your
-//! model. Every layer can also be used alone (see [`ServiceBuilderExt`]).
+//! The request's path, outermost first: (summarize →) prune → clear → offload → prefix →
+//! memo → your model. Every layer can also be used alone (see [`ServiceBuilderExt`]).
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

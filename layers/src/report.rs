@@ -78,6 +78,11 @@ impl PreparationReport {
         self.pruned_turns += inner.pruned_turns;
         self.dropped_rounds += inner.dropped_rounds;
         self.folded_messages += inner.folded_messages;
+        // Only the layer that answers the model's reads fills this; an outer layer (the
+        // summarize layer) must hand it on, or the agent loop never sees those messages.
+        if self.resolved_messages.is_empty() {
+            self.resolved_messages = inner.resolved_messages.clone();
+        }
         self.summary_calls += inner.summary_calls;
         if self.cut.is_none() {
             self.cut = inner.cut;

@@ -518,3 +518,44 @@ async fn inner_errors_and_readiness_pass_through() {
     let err = future.await.unwrap_err();
     assert_eq!(err.to_string(), "provider down");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn outside_the_policy_layer_the_model_can_read_what_was_folded() {
+    use llm_context_layers::{ContextPolicy, ContextPolicyLayer};
+    // Asked anything after a fold, the model first reads the folded span, then quotes it.
+    let inner = MockModel::from_fn(|req| {
+        if is_summary_request(req) {
+            return MockReply::text(summary("early questions"));
+        }
+        if let Some(page) = req.messages.last().filter(|m| m.is_tool_result()) {
+            let text = page.text();
+            let found = text.contains("question 0");
+            return MockReply::text(format!("read the fold: {found}"));
+        }
+        match req.messages.iter().find_map(SummaryBlock::from_message) {
+            Some(block) => MockReply::tool_calls([ToolCall::new(
+                "r1",
+                READ_ARTIFACT_TOOL,
+                json!({"artifact_id": block.artifacts[0], "max_chars": 2_000}),
+            )]),
+            None => MockReply::text("no summary"),
+        }
+    });
+    let policy = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(100_000))
+        .unwrap()
+        .with_auto_resolve();
+    let summarize = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(4))
+        .unwrap()
+        .with_artifact_store(policy.artifact_store());
+    let stack = tower::ServiceBuilder::new()
+        .layer(summarize)
+        .layer(policy)
+        .service(inner.clone());
+    let reply = stack
+        .oneshot(ChatRequest::new("m", chat(20)))
+        .await
+        .unwrap();
+    assert_eq!(reply.message.text(), "read the fold: true");
+    assert_eq!(reply.report.resolved_messages.len(), 2);
+    assert!(reply.report.folded_messages > 0);
+}

@@ -158,7 +158,17 @@ fn compose(
     block: Option<&SummaryBlock>,
     mut report: PreparationReport,
 ) -> Result<(ChatRequest, PreparationReport), BoxError> {
-    let mut out = req.clone();
+    // Everything but the messages, which are rebuilt: one copy of the transcript, not two.
+    let mut out = ChatRequest {
+        model: req.model.clone(),
+        prefix: req.prefix.clone(),
+        messages: Vec::new(),
+        tools: req.tools.clone(),
+        params: req.params.clone(),
+        scope: req.scope.clone(),
+        session: req.session.clone(),
+        cache: req.cache,
+    };
     let mut messages = Vec::with_capacity(head.len() + 1 + req.messages.len() - end);
     messages.extend_from_slice(head);
     if let Some(block) = block {
