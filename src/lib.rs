@@ -22,9 +22,10 @@
 //! Everything pure lives in [`llm_context_layers`], re-exported here, so one dependency
 //! is enough. This crate adds what touches the outside world: provider clients
 //! ([`openai::OpenAi`] and [`anthropic::Anthropic`], features `openai` and `anthropic`,
-//! both on by default) with typed [`error`]s and a [`retry`] policy, Redis stores shared by
-//! many replicas (`redis`, a default feature), provider wire formats ([`wire`]), catalog
-//! files ([`load_catalog`]) and the `llm-context` command-line tool.
+//! both on by default) with typed [`error`]s and a [`retry`] policy, durable stores for
+//! context records and memory ([`durable`]: SQLite, the embedded default, and Redis), Redis
+//! stores shared by many replicas (`redis`), provider wire formats ([`wire`]), catalog files
+//! ([`load_catalog`]) and the `llm-context` command-line tool.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -35,6 +36,7 @@ pub mod anthropic;
 mod catalog_file;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod client;
+pub mod durable;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod error;
 #[cfg(feature = "openai")]

@@ -46,6 +46,7 @@ use crate::prefix::PrefixLayer;
 use crate::prefix_context::PrefixContext;
 use crate::prune::PruneLayer;
 use crate::store::ArtifactStore;
+use crate::summarize::{SummarizeConfig, SummarizeLayer};
 use crate::usage::{UsageLayer, UsageMeter};
 
 mod sealed {
@@ -89,6 +90,13 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
 
     /// Adds [`UsageLayer`] recording into `meter`.
     fn usage(self, meter: UsageMeter) -> ServiceBuilder<Stack<UsageLayer, L>>;
+
+    /// Adds [`SummarizeLayer`] (put it before [`context_policy`](Self::context_policy), so
+    /// it runs first).
+    fn summarize(
+        self,
+        config: SummarizeConfig,
+    ) -> Result<ServiceBuilder<Stack<SummarizeLayer, L>>, PolicyError>;
 }
 
 impl<L> sealed::Sealed<L> for ServiceBuilder<L> {}
@@ -133,5 +141,12 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
 
     fn usage(self, meter: UsageMeter) -> ServiceBuilder<Stack<UsageLayer, L>> {
         self.layer(UsageLayer::new(meter))
+    }
+
+    fn summarize(
+        self,
+        config: SummarizeConfig,
+    ) -> Result<ServiceBuilder<Stack<SummarizeLayer, L>>, PolicyError> {
+        Ok(self.layer(SummarizeLayer::new(config)?))
     }
 }

@@ -19,12 +19,13 @@
 //! This crate has no network and no filesystem: the provider-neutral message model
 //! ([`Message`], [`ChatRequest`], [`ChatResponse`]), the token estimate ([`tokens`]),
 //! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`offload`], [`prefix`],
-//! [`memo`], [`usage`], [`ContextPolicyLayer`]), the model [`catalog`] and costs,
-//! [`WorkingContext`], the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
+//! [`memo`], [`usage`], [`summarize`], [`ContextPolicyLayer`]), the model [`catalog`] and
+//! costs, [`WorkingContext`], durable context records and memory with in-memory backends
+//! ([`durable`]), the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
 //! provider clients, durable stores and the command-line tool.
 //!
-//! The request's path, outermost first: prune → clear → offload → prefix → memo → your
-//! model. Every layer can also be used alone (see [`ServiceBuilderExt`]).
+//! The request's path, outermost first: (summarize →) prune → clear → offload → prefix →
+//! memo → your model. Every layer can also be used alone (see [`ServiceBuilderExt`]).
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -32,6 +33,7 @@ pub mod builder;
 pub mod catalog;
 pub mod clear;
 pub mod context_policy;
+pub mod durable;
 mod error;
 pub mod fit;
 pub mod hash;
@@ -47,6 +49,7 @@ mod report;
 pub mod request;
 mod scope;
 pub mod store;
+pub mod summarize;
 pub mod tokens;
 pub mod usage;
 pub mod working;
@@ -66,6 +69,7 @@ pub use request::{
 };
 pub use scope::Scope;
 pub use store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};
+pub use summarize::{SummarizeLayer, SummaryBlock};
 pub use usage::{UsageLayer, UsageMeter};
 pub use working::{
     ContextDiff, FrozenContext, MergeMode, MutationJournal, SharedContext, WorkingContext,

@@ -47,12 +47,26 @@ pub struct PreparationReport {
     /// is the usage of the call that produced it, so cost accounting should skip it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub memo_hit: bool,
+    /// Messages of the request folded into a summary block (by the
+    /// [`summarize`](crate::summarize) layer), whether freshly or from its cache.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub folded_messages: usize,
+    /// Requests made to the summarizer for this request (0 when a cached summary served).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub summary_calls: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl PreparationReport {
-    /// Whether anything was removed, cleared or offloaded.
+    /// Whether anything was removed, cleared, offloaded or folded.
     pub fn changed(&self) -> bool {
-        self.removed_messages > 0 || self.cleared_observations > 0 || self.offloaded_results > 0
+        self.removed_messages > 0
+            || self.cleared_observations > 0
+            || self.offloaded_results > 0
+            || self.folded_messages > 0
     }
 
     /// A report that says only "served from the memo".
@@ -83,6 +97,13 @@ impl PreparationReport {
         self.offloaded_results += inner.offloaded_results;
         self.pruned_turns += inner.pruned_turns;
         self.dropped_rounds += inner.dropped_rounds;
+        self.folded_messages += inner.folded_messages;
+        // Only the layer that answers the model's reads fills this; an outer layer (the
+        // summarize layer) must hand it on, or the agent loop never sees those messages.
+        if self.resolved_messages.is_empty() {
+            self.resolved_messages = inner.resolved_messages.clone();
+        }
+        self.summary_calls += inner.summary_calls;
         if self.cut.is_none() {
             self.cut = inner.cut;
         }

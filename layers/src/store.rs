@@ -1,5 +1,6 @@
-//! Store traits: where artifacts (and, later, memoized responses and durable contexts) are
-//! kept. In-memory defaults live beside their layers; `llm-context` adds SQLite and Redis.
+//! Store traits: where artifacts (and memoized responses) are kept; durable contexts and
+//! memory are in [`durable`](crate::durable). In-memory defaults live beside their
+//! layers; `llm-context` adds SQLite and Redis.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -36,6 +37,8 @@ pub enum StoreErrorKind {
     Corrupt,
     /// A value is over a configured bound.
     TooLarge,
+    /// A key, id or value breaks a rule of the store (the message names it).
+    Invalid,
     /// Anything else.
     Other,
 }

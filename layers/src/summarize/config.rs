@@ -1,0 +1,141 @@
+//! When to fold, and how much the summarizer is shown.
+
+use crate::policy::{DEFAULT_MAX_TOKENS, PolicyError};
+
+/// How summary compaction behaves. Build with [`SummarizeConfig::new`] and the `with_*`
+/// setters; the layer and [`Compactor`](crate::durable::Compactor) validate it.
+///
+/// ```
+/// use llm_context_layers::summarize::SummarizeConfig;
+///
+/// let config = SummarizeConfig::new(128_000).with_compact_at(0.8).with_keep_last(20);
+/// assert_eq!(config.threshold(), 102_400);
+/// config.validate().unwrap();
+/// assert!(SummarizeConfig::new(1_000).with_compact_at(1.5).validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SummarizeConfig {
+    /// The model's context window, in tokens.
+    pub window: usize,
+    /// Fold when the estimate reaches this share of the window. Default 0.7.
+    pub compact_at: f64,
+    /// The newest messages kept verbatim, rounded up to whole turns. Default 12.
+    pub keep_last: usize,
+    /// Each folded message is clipped to this many characters in the summarizer's
+    /// prompt. Default 2,000.
+    pub clip_chars: usize,
+    /// The folded span is shown to the summarizer in at most about this many
+    /// characters: past it, each message is clipped shorter (never below 64). Default
+    /// 48,000.
+    pub span_chars: usize,
+    /// The plain-text fallback of one failed fold, at most this many characters.
+    /// Default 2,000.
+    pub fallback_chars: usize,
+    /// All fallbacks of a summary together, at most this many characters: a fold that
+    /// fails when they are full adds one short line instead. Default 8,000.
+    pub fallback_max_chars: usize,
+    /// The most `facts` a summary keeps; past it the oldest go (the folded text is
+    /// still in the artifacts). Default 200.
+    pub max_facts: usize,
+    /// The most characters of one folded span kept as an artifact. Default 1,000,000.
+    pub artifact_max_chars: usize,
+}
+
+impl Default for SummarizeConfig {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_TOKENS)
+    }
+}
+
+impl SummarizeConfig {
+    /// The defaults for a model with a `window`-token context.
+    pub fn new(window: usize) -> Self {
+        Self {
+            window,
+            compact_at: 0.7,
+            keep_last: 12,
+            clip_chars: 2_000,
+            span_chars: 48_000,
+            fallback_chars: 2_000,
+            fallback_max_chars: 8_000,
+            max_facts: 200,
+            artifact_max_chars: 1_000_000,
+        }
+    }
+
+    /// Sets `compact_at`.
+    pub fn with_compact_at(mut self, share: f64) -> Self {
+        self.compact_at = share;
+        self
+    }
+
+    /// Sets `keep_last`.
+    pub fn with_keep_last(mut self, messages: usize) -> Self {
+        self.keep_last = messages;
+        self
+    }
+
+    /// Sets `clip_chars`.
+    pub fn with_clip_chars(mut self, chars: usize) -> Self {
+        self.clip_chars = chars;
+        self
+    }
+
+    /// Sets `span_chars`.
+    pub fn with_span_chars(mut self, chars: usize) -> Self {
+        self.span_chars = chars;
+        self
+    }
+
+    /// Sets `fallback_chars` and `fallback_max_chars`.
+    pub fn with_fallback_chars(mut self, per_fold: usize, total: usize) -> Self {
+        self.fallback_chars = per_fold;
+        self.fallback_max_chars = total;
+        self
+    }
+
+    /// Sets `max_facts`.
+    pub fn with_max_facts(mut self, facts: usize) -> Self {
+        self.max_facts = facts;
+        self
+    }
+
+    /// Sets `artifact_max_chars`.
+    pub fn with_artifact_max_chars(mut self, chars: usize) -> Self {
+        self.artifact_max_chars = chars;
+        self
+    }
+
+    /// The estimate, in tokens, at which a fold is due: `compact_at × window`.
+    pub fn threshold(&self) -> usize {
+        (self.window as f64 * self.compact_at) as usize
+    }
+
+    /// Fails, naming the field, when a value cannot work.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let invalid = |field: &'static str, reason: &str| PolicyError::Invalid {
+            field,
+            reason: reason.to_owned(),
+        };
+        if self.window == 0 {
+            return Err(invalid("window", "must be greater than 0"));
+        }
+        if !(self.compact_at > 0.0 && self.compact_at <= 1.0) {
+            return Err(invalid(
+                "compact_at",
+                &format!("must be in (0, 1], got {}", self.compact_at),
+            ));
+        }
+        if self.clip_chars == 0 {
+            return Err(invalid("clip_chars", "must be greater than 0"));
+        }
+        if self.fallback_chars == 0 || self.fallback_max_chars < self.fallback_chars {
+            return Err(invalid(
+                "fallback_max_chars",
+                "must be at least fallback_chars, which must be greater than 0",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,98 @@
+//! [`SummarizeLayer`]: configuration and the stores it shares.
+
+use std::sync::Arc;
+
+use tower::Layer;
+
+use super::cache::SummaryCache;
+use super::config::SummarizeConfig;
+use super::service::Summarize;
+use crate::offload::InMemoryArtifactStore;
+use crate::policy::PolicyError;
+use crate::store::ArtifactStore;
+
+/// Folds old history into a summary written by the inner model. See the
+/// [module docs](crate::summarize).
+#[derive(Clone)]
+pub struct SummarizeLayer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What every service of one layer shares.
+pub(crate) struct Shared {
+    pub(crate) config: SummarizeConfig,
+    pub(crate) cache: SummaryCache,
+    pub(crate) store: Arc<dyn ArtifactStore>,
+}
+
+impl std::fmt::Debug for SummarizeLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SummarizeLayer")
+            .field("config", &self.shared.config)
+            .field("cache", &self.shared.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SummarizeLayer {
+    /// A layer with `config`, a cache of [`DEFAULT_SUMMARY_CACHE`](super::DEFAULT_SUMMARY_CACHE)
+    /// summaries and a default in-memory artifact store; fails when the config does not
+    /// validate.
+    pub fn new(config: SummarizeConfig) -> Result<Self, PolicyError> {
+        config.validate()?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                config,
+                cache: SummaryCache::default(),
+                store: Arc::new(InMemoryArtifactStore::default()),
+            }),
+        })
+    }
+
+    /// Keeps the folded spans in `store`. Give it the store of the
+    /// [`ContextPolicyLayer`](crate::ContextPolicyLayer) below, so that its
+    /// `read_context_artifact` handling finds them.
+    pub fn with_artifact_store(self, store: Arc<dyn ArtifactStore>) -> Self {
+        self.with_shared(|s| s.store = store)
+    }
+
+    /// Uses `cache` (shared with other layers or a [`Compactor`](crate::durable::Compactor)).
+    pub fn with_cache(self, cache: SummaryCache) -> Self {
+        self.with_shared(|s| s.cache = cache)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SummarizeConfig {
+        &self.shared.config
+    }
+
+    /// The summary cache.
+    pub fn cache(&self) -> &SummaryCache {
+        &self.shared.cache
+    }
+
+    /// The artifact store the folded spans go to.
+    pub fn artifact_store(&self) -> Arc<dyn ArtifactStore> {
+        self.shared.store.clone()
+    }
+
+    fn with_shared(self, f: impl FnOnce(&mut Shared)) -> Self {
+        let mut shared = Shared {
+            config: self.shared.config.clone(),
+            cache: self.shared.cache.clone(),
+            store: self.shared.store.clone(),
+        };
+        f(&mut shared);
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+}
+
+impl<S> Layer<S> for SummarizeLayer {
+    type Service = Summarize<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Summarize::new(inner, self.clone())
+    }
+}

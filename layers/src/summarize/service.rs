@@ -1,0 +1,203 @@
+//! The [`Summarize`] service: fold, then call the inner model.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::{Service, ServiceExt};
+
+use super::config::SummarizeConfig;
+use super::fold::{FoldWork, Step, plan};
+use super::layer::{Shared, SummarizeLayer};
+use super::prompt::summary_request;
+use super::run::{Summarized, ask, fold_block, span_text};
+use crate::BoxError;
+use crate::offload::{ResponseFuture, artifact_id};
+use crate::policy::PolicyError;
+use crate::report::PreparationReport;
+use crate::request::{ChatRequest, ChatResponse};
+use crate::store::{Artifact, ArtifactStore};
+
+/// The service of [`SummarizeLayer`].
+#[derive(Clone)]
+pub struct Summarize<S> {
+    inner: S,
+    layer: SummarizeLayer,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Summarize<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Summarize")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S> Summarize<S> {
+    /// Wraps `inner` (which is also the summarizer).
+    pub fn new(inner: S, layer: SummarizeLayer) -> Self {
+        Self { inner, layer }
+    }
+
+    /// A [`SummarizeLayer`] for `config` (see [`SummarizeLayer::new`]).
+    pub fn layer(config: SummarizeConfig) -> Result<SummarizeLayer, PolicyError> {
+        SummarizeLayer::new(config)
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the wrapper.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Summarize<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    /// Folds `request` now, whatever its size (the explicit `compact`), and returns
+    /// the request as it would be sent, with the report; the inner model is called only
+    /// to summarize. Nothing is folded when no fold point leaves `keep_last` messages.
+    pub async fn compact(
+        &self,
+        request: ChatRequest,
+    ) -> Result<(ChatRequest, PreparationReport), BoxError> {
+        let shared = &self.layer.shared;
+        match plan(request, &shared.config, &shared.cache, true)? {
+            Step::Send(req, report) => Ok((req, report)),
+            Step::Fold(work) => fold(self.inner.clone(), shared, work)
+                .await
+                .map(|(r, p, _)| (r, p)),
+        }
+    }
+}
+
+impl<S> Service<ChatRequest> for Summarize<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatResponse;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let shared = &self.layer.shared;
+        let work = match plan(req, &shared.config, &shared.cache, false) {
+            Ok(Step::Send(req, report)) => {
+                return ResponseFuture::direct(self.inner.call(req), report);
+            }
+            Ok(Step::Fold(work)) => work,
+            Err(e) => return ResponseFuture::failed(e),
+        };
+        // The ready service goes into the future; a clone stays for the next call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = shared.clone();
+        ResponseFuture::boxed(Box::pin(async move {
+            let (req, report, mut inner) = fold(inner, &shared, work).await?;
+            let ready: Result<(), BoxError> = inner.ready().await.map(|_| ()).map_err(Into::into);
+            ready?;
+            let mut response = inner.call(req).await.map_err(Into::into)?;
+            let mut ours = report;
+            ours.absorb_inner(&response.report);
+            response.report = ours;
+            Ok(response)
+        }))
+    }
+}
+
+/// Summarizes the span of `work` with `inner`, stores it as an artifact, caches the new
+/// block and composes the request. An empty summary folds nothing.
+async fn fold<S>(
+    mut inner: S,
+    shared: &Arc<Shared>,
+    work: FoldWork,
+) -> Result<(ChatRequest, PreparationReport, S), BoxError>
+where
+    S: Service<ChatRequest, Response = ChatResponse>,
+    S::Error: Into<BoxError>,
+{
+    let span = &work.req.messages[work.from..work.to];
+    let previous = work.previous.as_deref();
+    let request = summary_request(&work.req, previous, span, &shared.config);
+    let (outcome, calls) = ask(&mut inner, request).await;
+    let (req, mut report) = match &outcome {
+        Summarized::Empty => {
+            tracing::warn!(
+                target: "llm_context",
+                scope = %work.req.scope.key(),
+                session = %work.req.session,
+                "the summarizer returned an empty summary; nothing was folded"
+            );
+            work.compose(work.from, previous)?
+        }
+        outcome => {
+            if let Summarized::Failed(why) = outcome {
+                tracing::warn!(
+                    target: "llm_context",
+                    scope = %work.req.scope.key(),
+                    session = %work.req.session,
+                    reason = %why,
+                    "summary failed; folding a plain-text fallback"
+                );
+            }
+            let artifact = store_span(shared.store.as_ref(), &work.req, span, &shared.config).await;
+            let block = fold_block(previous, span, outcome, artifact, &shared.config)
+                .expect("only an empty summary folds nothing");
+            let block = Arc::new(block);
+            shared.cache.put(work.key, block.clone());
+            work.compose(work.to, Some(&block))?
+        }
+    };
+    report.summary_calls += calls;
+    Ok((req, report, inner))
+}
+
+/// Stores the folded span; its id, or `None` when the store failed (logged).
+pub(crate) async fn store_span(
+    store: &dyn ArtifactStore,
+    req: &ChatRequest,
+    span: &[crate::message::Message],
+    config: &SummarizeConfig,
+) -> Option<String> {
+    let text = span_text(span);
+    let id = artifact_id(&req.scope, &req.session, &text);
+    match store
+        .put(
+            &req.scope,
+            &req.session,
+            &id,
+            Artifact::new(&text, config.artifact_max_chars),
+        )
+        .await
+    {
+        Ok(()) => Some(id),
+        Err(e) => {
+            tracing::warn!(
+                target: "llm_context",
+                error = %e,
+                scope = %req.scope.key(),
+                session = %req.session,
+                "could not store a folded span; the summary keeps its facts only"
+            );
+            None
+        }
+    }
+}

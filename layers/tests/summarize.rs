@@ -1,0 +1,561 @@
+//! The summarize layer and the explicit compaction: fold points, placement, the
+//! summarizer's validation and fallback, the cache, and what summaries must not lose.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use llm_context_layers::mock::{MockModel, MockReply};
+use llm_context_layers::offload::{ArtifactReader, InMemoryArtifactStore, READ_ARTIFACT_TOOL};
+use llm_context_layers::summarize::{
+    MAX_SUMMARY_ATTEMPTS, SummarizeConfig, SummarizeLayer, SummaryBlock, fold_points, fold_start,
+    is_summary_message, is_summary_request, plan_fold,
+};
+use llm_context_layers::{ArtifactStore, ChatRequest, Message, PrefixContext, Scope, ToolCall};
+use serde_json::json;
+use tower::{Layer, Service, ServiceExt};
+
+fn summary(narrative: &str) -> String {
+    json!({"goals": ["keep the service up"], "decisions": [], "open": [], "facts": [],
+           "narrative": narrative})
+    .to_string()
+}
+
+/// The inner model: answers summary requests with `summarize`, anything else with "ok".
+fn model(summarize: impl Fn(&ChatRequest) -> MockReply + Send + Sync + 'static) -> MockModel {
+    MockModel::from_fn(move |req| {
+        if is_summary_request(req) {
+            summarize(req)
+        } else {
+            MockReply::text("ok")
+        }
+    })
+}
+
+fn summary_calls(model: &MockModel) -> usize {
+    model
+        .requests()
+        .iter()
+        .filter(|r| is_summary_request(r))
+        .count()
+}
+
+fn call(ids: &[&str]) -> Message {
+    Message::assistant_tool_calls(
+        "",
+        ids.iter()
+            .map(|id| ToolCall::new(*id, "read_log", json!({"id": id})))
+            .collect(),
+    )
+}
+
+/// A tool-heavy transcript with every shape that makes cutting hard: parallel calls,
+/// results sent with role `user`, a call the user interrupted (never answered), and a
+/// result that arrives after the next user request.
+fn tool_heavy() -> Vec<Message> {
+    vec![
+        Message::system("rules"),
+        Message::user("t0: why 500s?"),
+        call(&["a1", "a2"]),
+        Message::tool_result("a1", "read_log", "GET /api/orders 500"),
+        Message::tool_result("a2", "read_log", "GET /api/cart 200"),
+        call(&["b1"]),
+        Message::user("deploy 4f2a9c1 at 12:00").with_tool_call_id("b1"),
+        Message::assistant("t0: the deploy"),
+        Message::user("t1: roll back?"),
+        call(&["c1"]),
+        Message::tool_result("c1", "read_log", "rolled back"),
+        Message::assistant("t1: done"),
+        Message::user("t2: check again"),
+        call(&["d1"]),
+        Message::user("t3: hurry up"),
+        Message::tool_result("d1", "read_log", "all 200"),
+        Message::assistant("t3: all good"),
+        Message::user("t4: and the cart?"),
+        call(&["e1"]),
+        Message::tool_result("e1", "read_log", "cart fine"),
+        call(&["e2", "e3"]),
+        Message::tool_result("e2", "read_log", "x"),
+        Message::tool_result("e3", "read_log", "y"),
+        Message::assistant("t4: fine"),
+        Message::user("t5: thanks"),
+        call(&["f1"]), // the user moved on before it was answered
+        Message::user("t6: one more thing"),
+        Message::assistant("t6: sure"),
+        Message::user("t7: bye"),
+    ]
+}
+
+/// Whether cutting `messages` at `b` is allowed, by brute force over every call/result
+/// pair: the definition, independent of the linear planner.
+fn allowed_by_definition(messages: &[Message], start: usize, b: usize) -> bool {
+    if b <= start || b >= messages.len() || !messages[b].is_user_request() {
+        return false;
+    }
+    for (i, m) in messages.iter().enumerate().skip(start) {
+        for c in &m.tool_calls {
+            let results: Vec<usize> = (start..messages.len())
+                .filter(|&j| {
+                    messages[j].is_tool_result()
+                        && messages[j].tool_call_id.as_deref() == Some(&c.id)
+                })
+                .collect();
+            if i < b && results.is_empty() {
+                return false; // an unanswered call would be folded
+            }
+            if results.iter().any(|&j| (j < b) != (i < b)) {
+                return false; // a call and a result on two sides of the cut
+            }
+        }
+    }
+    true
+}
+
+/// Every call in `part` has all its results (as found in `all`) in `part`, and every
+/// result in `part` has its call there: nothing on two sides of a cut.
+fn assert_whole_pairs(all: &[Message], part: &[Message], context: &str) {
+    let results_in = |msgs: &[Message], id: &str| {
+        msgs.iter()
+            .filter(|m| m.tool_call_id.as_deref() == Some(id))
+            .count()
+    };
+    for m in part {
+        for c in &m.tool_calls {
+            assert_eq!(
+                results_in(part, &c.id),
+                results_in(all, &c.id),
+                "{} split: {context}",
+                c.id
+            );
+        }
+        if let Some(id) = &m.tool_call_id {
+            assert!(
+                part.iter()
+                    .any(|c| c.tool_calls.iter().any(|c| &c.id == id)),
+                "result {id} without its call: {context}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fold_points_are_exactly_the_cuts_the_definition_allows() {
+    let full = tool_heavy();
+    for len in 0..=full.len() {
+        let messages = &full[..len];
+        let start = fold_start(messages);
+        let expected: Vec<usize> = (0..=len)
+            .filter(|&b| allowed_by_definition(messages, start, b))
+            .collect();
+        assert_eq!(fold_points(messages, start), expected, "prefix of {len}");
+    }
+    // Past the interrupted call f1 (index 25) nothing may be folded.
+    assert_eq!(fold_points(&full, 1), vec![8, 12, 17, 24]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn every_fold_keeps_pairing_and_the_newest_messages_verbatim() {
+    let full = tool_heavy();
+    let inner = model(|_| MockReply::text(summary("folded")));
+    let mut folds = 0;
+    for len in 0..=full.len() {
+        let messages = full[..len].to_vec();
+        for keep_last in 0..=len + 1 {
+            let layer =
+                SummarizeLayer::new(SummarizeConfig::new(1_000_000).with_keep_last(keep_last))
+                    .unwrap();
+            let service = layer.layer(inner.clone());
+            let request = ChatRequest::new("m", messages.clone());
+            let (sent, report) = service.compact(request).await.unwrap();
+            let planned = plan_fold(&messages, keep_last);
+            let Some(fold) = planned else {
+                assert_eq!(sent.messages, messages, "len {len} keep_last {keep_last}");
+                continue;
+            };
+            folds += 1;
+            let context = format!("len {len} keep_last {keep_last} fold {fold:?}");
+            assert!(messages[fold.end].is_user_request(), "{context}");
+            assert!(len - fold.end >= keep_last, "{context}");
+            // The latest allowed cut: nothing later would still keep `keep_last`.
+            assert!(
+                fold_points(&messages, fold.start)
+                    .iter()
+                    .all(|&p| p <= fold.end || len - p < keep_last),
+                "{context}"
+            );
+            assert_eq!(report.folded_messages, fold.len(), "{context}");
+            // head, summary, then the rest exactly as it was.
+            assert_eq!(
+                sent.messages[..fold.start],
+                messages[..fold.start],
+                "{context}"
+            );
+            assert!(is_summary_message(&sent.messages[fold.start]), "{context}");
+            assert_eq!(
+                sent.messages[fold.start + 1..],
+                messages[fold.end..],
+                "{context}"
+            );
+            assert_whole_pairs(&messages, &sent.messages[fold.start + 1..], &context);
+            assert_whole_pairs(&messages, &messages[fold.clone()], &context);
+            assert!(
+                messages[fold.clone()]
+                    .iter()
+                    .flat_map(|m| &m.tool_calls)
+                    .all(|c| {
+                        messages[fold.clone()]
+                            .iter()
+                            .any(|m| m.tool_call_id.as_deref() == Some(&c.id))
+                    }),
+                "an unanswered call was folded: {context}"
+            );
+        }
+    }
+    assert!(folds > 100, "the sweep folded only {folds} times");
+}
+
+/// A transcript of `turns` question-and-answer turns, ~48 tokens each.
+fn chat(turns: usize) -> Vec<Message> {
+    let mut out = vec![Message::system("You are an SRE agent.")];
+    for t in 0..turns {
+        out.push(Message::user(format!(
+            "question {t}: {}",
+            "why is it slow? ".repeat(7)
+        )));
+        out.push(Message::assistant(format!(
+            "answer {t}: see /var/log/app-{t}.log"
+        )));
+    }
+    out
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_agent_resending_its_transcript_pays_for_one_summary_in_ten_turns() {
+    let inner = model(|_| MockReply::text(summary("the early questions")));
+    // Threshold 700 tokens; after the fold the request is far below it.
+    let layer = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(4)).unwrap();
+    let mut stack = layer.layer(inner.clone());
+    let mut transcript = vec![Message::system("You are an SRE agent.")];
+    let mut sent: Vec<ChatRequest> = Vec::new();
+    let mut first_fold = None;
+    for turn in 0..40 {
+        transcript.push(Message::user(format!(
+            "question {turn}: {}",
+            "why is it slow? ".repeat(7)
+        )));
+        let reply = stack
+            .ready()
+            .await
+            .unwrap()
+            .call(ChatRequest::new("m", transcript.clone()))
+            .await
+            .unwrap();
+        transcript.push(reply.message);
+        sent.push(inner.last_request().unwrap());
+        if first_fold.is_none() && reply.report.folded_messages > 0 {
+            first_fold = Some(turn);
+            assert_eq!(reply.report.summary_calls, 1);
+        }
+        if let Some(first) = first_fold
+            && turn == first + 10
+        {
+            break;
+        }
+    }
+    let first = first_fold.expect("the transcript never crossed the threshold");
+    assert!(
+        first > 5,
+        "folded too early to test anything (turn {first})"
+    );
+    assert_eq!(
+        summary_calls(&inner),
+        1,
+        "one summary for the ten turns after the fold"
+    );
+    // After the fold every request repeats the previous one byte for byte, then adds.
+    for pair in sent[first..].windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        let before_bytes = serde_json::to_string(&before.messages).unwrap();
+        let after_bytes = serde_json::to_string(&after.messages[..before.messages.len()]).unwrap();
+        assert_eq!(before_bytes, after_bytes);
+        assert!(is_summary_message(&after.messages[1]));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_under_the_threshold_goes_untouched() {
+    let inner = model(|_| MockReply::text(summary("never")));
+    let layer = SummarizeLayer::new(SummarizeConfig::new(100_000)).unwrap();
+    let request = ChatRequest::new("m", chat(10));
+    let reply = layer
+        .layer(inner.clone())
+        .oneshot(request.clone())
+        .await
+        .unwrap();
+    assert_eq!(inner.last_request().unwrap(), request);
+    assert_eq!(
+        (reply.report.folded_messages, summary_calls(&inner)),
+        (0, 0)
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_block_sits_right_after_the_prefix_and_names_its_artifact() {
+    let inner = model(|_| MockReply::text(summary("folded")));
+    let store = Arc::new(InMemoryArtifactStore::default());
+    let layer = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(2))
+        .unwrap()
+        .with_artifact_store(store.clone());
+    let mut messages = vec![Message::system("tenant rules")];
+    messages.extend(chat(20).into_iter().skip(1));
+    let prefix = Arc::new(PrefixContext::new("You are an SRE agent."));
+    let request = ChatRequest::new("m", messages.clone())
+        .with_prefix(prefix.clone())
+        .with_scope(Scope::org("acme"))
+        .with_session("s1");
+    layer.layer(inner.clone()).oneshot(request).await.unwrap();
+    let sent = inner.last_request().unwrap();
+    assert_eq!(sent.prefix, Some(prefix));
+    assert_eq!(sent.messages[0], messages[0]);
+    let block = SummaryBlock::from_message(&sent.messages[1]).expect("the block is second");
+    assert_eq!(sent.messages[2..], messages[messages.len() - 2..]);
+    assert_eq!(block.artifacts.len(), 1);
+    assert!(sent.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL));
+    assert!(
+        store
+            .get(&Scope::org("acme"), "s1", &block.artifacts[0])
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn identifiers_are_kept_without_the_model_and_the_span_is_pageable() {
+    // The model's summary has no facts at all.
+    let inner = model(|_| {
+        MockReply::text(
+            json!({"goals": [], "decisions": [], "open": [], "facts": [],
+                   "narrative": "Looked at logs."})
+            .to_string(),
+        )
+    });
+    let store = Arc::new(InMemoryArtifactStore::default());
+    let layer = SummarizeLayer::new(SummarizeConfig::new(1_000_000).with_keep_last(1))
+        .unwrap()
+        .with_artifact_store(store.clone());
+    let messages = vec![
+        Message::user("ENG-4412: checkout fails"),
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::new(
+                "c1",
+                "fetch",
+                json!({"url": "https://api.example.com/v1/orders"}),
+            )],
+        ),
+        Message::tool_result(
+            "c1",
+            "fetch",
+            format!("p99 1200 ms, see /var/log/orders.log {}", "x".repeat(9_000)),
+        ),
+        Message::assistant("Slow database; commit 4f2a9c1 added a full scan."),
+        Message::user("fix it"),
+    ];
+    let (sent, _) = layer
+        .layer(inner)
+        .compact(ChatRequest::new("m", messages.clone()).with_session("s1"))
+        .await
+        .unwrap();
+    let block = SummaryBlock::from_message(&sent.messages[0]).unwrap();
+    for fact in [
+        "ENG-4412",
+        "https://api.example.com/v1/orders",
+        "1200 ms",
+        "/var/log/orders.log",
+        "4f2a9c1",
+    ] {
+        assert!(
+            block.facts.iter().any(|f| f == fact),
+            "{fact} not in {:?}",
+            block.facts
+        );
+    }
+    // Page through the artifact as the model would, 5,000 characters at a time.
+    let reader = ArtifactReader::new(store);
+    let mut text = String::new();
+    let mut offset = json!(0);
+    while !offset.is_null() {
+        let page = reader
+            .read(
+                &Scope::default(),
+                "s1",
+                &json!({"artifact_id": block.artifacts[0], "offset": offset, "max_chars": 5_000}),
+            )
+            .await;
+        text.push_str(page["text"].as_str().expect("a page"));
+        offset = page["next_offset"].clone();
+    }
+    let folded: Vec<Message> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(folded, messages[..4]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_empty_summary_folds_nothing_and_is_not_cached() {
+    let inner = model(|_| {
+        MockReply::text(
+            json!({"goals": [], "decisions": [" "], "open": [], "facts": [], "narrative": ""})
+                .to_string(),
+        )
+    });
+    let layer = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(4)).unwrap();
+    let request = ChatRequest::new("m", chat(20));
+    for round in 1..=2 {
+        let reply = layer
+            .layer(inner.clone())
+            .oneshot(request.clone())
+            .await
+            .unwrap();
+        assert_eq!(reply.report.folded_messages, 0);
+        assert_eq!(inner.last_request().unwrap(), request, "history kept whole");
+        assert_eq!(summary_calls(&inner), round, "asked again next time");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_failing_summarizer_folds_a_bounded_fallback_once() {
+    let inner = model(|_| MockReply::Error("overloaded".into()));
+    let config = SummarizeConfig::new(1_000)
+        .with_keep_last(4)
+        .with_fallback_chars(600, 2_000);
+    let layer = SummarizeLayer::new(config).unwrap();
+    let request = ChatRequest::new("m", chat(20));
+    let reply = layer
+        .layer(inner.clone())
+        .oneshot(request.clone())
+        .await
+        .unwrap();
+    assert_eq!(reply.report.summary_calls, 1, "an error is not retried");
+    assert!(reply.report.folded_messages > 0);
+    let block = SummaryBlock::from_message(&inner.last_request().unwrap().messages[1]).unwrap();
+    assert!(block.fallback.starts_with("["), "{}", block.fallback);
+    assert!(block.fallback.contains("question 0"));
+    assert!(block.fallback.chars().count() <= 600);
+    assert!(block.facts.iter().any(|f| f == "/var/log/app-0.log"));
+    // The fallback fold is cached like a summary: the same request costs nothing more.
+    layer.layer(inner.clone()).oneshot(request).await.unwrap();
+    assert_eq!(summary_calls(&inner), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn invalid_answers_are_asked_again_twice_then_fall_back() {
+    let inner = model(|_| MockReply::text("Sure! Here is the summary: the user wants speed."));
+    let layer = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(4)).unwrap();
+    let reply = layer
+        .layer(inner.clone())
+        .oneshot(ChatRequest::new("m", chat(20)))
+        .await
+        .unwrap();
+    assert_eq!(MAX_SUMMARY_ATTEMPTS, 3);
+    assert_eq!(reply.report.summary_calls, 3);
+    let asks: Vec<ChatRequest> = inner
+        .requests()
+        .into_iter()
+        .filter(is_summary_request)
+        .collect();
+    assert_eq!(asks.len(), 3);
+    // Each retry carries the invalid answer and what was wrong with it.
+    assert_eq!(asks[1].messages.len(), 4);
+    assert!(
+        asks[1].messages[3]
+            .text()
+            .contains("not valid: it is not one JSON object")
+    );
+    assert_eq!(asks[2].messages.len(), 6);
+    let block = SummaryBlock::from_message(&inner.last_request().unwrap().messages[1]).unwrap();
+    assert!(!block.fallback.is_empty() && block.narrative.is_empty());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn one_invalid_answer_then_a_valid_one_is_a_summary() {
+    let answers = Arc::new(AtomicUsize::new(0));
+    let inner = model(move |_| {
+        if answers.fetch_add(1, Ordering::SeqCst) == 0 {
+            MockReply::text(r#"{"goals": "not a list"}"#)
+        } else {
+            MockReply::text(format!("```json\n{}\n```", summary("second try")))
+        }
+    });
+    let layer = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(4)).unwrap();
+    let reply = layer
+        .layer(inner.clone())
+        .oneshot(ChatRequest::new("m", chat(20)))
+        .await
+        .unwrap();
+    assert_eq!(reply.report.summary_calls, 2);
+    let block = SummaryBlock::from_message(&inner.last_request().unwrap().messages[1]).unwrap();
+    assert_eq!(
+        (block.narrative.as_str(), block.fallback.as_str()),
+        ("second try", "")
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn inner_errors_and_readiness_pass_through() {
+    use tokio_test::{assert_pending, assert_ready_ok};
+    let layer = SummarizeLayer::new(SummarizeConfig::new(1_000_000)).unwrap();
+    let (mut service, mut handle) =
+        tower_test::mock::spawn_layer::<ChatRequest, llm_context_layers::ChatResponse, _>(layer);
+    handle.allow(0);
+    assert_pending!(service.poll_ready());
+    handle.allow(1);
+    assert_ready_ok!(service.poll_ready());
+    let future = service.call(ChatRequest::new("m", chat(2)));
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_error("provider down");
+    let err = future.await.unwrap_err();
+    assert_eq!(err.to_string(), "provider down");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn outside_the_policy_layer_the_model_can_read_what_was_folded() {
+    use llm_context_layers::{ContextPolicy, ContextPolicyLayer};
+    // Asked anything after a fold, the model first reads the folded span, then quotes it.
+    let inner = MockModel::from_fn(|req| {
+        if is_summary_request(req) {
+            return MockReply::text(summary("early questions"));
+        }
+        if let Some(page) = req.messages.last().filter(|m| m.is_tool_result()) {
+            let text = page.text();
+            let found = text.contains("question 0");
+            return MockReply::text(format!("read the fold: {found}"));
+        }
+        match req.messages.iter().find_map(SummaryBlock::from_message) {
+            Some(block) => MockReply::tool_calls([ToolCall::new(
+                "r1",
+                READ_ARTIFACT_TOOL,
+                json!({"artifact_id": block.artifacts[0], "max_chars": 2_000}),
+            )]),
+            None => MockReply::text("no summary"),
+        }
+    });
+    let policy = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(100_000))
+        .unwrap()
+        .with_auto_resolve();
+    let summarize = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(4))
+        .unwrap()
+        .with_artifact_store(policy.artifact_store());
+    let stack = tower::ServiceBuilder::new()
+        .layer(summarize)
+        .layer(policy)
+        .service(inner.clone());
+    let reply = stack
+        .oneshot(ChatRequest::new("m", chat(20)))
+        .await
+        .unwrap();
+    assert_eq!(reply.message.text(), "read the fold: true");
+    assert_eq!(reply.report.resolved_messages.len(), 2);
+    assert!(reply.report.folded_messages > 0);
+}

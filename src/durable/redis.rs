@@ -1,0 +1,353 @@
+//! [`RedisStore`]: context records and memory shared by every replica.
+
+use async_trait::async_trait;
+use llm_context_layers::Scope;
+use llm_context_layers::durable::{
+    ContextRecord, ContextStore, MemoryEntry, MemoryStore, check_context_id, version_conflict,
+};
+use llm_context_layers::store::{StoreError, StoreErrorKind};
+use redis::aio::ConnectionManager;
+use redis::{Cmd, RedisError};
+
+/// The key namespace when none is given.
+pub const DEFAULT_REDIS_NAMESPACE: &str = "llmctx";
+
+// Compare-and-set: commit only when the stored version is the expected one.
+// KEYS[1] the record hash; ARGV[1] expected version, ARGV[2] the encoded record.
+// Returns {1, new version} or {0, stored version}.
+const SAVE: &str = r"
+local found = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+if found ~= tonumber(ARGV[1]) then
+  return {0, found}
+end
+redis.call('HSET', KEYS[1], 'v', found + 1, 'r', ARGV[2])
+return {1, found + 1}
+";
+
+// KEYS[1] the entry hash, KEYS[2] the tenant's index; ARGV[1] the key, ARGV[2] the JSON
+// value, ARGV[3] the expiry in ms since the epoch ('' for none).
+const PUT: &str = r"
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'e', ARGV[3])
+if ARGV[3] == '' then
+  redis.call('PERSIST', KEYS[1])
+else
+  redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+end
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+return 1
+";
+
+// KEYS[1] the entry hash, KEYS[2] the index; ARGV[1] the key, ARGV[2] now.
+// Returns 1 when a live entry was removed.
+const DELETE: &str = r"
+local e = redis.call('HGET', KEYS[1], 'e')
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if not e then return 0 end
+if e ~= '' and tonumber(e) <= tonumber(ARGV[2]) then return 0 end
+return 1
+";
+
+// Listing from the tenant's sorted-set index (all scores 0, so members are in byte
+// order), never SCAN. Index members whose hash Redis has expired are removed on the way.
+// KEYS[1] the index; ARGV[1] the entry key prefix, ARGV[2] min, ARGV[3] max (ZRANGEBYLEX
+// syntax), ARGV[4] limit, ARGV[5] now. Returns a flat list: key, value, expiry, ...
+const RANGE: &str = r"
+local limit = tonumber(ARGV[4])
+local now = tonumber(ARGV[5])
+local out, stale = {}, {}
+local n, offset = 0, 0
+while n < limit do
+  local members = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', offset, 256)
+  if #members == 0 then break end
+  for _, m in ipairs(members) do
+    local f = redis.call('HMGET', ARGV[1] .. m, 'v', 'e')
+    if not f[1] then
+      stale[#stale + 1] = m
+    elseif f[2] == '' or tonumber(f[2]) > now then
+      out[#out + 1] = m
+      out[#out + 1] = f[1]
+      out[#out + 1] = f[2]
+      n = n + 1
+      if n >= limit then break end
+    end
+  end
+  offset = offset + #members
+end
+for _, m in ipairs(stale) do
+  redis.call('ZREM', KEYS[1], m)
+end
+return out
+";
+
+/// Context records and memory entries in Redis, for many replicas sharing one agent
+/// state.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::StoreError> {
+/// use llm_context::durable::{ContextRecord, ContextStore, RedisStore};
+/// use llm_context::Scope;
+///
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?.with_namespace("agents");
+/// let record = ContextRecord::new();
+/// let version = store.save(&Scope::org("acme"), "root", &record).await?;
+/// assert_eq!(version, 1);
+/// # Ok(()) }
+/// ```
+///
+/// Layout, under a namespace (default `llmctx`): a context record is the hash
+/// `NS:ctx:SCOPE:ID` (`v` the version, `r` the record); a memory entry is the hash
+/// `NS:mem:SCOPE:KEY` (`v` the JSON value, `e` the expiry) with Redis's own expiry set
+/// to the same instant, and each tenant has a sorted-set index `NS:memidx:SCOPE` that
+/// listing reads (`ZRANGEBYLEX`), so a listing costs what it returns, not the size of
+/// the keyspace. A scope key has exactly one `:`, so keys of different tenants never
+/// collide.
+///
+/// Compare-and-set, put, delete and list are Lua scripts, each atomic on the server.
+/// The listing script reads entry keys it builds itself, so it needs every key of a
+/// tenant on one node (a single Redis, or a primary with replicas; not Redis Cluster).
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    namespace: String,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `EVAL script numkeys`, to which the keys and then the arguments are added. Redis
+/// keeps compiled scripts by their hash, so sending the short text each time costs a few
+/// hundred bytes, not a compilation.
+fn eval(script: &str, keys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys);
+    cmd
+}
+
+fn redis_error(e: RedisError) -> StoreError {
+    let kind = if e.is_timeout() {
+        StoreErrorKind::Timeout
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        StoreErrorKind::Unavailable
+    } else {
+        StoreErrorKind::Other
+    };
+    // The error text names commands and kinds, never the connection URL.
+    StoreError::new(kind, format!("redis: {e}"))
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://HOST:PORT/DB`). The connection is multiplexed and
+    /// reconnects on its own; clones share it.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(|_| {
+            // The URL may carry a password: do not echo it.
+            StoreError::new(
+                StoreErrorKind::Invalid,
+                "redis: the connection URL is not valid",
+            )
+        })?;
+        let conn = ConnectionManager::new(client).await.map_err(redis_error)?;
+        Ok(Self::from_manager(conn))
+    }
+
+    /// A store over an existing connection.
+    pub fn from_manager(conn: ConnectionManager) -> Self {
+        Self {
+            conn,
+            namespace: DEFAULT_REDIS_NAMESPACE.to_owned(),
+        }
+    }
+
+    /// Puts every key under `namespace` (for several applications on one Redis).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn context_key(&self, scope: &Scope, id: &str) -> String {
+        format!("{}:ctx:{}:{id}", self.namespace, scope.key())
+    }
+
+    fn entry_prefix(&self, scope: &Scope) -> String {
+        format!("{}:mem:{}:", self.namespace, scope.key())
+    }
+
+    fn index_key(&self, scope: &Scope) -> String {
+        format!("{}:memidx:{}", self.namespace, scope.key())
+    }
+}
+
+#[async_trait]
+impl ContextStore for RedisStore {
+    async fn load(&self, scope: &Scope, id: &str) -> Result<Option<ContextRecord>, StoreError> {
+        check_context_id(id)?;
+        let mut conn = self.conn.clone();
+        let (version, bytes): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(self.context_key(scope, id))
+            .arg("v")
+            .arg("r")
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        match (version, bytes) {
+            (Some(version), Some(bytes)) => ContextRecord::decode(&bytes, version).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    async fn save(
+        &self,
+        scope: &Scope,
+        id: &str,
+        record: &ContextRecord,
+    ) -> Result<u64, StoreError> {
+        check_context_id(id)?;
+        let mut conn = self.conn.clone();
+        let (committed, version): (u8, u64) = eval(SAVE, 1)
+            .arg(self.context_key(scope, id))
+            .arg(record.version)
+            .arg(record.encode())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        if committed == 1 {
+            Ok(version)
+        } else {
+            Err(version_conflict(id, record.version, version))
+        }
+    }
+
+    async fn delete(&self, scope: &Scope, id: &str) -> Result<bool, StoreError> {
+        check_context_id(id)?;
+        let mut conn = self.conn.clone();
+        let removed: u64 = redis::cmd("DEL")
+            .arg(self.context_key(scope, id))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        Ok(removed > 0)
+    }
+}
+
+fn entry(key: String, value: &[u8], expiry: &str) -> Result<MemoryEntry, StoreError> {
+    let value = serde_json::from_slice(value).map_err(|e| {
+        StoreError::new(
+            StoreErrorKind::Corrupt,
+            format!("memory entry {key:?} does not decode: {e}"),
+        )
+    })?;
+    let expires = if expiry.is_empty() {
+        None
+    } else {
+        Some(expiry.parse::<u64>().map_err(|_| {
+            StoreError::new(
+                StoreErrorKind::Corrupt,
+                format!("memory entry {key:?} has a bad expiry {expiry:?}"),
+            )
+        })?)
+    };
+    Ok(MemoryEntry::new(key, value, expires))
+}
+
+#[async_trait]
+impl MemoryStore for RedisStore {
+    async fn put(&self, scope: &Scope, entry: MemoryEntry) -> Result<(), StoreError> {
+        let value = serde_json::to_vec(&entry.value).map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Invalid,
+                format!("value does not encode: {e}"),
+            )
+        })?;
+        let expiry = entry
+            .expires_at_ms
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let mut conn = self.conn.clone();
+        let _: i64 = eval(PUT, 2)
+            .arg(format!("{}{}", self.entry_prefix(scope), entry.key))
+            .arg(self.index_key(scope))
+            .arg(&entry.key)
+            .arg(value)
+            .arg(expiry)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        scope: &Scope,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Option<MemoryEntry>, StoreError> {
+        let mut conn = self.conn.clone();
+        let (value, expiry): (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
+            .arg(format!("{}{key}", self.entry_prefix(scope)))
+            .arg("v")
+            .arg("e")
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        let Some(value) = value else { return Ok(None) };
+        let found = entry(key.to_owned(), &value, expiry.as_deref().unwrap_or(""))?;
+        Ok((!found.is_expired(now_ms)).then_some(found))
+    }
+
+    async fn delete(&self, scope: &Scope, key: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let live: i64 = eval(DELETE, 2)
+            .arg(format!("{}{key}", self.entry_prefix(scope)))
+            .arg(self.index_key(scope))
+            .arg(key)
+            .arg(now_ms)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        Ok(live == 1)
+    }
+
+    async fn range(
+        &self,
+        scope: &Scope,
+        from: &str,
+        to: Option<&str>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<MemoryEntry>, StoreError> {
+        let min = if from.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("[{from}")
+        };
+        let max = to.map_or_else(|| "+".to_owned(), |to| format!("({to}"));
+        let mut conn = self.conn.clone();
+        let flat: Vec<Vec<u8>> = eval(RANGE, 1)
+            .arg(self.index_key(scope))
+            .arg(self.entry_prefix(scope))
+            .arg(min)
+            .arg(max)
+            .arg(limit)
+            .arg(now_ms)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        flat.chunks_exact(3)
+            .map(|c| {
+                let key = String::from_utf8_lossy(&c[0]).into_owned();
+                entry(key, &c[1], &String::from_utf8_lossy(&c[2]))
+            })
+            .collect()
+    }
+}
