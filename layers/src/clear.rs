@@ -38,7 +38,8 @@ use serde::Serialize;
 use tower::{Layer, Service};
 
 use crate::BoxError;
-use crate::fit::{Fit, ResponseFuture, Stages};
+use crate::fit::{Fit, Stages};
+pub use crate::future::ResponseFuture;
 use crate::message::Message;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::request::{ChatRequest, ChatResponse};

@@ -36,6 +36,7 @@ pub mod context_policy;
 pub mod durable;
 mod error;
 pub mod fit;
+mod future;
 pub mod hash;
 pub mod memo;
 pub mod message;

@@ -34,7 +34,8 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use crate::BoxError;
-use crate::fit::{Fit, ResponseFuture, Stages};
+use crate::fit::{Fit, Stages};
+pub use crate::future::ResponseFuture;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::request::{ChatRequest, ChatResponse};
 

@@ -1,4 +1,4 @@
-//! The composite layer: every preparation step, in order, from one [`ContextPolicy`].
+//! The composite layer: every preparation step, in order, from one [`ContextPolicy`](crate::ContextPolicy).
 //!
 //! ```
 //! use llm_context_layers::mock::MockModel;

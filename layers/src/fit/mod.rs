@@ -20,15 +20,13 @@ mod turns;
 pub(crate) use plan::{Stages, is_artifact_stub, offloadable_text};
 pub(crate) use turns::Layout;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
-use pin_project_lite::pin_project;
 use tower::Service;
 
 use crate::BoxError;
 use crate::error::ContextLimitError;
+pub use crate::future::ResponseFuture;
 use crate::offload::Displaced;
 use crate::policy::ContextPolicy;
 use crate::report::PreparationReport;
@@ -154,72 +152,8 @@ where
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         match prepare(req, &self.policy, self.stages, None) {
-            Ok(fitted) => ResponseFuture::inner(self.inner.call(fitted.req), fitted.report),
-            Err(limit) => ResponseFuture::limit(limit),
-        }
-    }
-}
-
-pin_project! {
-    /// The response future of the fitting layers: the inner call with the report attached
-    /// to its response, or a `ContextLimitError` without any inner call.
-    pub struct ResponseFuture<F> {
-        #[pin]
-        kind: Kind<F>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<F> {
-        Inner { #[pin] future: F, report: Option<PreparationReport> },
-        Limit { error: Option<ContextLimitError> },
-    }
-}
-
-impl<F> ResponseFuture<F> {
-    pub(crate) fn inner(future: F, report: PreparationReport) -> Self {
-        Self {
-            kind: Kind::Inner {
-                future,
-                report: Some(report),
-            },
-        }
-    }
-
-    pub(crate) fn limit(error: ContextLimitError) -> Self {
-        Self {
-            kind: Kind::Limit { error: Some(error) },
-        }
-    }
-}
-
-impl<F> std::fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<F, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<ChatResponse, E>>,
-    E: Into<BoxError>,
-{
-    type Output = Result<ChatResponse, BoxError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Inner { future, report } => {
-                let mut response = ready!(future.poll(cx)).map_err(Into::into)?;
-                let mut ours = report.take().unwrap_or_default();
-                ours.absorb_inner(&response.report);
-                response.report = ours;
-                Poll::Ready(Ok(response))
-            }
-            KindProj::Limit { error } => Poll::Ready(Err(match error.take() {
-                Some(e) => Box::new(e),
-                None => "ResponseFuture polled after completion".into(),
-            })),
+            Ok(fitted) => ResponseFuture::direct(self.inner.call(fitted.req), fitted.report),
+            Err(limit) => ResponseFuture::failed(Box::new(limit)),
         }
     }
 }

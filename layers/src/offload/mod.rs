@@ -60,7 +60,6 @@
 //! An unknown, evicted or other tenant's id is an error *result* the model can read,
 //! never a failed run. A store that is down is logged and the preview is sent anyway.
 
-mod future;
 mod layer;
 mod memory;
 pub(crate) mod prepare;
@@ -68,7 +67,7 @@ mod preview;
 mod rewrite;
 mod tool;
 
-pub use future::ResponseFuture;
+pub use crate::future::ResponseFuture;
 pub use layer::{Offload, OffloadLayer};
 pub use memory::{ArtifactLimits, InMemoryArtifactStore};
 pub use preview::{

@@ -1,4 +1,4 @@
-//! The response future of the layers that may do async work before the inner call.
+//! The response future of the preparing layers (prune, clear, offload, the composite).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,8 +13,9 @@ use crate::request::ChatResponse;
 type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, BoxError>> + Send>>;
 
 pin_project! {
-    /// Either the inner call straight away (nothing to store: no allocation), a boxed
-    /// sequence of store writes and inner calls, or an error without any inner call.
+    /// The response future of the preparing layers: the inner call straight away with the
+    /// report attached to its response (no allocation), a boxed sequence of store writes
+    /// and inner calls, or an error (such as `ContextLimitError`) without any inner call.
     pub struct ResponseFuture<F> {
         #[pin]
         kind: Kind<F>,
