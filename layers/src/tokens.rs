@@ -114,8 +114,9 @@ fn content_chars_of(content: &Content) -> (usize, usize) {
 /// Unicode scalar values in `s`.
 #[inline]
 pub fn char_count(s: &str) -> usize {
-    // `chars().count()` only counts non-continuation bytes; it vectorises well.
-    s.chars().count()
+    // Every byte of the transcript passes through here once per request: count the
+    // non-continuation bytes with SIMD where the CPU has it.
+    bytecount::num_chars(s.as_bytes())
 }
 
 /// The Unicode scalar values of `value` written as JSON with `", "` and `": "` separators
@@ -125,7 +126,7 @@ pub fn json_chars(value: &Value) -> usize {
         Value::Null => 4,
         Value::Bool(true) => 4,
         Value::Bool(false) => 5,
-        Value::Number(n) => n.to_string().len(),
+        Value::Number(n) => number_chars(n),
         Value::String(s) => json_string_chars(s),
         Value::Array(items) => {
             // "[" + items joined by ", " + "]"
@@ -142,10 +143,46 @@ pub fn json_chars(value: &Value) -> usize {
     }
 }
 
+/// The characters of a JSON number as `serde_json` writes it; integers without
+/// formatting them into a new string (they are most numbers in tool arguments).
+fn number_chars(n: &serde_json::Number) -> usize {
+    if let Some(u) = n.as_u64() {
+        decimal_digits(u)
+    } else if let Some(i) = n.as_i64() {
+        1 + decimal_digits(i.unsigned_abs())
+    } else {
+        n.to_string().len()
+    }
+}
+
+fn decimal_digits(mut n: u64) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
+}
+
 /// The characters of `s` written as a JSON string literal, quotes included, with the
 /// escapes `serde_json` uses (`\"`, `\\`, `\n`, … and `\u00XX` for other control
 /// characters; everything else is written as itself).
 pub fn json_string_chars(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    // Branch-free byte flags summed in u8 lanes, 255 bytes at a time, vectorise; most text
+    // needs no escape, and then ASCII is one character a byte.
+    let needs_escape: usize = bytes
+        .chunks(255)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|&b| u8::from(b < 0x20) | u8::from(b == b'"') | u8::from(b == b'\\'))
+                .sum::<u8>() as usize
+        })
+        .sum();
+    if needs_escape == 0 {
+        return 2 + char_count(s);
+    }
     let mut n = 2;
     for c in s.chars() {
         n += match c {
@@ -322,6 +359,19 @@ mod tests {
             r#"{"a": [1, "x\"y", null, false, {}], "b": "é\n"}"#.chars().count()
         );
         assert_eq!(json_chars(&json!("\u{1}")), 8);
+        for n in [
+            json!(0),
+            json!(9),
+            json!(10),
+            json!(-1),
+            json!(-10),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!(2.5),
+            json!(-0.001),
+        ] {
+            assert_eq!(json_chars(&n), n.to_string().len(), "{n}");
+        }
         assert_eq!(json_chars(&json!([])), 2);
     }
 

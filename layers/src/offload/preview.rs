@@ -77,23 +77,6 @@ pub fn cut_chars(text: &str, max_chars: usize) -> &str {
     }
 }
 
-/// [`json_string_chars`] of `s`, with a byte-level fast path for ASCII.
-fn escaped_chars(s: &str) -> usize {
-    let bytes = s.as_bytes();
-    if !bytes.is_ascii() {
-        return json_string_chars(s);
-    }
-    let extra: usize = bytes
-        .iter()
-        .map(|&b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
-            0..=0x1f => 5,
-            _ => 0,
-        })
-        .sum();
-    2 + bytes.len() + extra
-}
-
 /// The preview JSON for an offloaded `text` with artifact `id`.
 pub fn render_preview(
     id: &str,
@@ -128,7 +111,7 @@ pub fn preview_chars(
     //  "stored_chars":<n>,"artifact_truncated":<b>,"instructions":<s>}
     FIXED_CHARS
         + ARTIFACT_ID_LEN
-        + escaped_chars(preview)
+        + json_string_chars(preview)
         + bool_len(truncated)
         + digits(original_chars)
         + digits(original_chars.min(artifact_max_chars))
