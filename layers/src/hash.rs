@@ -71,10 +71,12 @@ impl StableHasher {
     }
 
     /// Feeds a JSON value in canonical form (sorted keys, no whitespace).
+    ///
+    /// Streamed straight into the hash, with no buffer: a JSON text is self-delimiting,
+    /// so it needs no length prefix to keep fields apart.
     pub fn json(&mut self, value: &Value) {
-        let mut buf = Vec::new();
-        write_canonical_json(value, &mut buf);
-        self.bytes(&buf);
+        self.inner.update(b"j");
+        write_canonical(value, &mut HashWriter(&mut self.inner));
     }
 
     /// Feeds one message: role, content, name, call id and tool calls.
@@ -132,37 +134,64 @@ impl StableHasher {
     }
 }
 
+/// An `io::Write` that feeds the hash.
+struct HashWriter<'a>(&'a mut Xxh3);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes `value` as canonical JSON: object keys sorted by their UTF-8 bytes, no
 /// whitespace, strings escaped as `serde_json` escapes them.
 pub fn write_canonical_json(value: &Value, out: &mut Vec<u8>) {
+    write_canonical(value, out);
+}
+
+/// [`write_canonical_json`] into a writer that cannot fail (a `Vec` or the hash), which
+/// is why write results are not checked.
+fn write_canonical<W: std::io::Write>(value: &Value, out: &mut W) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
+            put(out, b"{");
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    put(out, b",");
                 }
-                // Serialising a &String cannot fail.
-                serde_json::to_writer(&mut *out, k).expect("string serialises");
-                out.push(b':');
-                write_canonical_json(v, out);
+                // Serialising a string into an infallible writer cannot fail.
+                let _ = serde_json::to_writer(&mut *out, k);
+                put(out, b":");
+                write_canonical(v, out);
             }
-            out.push(b'}');
+            put(out, b"}");
         }
         Value::Array(items) => {
-            out.push(b'[');
+            put(out, b"[");
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    put(out, b",");
                 }
-                write_canonical_json(v, out);
+                write_canonical(v, out);
             }
-            out.push(b']');
+            put(out, b"]");
         }
-        scalar => serde_json::to_writer(&mut *out, scalar).expect("scalar serialises"),
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
     }
+}
+
+/// Writes bytes to a writer that never fails here (a `Vec` or the hash).
+fn put<W: std::io::Write>(out: &mut W, bytes: &[u8]) {
+    let _ = out.write_all(bytes);
 }
 
 #[cfg(test)]
