@@ -286,9 +286,10 @@ impl ContextPolicy {
         Ok(p)
     }
 
-    /// The policy as TOML.
-    pub fn to_toml(&self) -> String {
-        toml::to_string(self).expect("a policy always serialises to TOML")
+    /// The policy as TOML. Fails only for a count above `i64::MAX`, which TOML integers
+    /// cannot hold.
+    pub fn to_toml(&self) -> Result<String, PolicyError> {
+        toml::to_string(self).map_err(|e| PolicyError::Parse(e.to_string()))
     }
 }
 
@@ -368,7 +369,9 @@ mod tests {
             .with_clear_before_prune(true);
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(ContextPolicy::from_json(&json).unwrap(), p);
-        assert_eq!(ContextPolicy::from_toml(&p.to_toml()).unwrap(), p);
+        assert_eq!(ContextPolicy::from_toml(&p.to_toml().unwrap()).unwrap(), p);
+        // TOML integers are i64: a larger count is an error, not a panic.
+        assert!(ContextPolicy::default().with_max_tokens(usize::MAX).to_toml().is_err());
     }
 
     #[test]
