@@ -63,7 +63,44 @@ fn loose(bencher: divan::Bencher<'_, '_>, n: usize) {
     run(bencher, n, false);
 }
 
+/// `tight` with the input evicted from the core's private caches before each call: a
+/// 730 KB transcript just cloned sits in L2 while a 7.3 MB one cannot, so growth across
+/// sizes is compared here, with every size read from the shared cache.
+#[divan::bench(args = SIZES)]
+fn tight_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
+    run_with(bencher, n, true, true);
+}
+
+/// `loose` with the input evicted from the core's private caches (see `tight_cold`).
+#[divan::bench(args = SIZES)]
+fn loose_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
+    run_with(bencher, n, false, true);
+}
+
+/// Walks a buffer larger than any core's private caches (L1 and L2 here are at most a few
+/// MiB), so that what was touched before is no longer in them. Untimed: it runs while the
+/// input is made.
+fn evict_private_caches() {
+    const BYTES: usize = 16 << 20;
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![1; BYTES]);
+    }
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        let mut acc = 0u8;
+        for chunk in s.chunks_mut(64) {
+            chunk[0] = chunk[0].wrapping_add(1);
+            acc ^= chunk[0];
+        }
+        std::hint::black_box(acc);
+    });
+}
+
 fn run(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool) {
+    run_with(bencher, n, tight, false);
+}
+
+fn run_with(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool, cold: bool) {
     let req = transcript(n);
     // The inner service hands the prepared request back, so that freeing a 7 MB transcript
     // (the model's business, not preparation's) happens after the timer stops.
@@ -80,7 +117,13 @@ fn run(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool) {
     let report = poll_now(stack.call(req.clone())).unwrap().report;
     assert_eq!(report.changed(), tight, "{report:?}");
     bencher
-        .with_inputs(|| req.clone())
+        .with_inputs(|| {
+            let input = req.clone();
+            if cold {
+                evict_private_caches();
+            }
+            input
+        })
         .bench_local_values(|req| {
             let response = poll_now(stack.call(req));
             (response, sent.lock().unwrap().take())

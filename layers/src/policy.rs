@@ -371,7 +371,12 @@ mod tests {
         assert_eq!(ContextPolicy::from_json(&json).unwrap(), p);
         assert_eq!(ContextPolicy::from_toml(&p.to_toml().unwrap()).unwrap(), p);
         // TOML integers are i64: a larger count is an error, not a panic.
-        assert!(ContextPolicy::default().with_max_tokens(usize::MAX).to_toml().is_err());
+        assert!(
+            ContextPolicy::default()
+                .with_max_tokens(usize::MAX)
+                .to_toml()
+                .is_err()
+        );
     }
 
     #[test]
