@@ -74,13 +74,54 @@ pub fn estimate_with_content_chars(message: &Message, content_chars: usize) -> u
 
 /// The Unicode scalar values of everything a message sends as text, and its image count.
 pub fn message_chars(message: &Message) -> (usize, usize) {
-    let (mut chars, images) = content_chars_of(&message.content);
-    chars += message.name.as_deref().map_or(0, char_count);
-    chars += message.tool_call_id.as_deref().map_or(0, char_count);
-    for call in &message.tool_calls {
-        chars += char_count(&call.id) + char_count(&call.name) + json_chars(&call.arguments);
+    let sizes = MessageSize::of(message);
+    (sizes.content_chars + sizes.other_chars, sizes.images)
+}
+
+/// One measurement of a message, from which its estimate, and its estimate with other
+/// content (a preview, a stub), follow without reading the content again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageSize {
+    /// Characters of the text content.
+    pub content_chars: usize,
+    /// Characters of everything else sent as text: `name`, `tool_call_id`, tool calls.
+    pub other_chars: usize,
+    /// Image parts.
+    pub images: usize,
+    /// Tool calls.
+    pub calls: usize,
+}
+
+impl MessageSize {
+    /// Measures `message` (one pass over its text).
+    pub fn of(message: &Message) -> Self {
+        let (content_chars, images) = content_chars_of(&message.content);
+        let mut other_chars = message.name.as_deref().map_or(0, char_count)
+            + message.tool_call_id.as_deref().map_or(0, char_count);
+        for call in &message.tool_calls {
+            other_chars +=
+                char_count(&call.id) + char_count(&call.name) + json_chars(&call.arguments);
+        }
+        Self {
+            content_chars,
+            other_chars,
+            images,
+            calls: message.tool_calls.len(),
+        }
     }
-    (chars, images)
+
+    /// The message's estimate ([`estimate_one`]).
+    pub fn tokens(&self) -> usize {
+        OVERHEAD_TOKENS
+            + (self.content_chars + self.other_chars) / 4
+            + OVERHEAD_TOKENS * self.calls
+            + IMAGE_TOKENS * self.images
+    }
+
+    /// The estimate if the content were plain text of `content_chars` characters.
+    pub fn tokens_with_content(&self, content_chars: usize) -> usize {
+        OVERHEAD_TOKENS + (self.other_chars + content_chars) / 4 + OVERHEAD_TOKENS * self.calls
+    }
 }
 
 /// The estimated tokens of text on its own: `⌊chars / 4⌋`, no overhead.

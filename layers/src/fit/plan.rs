@@ -12,9 +12,7 @@ use crate::policy::ContextPolicy;
 use crate::report::PreparationReport;
 use crate::request::ChatRequest;
 use crate::store::Artifact;
-use crate::tokens::{
-    char_count, estimate_one, estimate_tool_tokens, estimate_with_content_chars, estimate_with_text,
-};
+use crate::tokens::{MessageSize, char_count, estimate_tool_tokens, estimate_with_text};
 
 /// Which reductions a planner may make, and whether it must make the request fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,28 +114,32 @@ pub(crate) fn plan(
     model_window: Option<usize>,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
-    let original: Vec<usize> = msgs.iter().map(estimate_one).collect();
+    // One pass over every message's text; the offloaded size follows from it.
+    let mut original = Vec::with_capacity(msgs.len());
+    let mut sent = Vec::with_capacity(msgs.len());
     let mut refers_already = false;
-    let sent: Vec<usize> = if stages.offload_sizing {
-        msgs.iter()
-            .zip(&original)
-            .map(|(m, &c)| match offloaded_cost(m, policy) {
-                Some(cost) => {
-                    refers_already = true;
-                    cost
-                }
-                None => {
-                    refers_already |= m.is_tool_result()
-                        && m.content
-                            .as_str()
-                            .is_some_and(|t| is_preview(t) || is_artifact_stub(t));
-                    c
-                }
-            })
-            .collect()
-    } else {
-        original.clone()
-    };
+    for m in msgs {
+        let size = MessageSize::of(m);
+        let cost = size.tokens();
+        original.push(cost);
+        if !stages.offload_sizing {
+            sent.push(cost);
+            continue;
+        }
+        match offloaded_cost(m, &size, policy) {
+            Some(offloaded) => {
+                refers_already = true;
+                sent.push(offloaded);
+            }
+            None => {
+                refers_already |= m.is_tool_result()
+                    && m.content
+                        .as_str()
+                        .is_some_and(|t| is_preview(t) || is_artifact_stub(t));
+                sent.push(cost);
+            }
+        }
+    }
     let measured = Measured {
         req,
         stages,
@@ -286,9 +288,10 @@ pub(crate) fn is_artifact_stub(text: &str) -> bool {
 }
 
 /// The cost of a tool result once offloaded, or `None` when offloading leaves it alone.
-fn offloaded_cost(m: &Message, policy: &ContextPolicy) -> Option<usize> {
+fn offloaded_cost(m: &Message, size: &MessageSize, policy: &ContextPolicy) -> Option<usize> {
     let text = offloadable_text(m, policy)?;
-    let original = char_count(text);
+    // Plain-text content: `content_chars` is the text's length, measured already.
+    let original = size.content_chars;
     if original <= policy.tool_result_max_chars {
         return None;
     }
@@ -298,7 +301,7 @@ fn offloaded_cost(m: &Message, policy: &ContextPolicy) -> Option<usize> {
         policy.tool_result_max_chars,
         policy.artifact_max_chars,
     );
-    Some(estimate_with_content_chars(m, preview))
+    Some(size.tokens_with_content(preview))
 }
 
 /// The text of a tool result that offloading may replace: plain text that is not already
