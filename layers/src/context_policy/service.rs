@@ -80,6 +80,7 @@ fn prepare(mut req: ChatRequest, shared: &Shared) -> Result<Prepared, BoxError> 
         fitted.displaced,
         &shared.policy,
         fitted.reserved_tool,
+        Some(fitted.refers),
     )?;
     shared.prefix.mark(&mut prepared.req);
     Ok(prepared)

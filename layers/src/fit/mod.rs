@@ -67,6 +67,8 @@ pub(crate) struct Fitted {
     pub(crate) displaced: Vec<Displaced>,
     /// Whether the read tool's tokens were counted in the plan.
     pub(crate) reserved_tool: bool,
+    /// Whether a kept message refers to an artifact.
+    pub(crate) refers: bool,
 }
 
 /// Plans and applies the stages to a request: the pure core of the fitting layers.
@@ -78,6 +80,7 @@ pub(crate) fn prepare(
 ) -> Result<Fitted, ContextLimitError> {
     let planned = plan::plan(&req, policy, stages, model_window)?;
     let reserved_tool = planned.reserved_tool;
+    let refers = planned.refers;
     let report = planned.report.clone();
     let mut displaced = Vec::new();
     if report.removed_messages > 0 || report.cleared_observations > 0 {
@@ -103,6 +106,7 @@ pub(crate) fn prepare(
         report,
         displaced,
         reserved_tool,
+        refers,
     })
 }
 

@@ -52,6 +52,8 @@ pub(crate) struct Plan {
     pub(crate) report: PreparationReport,
     /// Whether the read tool's tokens were counted (it may be added by offloading).
     pub(crate) reserved_tool: bool,
+    /// Whether a kept message refers to an artifact (before offloading adds more).
+    pub(crate) refers: bool,
 }
 
 impl Plan {
@@ -96,7 +98,30 @@ struct Measured<'a> {
     original: Vec<usize>,
     /// Each message's estimate as it will be sent (after offloading, when it runs).
     sent: Vec<usize>,
+    /// What each message's content already is ([`PREVIEW`], [`STUB`], [`REFERS`]), read
+    /// once while measuring: later passes over 10,000 messages must not touch every
+    /// content again.
+    marks: Vec<u8>,
     clear_order: Vec<usize>,
+}
+
+/// The content is an offload preview.
+const PREVIEW: u8 = 1;
+/// The content is a clear stub.
+const STUB: u8 = 2;
+/// The content refers to an artifact (a preview, or a stub naming one).
+const REFERS: u8 = 4;
+
+fn mark(m: &Message) -> u8 {
+    if !m.is_tool_result() {
+        return 0;
+    }
+    match m.content.as_str() {
+        Some(t) if is_preview(t) => PREVIEW | REFERS,
+        Some(t) if is_artifact_stub(t) => STUB | REFERS,
+        Some(t) if is_stub(t) => STUB,
+        _ => 0,
+    }
 }
 
 /// Plans the preparation of `req` under `policy`. Linear in the transcript: every
@@ -117,11 +142,14 @@ pub(crate) fn plan(
     // One pass over every message's text; the offloaded size follows from it.
     let mut original = Vec::with_capacity(msgs.len());
     let mut sent = Vec::with_capacity(msgs.len());
+    let mut marks = Vec::with_capacity(msgs.len());
     let mut refers_already = false;
     for m in msgs {
         let size = MessageSize::of(m);
         let cost = size.tokens();
+        let mark = mark(m);
         original.push(cost);
+        marks.push(mark);
         if !stages.offload_sizing {
             sent.push(cost);
             continue;
@@ -132,10 +160,7 @@ pub(crate) fn plan(
                 sent.push(offloaded);
             }
             None => {
-                refers_already |= m.is_tool_result()
-                    && m.content
-                        .as_str()
-                        .is_some_and(|t| is_preview(t) || is_artifact_stub(t));
+                refers_already |= mark & REFERS != 0;
                 sent.push(cost);
             }
         }
@@ -150,10 +175,11 @@ pub(crate) fn plan(
         original,
         sent,
         clear_order: if stages.clear {
-            clearable(msgs, policy)
+            clearable(msgs, policy, &marks)
         } else {
             Vec::new()
         },
+        marks,
     };
     let may_add_tool =
         stages.offload_sizing && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
@@ -265,11 +291,15 @@ fn decide(
     }
 
     report.after_tokens = total;
-    for a in &actions {
+    let mut refers = false;
+    for (a, mark) in actions.iter().zip(&m.marks) {
         match a {
-            Action::Keep => {}
+            Action::Keep => refers |= mark & REFERS != 0,
             Action::Drop => report.removed_messages += 1,
-            Action::Clear { .. } => report.cleared_observations += 1,
+            Action::Clear { stub, .. } => {
+                report.cleared_observations += 1;
+                refers |= is_artifact_stub(stub);
+            }
         }
     }
     if report.removed_messages > 0 {
@@ -279,6 +309,7 @@ fn decide(
         actions,
         report,
         reserved_tool: reserved > 0,
+        refers,
     })
 }
 
@@ -321,7 +352,7 @@ pub(crate) fn offloadable_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Op
 /// Tool results that may be cleared, oldest first: not already a stub, not among the
 /// newest `preserve_tool_results`, not answering the newest assistant message (the model
 /// has not seen those yet), and not from a `never_clear` tool.
-fn clearable(msgs: &[Message], policy: &ContextPolicy) -> Vec<usize> {
+fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8]) -> Vec<usize> {
     let last_assistant = msgs.iter().rposition(|m| m.role == crate::Role::Assistant);
     let results: Vec<usize> = msgs
         .iter()
@@ -349,9 +380,7 @@ fn clearable(msgs: &[Message], policy: &ContextPolicy) -> Vec<usize> {
         if r > results.len() - protected || last_assistant.is_some_and(|a| i > a) {
             continue;
         }
-        if let Content::Text(t) = &m.content
-            && is_stub(t)
-        {
+        if marks[i] & STUB != 0 {
             continue;
         }
         let name = tool_name(m, &call_names);

@@ -102,11 +102,11 @@ where
             before_tokens: before,
             ..PreparationReport::default()
         };
-        let mut prepared = match offload_request(req, report, Vec::new(), &self.layer.policy, false)
-        {
-            Ok(p) => p,
-            Err(e) => return ResponseFuture::failed(e),
-        };
+        let mut prepared =
+            match offload_request(req, report, Vec::new(), &self.layer.policy, false, None) {
+                Ok(p) => p,
+                Err(e) => return ResponseFuture::failed(e),
+            };
         prepared.report.after_tokens = size(&prepared.req);
         if prepared.to_store.is_empty() {
             return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);

@@ -41,20 +41,28 @@ fn refers_to_artifact(m: &Message) -> bool {
 /// Offloads oversized results of an already fitted request, and adds the read tool when
 /// anything in the request now refers to an artifact. `reserved_tool` says whether the
 /// planner counted the read tool's tokens; when the tool turns out not to be needed, the
-/// report's `after_tokens` gives them back.
+/// report's `after_tokens` gives them back. `refers` is the planner's answer to "does a
+/// kept message refer to an artifact already", when there was a planner (it read every
+/// content once; reading them all again costs a cache miss a message on long transcripts).
 pub(crate) fn offload_request(
     mut req: ChatRequest,
     mut report: PreparationReport,
     mut to_store: Vec<Displaced>,
     policy: &ContextPolicy,
     reserved_tool: bool,
+    refers: Option<bool>,
 ) -> Result<Prepared, BoxError> {
     let has_tool = check_read_tool(&req)?;
     let (scope, session) = (req.scope.clone(), req.session.clone());
     let offloaded = offload_messages(&mut req.messages, &scope, &session, policy);
+    let offloaded_any = !offloaded.is_empty();
     report.offloaded_results += offloaded.len();
     to_store.extend(offloaded);
-    let refers = req.messages.iter().any(refers_to_artifact);
+    let refers = offloaded_any
+        || match refers {
+            Some(known) => known,
+            None => req.messages.iter().any(refers_to_artifact),
+        };
     if refers && !has_tool {
         req.tools.push(read_artifact_tool());
     } else if reserved_tool && !has_tool {
