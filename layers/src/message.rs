@@ -225,6 +225,15 @@ pub struct Message {
     pub tool_calls: Vec<ToolCall>,
 }
 
+/// The end of the leading system messages of a transcript (the "head" that pruning keeps,
+/// providers cache with the prefix, and folding never touches).
+pub fn leading_system_end(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .position(|m| m.role != Role::System)
+        .unwrap_or(messages.len())
+}
+
 impl Message {
     /// A message with the given role and text.
     pub fn new(role: Role, content: impl Into<Content>) -> Self {

@@ -62,7 +62,7 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use crate::catalog::Catalog;
-use crate::message::{Message, Role};
+use crate::message::Message;
 use crate::policy::PolicyError;
 use crate::prefix_context::PrefixContext;
 use crate::request::{CacheHints, CacheTtl, ChatRequest};
@@ -259,13 +259,7 @@ pub fn plan_breakpoints(req: &ChatRequest, wanted: CacheHints, min_tokens: usize
     out
 }
 
-/// The end of the leading system messages, which providers cache with the prefix.
-pub fn leading_system_end(messages: &[Message]) -> usize {
-    messages
-        .iter()
-        .position(|m| m.role != Role::System)
-        .unwrap_or(messages.len())
-}
+pub use crate::message::leading_system_end;
 
 /// The end (exclusive) of the stable history: the index of the newest real user request,
 /// when at least one message after the leading system messages comes before it. The

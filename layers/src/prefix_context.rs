@@ -96,9 +96,20 @@ impl PrefixContext {
         out
     }
 
-    /// The estimated tokens of the rendered prefix.
+    /// The estimated tokens of the rendered prefix: the estimate of
+    /// [`as_messages`](Self::as_messages), computed without rendering (copying) it, since
+    /// every request through the stack asks.
     pub fn estimated_tokens(&self) -> usize {
-        crate::tokens::estimate_message_tokens(&self.as_messages())
+        use crate::tokens::{OVERHEAD_TOKENS, char_count, estimate_message_tokens};
+        let system = self
+            .system_prompt
+            .as_deref()
+            .map_or(0, |p| OVERHEAD_TOKENS + char_count(p) / 4);
+        // The schema block is a system message named "schema".
+        let schema = self.schema_block.as_deref().map_or(0, |s| {
+            OVERHEAD_TOKENS + (char_count(s) + "schema".len()) / 4
+        });
+        system + estimate_message_tokens(&self.grounding) + schema
     }
 
     /// A stable 128-bit hash of the prefix (the same on every build and machine), as 32
@@ -109,5 +120,33 @@ impl PrefixContext {
         h.messages(&self.grounding);
         h.opt_str(self.schema_block.as_deref());
         h.finish_hex()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::estimate_message_tokens;
+
+    #[test]
+    fn estimated_tokens_is_the_estimate_of_the_rendering() {
+        let prefixes = [
+            PrefixContext::empty(),
+            PrefixContext::new("You are a careful research assistant."),
+            PrefixContext::new("p".repeat(40_001))
+                .with_grounding(vec![
+                    Message::system("Q3 pricing"),
+                    Message::user("ctx").with_name("doc"),
+                ])
+                .with_schema_block("{\"type\": \"object\", \"é\": 1}"),
+            PrefixContext::empty().with_schema_block("s"),
+        ];
+        for p in prefixes {
+            assert_eq!(
+                p.estimated_tokens(),
+                estimate_message_tokens(&p.as_messages()),
+                "{p:?}"
+            );
+        }
     }
 }

@@ -84,11 +84,11 @@ impl PreparationReport {
     pub fn absorb_inner(&mut self, inner: &PreparationReport) {
         self.memo_hit |= inner.memo_hit;
         // A memo hit alone is no preparation: it must not reset `after_tokens`.
-        let prepared = PreparationReport {
-            memo_hit: false,
-            ..inner.clone()
+        let nothing = PreparationReport {
+            memo_hit: inner.memo_hit,
+            ..PreparationReport::default()
         };
-        if prepared == PreparationReport::default() {
+        if *inner == nothing {
             return;
         }
         self.after_tokens = inner.after_tokens;

@@ -196,7 +196,7 @@ fn number_chars(n: &serde_json::Number) -> usize {
     }
 }
 
-fn decimal_digits(mut n: u64) -> usize {
+pub(crate) fn decimal_digits(mut n: u64) -> usize {
     let mut d = 1;
     while n >= 10 {
         n /= 10;

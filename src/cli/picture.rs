@@ -5,7 +5,7 @@ use std::fmt::Write;
 use llm_context::clear::is_stub;
 use llm_context::offload::is_preview;
 use llm_context::tokens::{estimate_one, estimate_tool_tokens};
-use llm_context::{ChatRequest, ContextLimitError, ContextPolicy, PreparationReport, Role};
+use llm_context::{ChatRequest, ContextLimitError, ContextPolicy, PreparationReport};
 
 const WIDTH: usize = 64;
 
@@ -25,11 +25,7 @@ fn parts(req: &ChatRequest) -> Parts {
         tools: estimate_tool_tokens(&req.tools),
         ..Parts::default()
     };
-    let head_end = req
-        .messages
-        .iter()
-        .position(|m| m.role != Role::System)
-        .unwrap_or(req.messages.len());
+    let head_end = llm_context::message::leading_system_end(&req.messages);
     for (i, m) in req.messages.iter().enumerate() {
         let cost = estimate_one(m);
         let text = m.content.as_str().unwrap_or("");

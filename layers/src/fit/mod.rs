@@ -17,7 +17,7 @@
 mod plan;
 mod turns;
 
-pub(crate) use plan::{Stages, is_artifact_stub, offloadable_text};
+pub(crate) use plan::{Stages, offloadable_text, refers_to_artifact};
 pub(crate) use turns::Layout;
 
 use std::task::{Context, Poll};

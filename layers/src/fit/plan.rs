@@ -6,7 +6,7 @@ use crate::fit::turns::Layout;
 use crate::message::{Content, Message};
 use crate::offload::preview_chars;
 use crate::offload::{
-    Displaced, READ_ARTIFACT_TOOL, artifact_id, is_preview, preview_info, read_artifact_tool,
+    Displaced, READ_ARTIFACT_TOOL, artifact_id, is_preview, preview_info, read_artifact_tool_tokens,
 };
 use crate::policy::ContextPolicy;
 use crate::report::PreparationReport;
@@ -112,6 +112,11 @@ const STUB: u8 = 2;
 /// The content refers to an artifact (a preview, or a stub naming one).
 const REFERS: u8 = 4;
 
+/// Whether a message points at an artifact (a preview, or a stub naming one).
+pub(crate) fn refers_to_artifact(m: &Message) -> bool {
+    mark(m) & REFERS != 0
+}
+
 fn mark(m: &Message) -> u8 {
     if !m.is_tool_result() {
         return 0;
@@ -183,7 +188,7 @@ pub(crate) fn plan(
     };
     let may_add_tool =
         stages.offload_sizing && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
-    let tool_cost = estimate_tool_tokens(&[read_artifact_tool()]);
+    let tool_cost = read_artifact_tool_tokens();
     if may_add_tool && refers_already {
         return decide(&measured, policy, tool_cost);
     }

@@ -39,10 +39,7 @@ impl Layout {
     /// with tool calls and every tool result right after it form one round, so a call and
     /// its results always move together.
     pub(crate) fn of(messages: &[Message]) -> Self {
-        let head_end = messages
-            .iter()
-            .position(|m| m.role != crate::Role::System)
-            .unwrap_or(messages.len());
+        let head_end = crate::message::leading_system_end(messages);
         let mut turns = Vec::new();
         let mut i = head_end;
         while i < messages.len() {

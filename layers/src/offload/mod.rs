@@ -75,6 +75,7 @@ pub use preview::{
     preview_chars, preview_info, render_preview,
 };
 pub(crate) use rewrite::Displaced;
+pub(crate) use tool::read_artifact_tool_tokens;
 pub use tool::{
     ArtifactReader, DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, READ_ARTIFACT_TOOL, read_artifact_tool,
 };

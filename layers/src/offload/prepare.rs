@@ -2,16 +2,15 @@
 
 use crate::BoxError;
 use crate::error::ToolConflictError;
-use crate::fit::is_artifact_stub;
-use crate::message::{Content, Message};
-use crate::offload::preview::is_preview;
+use crate::fit::refers_to_artifact;
 use crate::offload::rewrite::{Displaced, offload_messages};
-use crate::offload::tool::{READ_ARTIFACT_TOOL, read_artifact_tool};
+use crate::offload::tool::{
+    READ_ARTIFACT_TOOL, read_artifact_tool, read_artifact_tool_ref, read_artifact_tool_tokens,
+};
 use crate::policy::ContextPolicy;
 use crate::report::PreparationReport;
 use crate::request::ChatRequest;
 use crate::store::ArtifactStore;
-use crate::tokens::estimate_tool_tokens;
 
 /// A request ready for the inner service, and what must be stored first.
 pub(crate) struct Prepared {
@@ -25,17 +24,11 @@ pub(crate) struct Prepared {
 pub(crate) fn check_read_tool(req: &ChatRequest) -> Result<bool, ToolConflictError> {
     match req.tools.iter().find(|t| t.name == READ_ARTIFACT_TOOL) {
         None => Ok(false),
-        Some(t) if *t == read_artifact_tool() => Ok(true),
+        Some(t) if t == read_artifact_tool_ref() => Ok(true),
         Some(_) => Err(ToolConflictError {
             name: READ_ARTIFACT_TOOL.to_owned(),
         }),
     }
-}
-
-/// Whether a message points at an artifact (a preview, or a stub naming one).
-fn refers_to_artifact(m: &Message) -> bool {
-    m.is_tool_result()
-        && matches!(&m.content, Content::Text(t) if is_preview(t) || is_artifact_stub(t))
 }
 
 /// Offloads oversized results of an already fitted request, and adds the read tool when
@@ -66,7 +59,7 @@ pub(crate) fn offload_request(
     if refers && !has_tool {
         req.tools.push(read_artifact_tool());
     } else if reserved_tool && !has_tool {
-        report.after_tokens -= estimate_tool_tokens(&[read_artifact_tool()]);
+        report.after_tokens -= read_artifact_tool_tokens();
     }
     Ok(Prepared {
         req,

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::hash::StableHasher;
 use crate::scope::Scope;
-use crate::tokens::{char_count, json_string_chars};
+use crate::tokens::{char_count, decimal_digits, json_string_chars};
 
 /// Every artifact id starts with this.
 pub const ARTIFACT_ID_PREFIX: &str = "art_";
@@ -113,8 +113,8 @@ pub fn preview_chars(
         + ARTIFACT_ID_LEN
         + json_string_chars(preview)
         + bool_len(truncated)
-        + digits(original_chars)
-        + digits(original_chars.min(artifact_max_chars))
+        + decimal_digits(original_chars as u64)
+        + decimal_digits(original_chars.min(artifact_max_chars) as u64)
         + bool_len(art_truncated)
         + json_string_chars(OFFLOAD_INSTRUCTIONS)
 }
@@ -123,15 +123,6 @@ const FIXED_CHARS: usize = r#"{"context_artifact":"","preview":,"preview_truncat
 
 fn bool_len(b: bool) -> usize {
     if b { 4 } else { 5 }
-}
-
-fn digits(mut n: usize) -> usize {
-    let mut d = 1;
-    while n >= 10 {
-        n /= 10;
-        d += 1;
-    }
-    d
 }
 
 #[cfg(test)]

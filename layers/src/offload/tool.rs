@@ -18,6 +18,24 @@ pub const DEFAULT_PAGE_CHARS: u64 = 6_000;
 
 /// The tool's definition, added to a request's tools when it refers to artifacts.
 pub fn read_artifact_tool() -> ToolSpec {
+    read_artifact_tool_ref().clone()
+}
+
+/// The definition, built once: every request through the composite compares against it.
+pub(crate) fn read_artifact_tool_ref() -> &'static ToolSpec {
+    static TOOL: std::sync::OnceLock<ToolSpec> = std::sync::OnceLock::new();
+    TOOL.get_or_init(build_read_artifact_tool)
+}
+
+/// The definition's estimated tokens, measured once.
+pub(crate) fn read_artifact_tool_tokens() -> usize {
+    static TOKENS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *TOKENS.get_or_init(|| {
+        crate::tokens::estimate_tool_tokens(std::slice::from_ref(read_artifact_tool_ref()))
+    })
+}
+
+fn build_read_artifact_tool() -> ToolSpec {
     ToolSpec::new(
         READ_ARTIFACT_TOOL,
         // Every request that refers to an artifact carries this: keep it short.

@@ -4,15 +4,12 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::message::{Message, Role};
+use crate::message::Message;
 
 /// Where foldable history starts: after the leading system messages (the prefix part of
 /// the tail, and any summary block already there).
 pub fn fold_start(messages: &[Message]) -> usize {
-    messages
-        .iter()
-        .position(|m| m.role != Role::System)
-        .unwrap_or(messages.len())
+    crate::message::leading_system_end(messages)
 }
 
 /// Every index `end` at which `messages[start..end]` may be folded, ascending.
