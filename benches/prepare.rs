@@ -1,6 +1,7 @@
 //! The prepare pass on generated tool-heavy transcripts of 100, 1,000 and 10,000 messages
 //! (~730 characters a message on average, one tool result in eight ~8,000 characters),
-//! with a tight policy (prunes to the floor and clears) and a loose one (nothing to do).
+//! with a tight policy (prunes to the floor and clears) and a loose one (nothing to do),
+//! beside the floor under both: the token estimate of every message and nothing else.
 //!
 //! ```text
 //! cargo bench --bench prepare
@@ -11,6 +12,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use llm_context::tokens::estimate_message_tokens;
 use llm_context::{
     ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer, Message, ToolSpec,
 };
@@ -96,6 +98,15 @@ fn evict_private_caches() {
     });
 }
 
+/// A fresh copy of `req` to time, with the core's private caches evicted when `cold`.
+fn input(req: &ChatRequest, cold: bool) -> ChatRequest {
+    let input = req.clone();
+    if cold {
+        evict_private_caches();
+    }
+    input
+}
+
 fn run(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool) {
     run_with(bencher, n, tight, false);
 }
@@ -117,15 +128,35 @@ fn run_with(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool, cold: bool) 
     let report = poll_now(stack.call(req.clone())).unwrap().report;
     assert_eq!(report.changed(), tight, "{report:?}");
     bencher
-        .with_inputs(|| {
-            let input = req.clone();
-            if cold {
-                evict_private_caches();
-            }
-            input
-        })
+        .with_inputs(|| input(&req, cold))
         .bench_local_values(|req| {
             let response = poll_now(stack.call(req));
             (response, sent.lock().unwrap().take())
+        });
+}
+
+/// The floor under `tight` and `loose`: the token estimate of every message (each
+/// message's text read once, nothing else), over the same inputs. Any preparation that
+/// reports `before_tokens` must do at least this, so its growth from 1,000 to 10,000
+/// messages is what reading the transcript alone costs on this machine.
+#[divan::bench(args = SIZES)]
+fn estimate_only(bencher: divan::Bencher<'_, '_>, n: usize) {
+    floor(bencher, n, false);
+}
+
+/// `estimate_only` with the input evicted from the core's private caches (see
+/// `tight_cold`).
+#[divan::bench(args = SIZES)]
+fn estimate_only_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
+    floor(bencher, n, true);
+}
+
+fn floor(bencher: divan::Bencher<'_, '_>, n: usize, cold: bool) {
+    let req = transcript(n);
+    bencher
+        .with_inputs(|| input(&req, cold))
+        .bench_local_values(|req| {
+            let tokens = estimate_message_tokens(&req.messages);
+            (tokens, req)
         });
 }

@@ -16,7 +16,7 @@ use llm_context_layers::{
 };
 use proptest::prelude::*;
 use serde_json::json;
-use tower::{Layer, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 fn text(max: usize) -> impl Strategy<Value = String> {
     prop_oneof![
@@ -254,6 +254,35 @@ proptest! {
                 prop_assert_eq!(limit.allowance, allowance);
                 prop_assert_eq!(limit.needed_tokens, limit.breakdown.total());
                 prop_assert_eq!(model.calls(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_reused_service_prepares_as_a_fresh_one(
+        first in prop::collection::vec(turn(), 1..7),
+        second in prop::collection::vec(turn(), 1..3),
+        policy in policy(),
+    ) {
+        // One service keeps its planner's lists between requests: a long transcript, a
+        // short one, then the long one again must each come out as from a new service.
+        let long = ChatRequest::new("m", build(&[], &first));
+        let short = ChatRequest::new("m", build(&["rules".to_string()], &second));
+        let model = MockModel::echo();
+        let mut service = ContextPolicyLayer::new(policy.clone()).unwrap().layer(model.clone());
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for req in [&long, &short, &long] {
+            let reused = rt.block_on(async {
+                service.ready().await.unwrap().call(req.clone()).await
+            });
+            let (fresh, fresh_model) = run(&policy, req.clone());
+            match (reused, fresh) {
+                (Ok(a), Ok(b)) => {
+                    prop_assert_eq!(a.report, b.report);
+                    prop_assert_eq!(model.last_request(), fresh_model.last_request());
+                }
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => prop_assert!(false, "reused {:?}, fresh {:?}", a.is_ok(), b.is_ok()),
             }
         }
     }

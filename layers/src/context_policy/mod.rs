@@ -48,6 +48,12 @@
 //!
 //! Preparation is a pure function of the request, the policy and the store contents:
 //! preparing a prepared request changes nothing.
+//!
+//! Memory: the planner's per-message lists (about 50 bytes a message) belong to the
+//! service and are reused from one request to the next, so a service keeps that much for
+//! the longest transcript it has prepared. A clone of the service starts without them.
+//! Kept messages are moved, never copied; the request's message list is compacted in
+//! place.
 
 mod layer;
 mod service;

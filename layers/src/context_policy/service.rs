@@ -5,7 +5,7 @@ use tower::{Service, ServiceExt};
 
 use crate::BoxError;
 use crate::catalog::Catalog;
-use crate::fit::{self, Stages};
+use crate::fit::{self, Scratch, Stages};
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
 use crate::message::Message;
 use crate::offload::prepare::{Prepared, offload_request, store_all};
@@ -33,6 +33,7 @@ pub(crate) struct Shared {
 pub struct ContextPolicyService<S, P = DefaultPredicate> {
     inner: Memo<S, P>,
     shared: Arc<Shared>,
+    scratch: Scratch,
 }
 
 impl<S: std::fmt::Debug, P> std::fmt::Debug for ContextPolicyService<S, P> {
@@ -46,7 +47,11 @@ impl<S: std::fmt::Debug, P> std::fmt::Debug for ContextPolicyService<S, P> {
 
 impl<S, P> ContextPolicyService<S, P> {
     pub(crate) fn new(inner: Memo<S, P>, shared: Arc<Shared>) -> Self {
-        Self { inner, shared }
+        Self {
+            inner,
+            shared,
+            scratch: Scratch::default(),
+        }
     }
 
     /// The inner service.
@@ -67,13 +72,17 @@ impl<S, P> ContextPolicyService<S, P> {
 
 /// The whole synchronous part of preparation: inject the prefix (so the plan counts
 /// it), fit, offload, then mark the cache breakpoints on what will be sent.
-fn prepare(mut req: ChatRequest, shared: &Shared) -> Result<Prepared, BoxError> {
+fn prepare(
+    mut req: ChatRequest,
+    shared: &Shared,
+    scratch: &mut Scratch,
+) -> Result<Prepared, BoxError> {
     shared.prefix.inject(&mut req);
     let window = shared.catalog.context_window(&req.model);
     if let Some(window) = window {
         shared.policy.validate_window(window)?;
     }
-    let fitted = fit::prepare(req, &shared.policy, Stages::ALL, window)?;
+    let fitted = fit::prepare(req, &shared.policy, Stages::ALL, window, scratch)?;
     let mut prepared = offload_request(
         fitted.req,
         fitted.report,
@@ -107,7 +116,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let prepared = match prepare(req, &self.shared) {
+        let prepared = match prepare(req, &self.shared, &mut self.scratch) {
             Ok(p) => p,
             Err(e) => return ResponseFuture::failed(e),
         };
@@ -131,6 +140,8 @@ where
     S::Error: Into<BoxError>,
 {
     let before_tokens = prepared.report.before_tokens;
+    // Rounds after the first prepare in this future, away from the service's scratch.
+    let mut scratch = Scratch::default();
     let mut resolved = Vec::new();
     let mut round = 0;
     loop {
@@ -155,7 +166,7 @@ where
                     resolved.push(answer);
                 }
                 // The pages may not fit with the rest: prepare again.
-                prepared = prepare(req, &shared)?;
+                prepared = prepare(req, &shared, &mut scratch)?;
                 round += 1;
             }
             _ => {

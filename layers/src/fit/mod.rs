@@ -17,7 +17,7 @@
 mod plan;
 mod turns;
 
-pub(crate) use plan::{Stages, offloadable_text, refers_to_artifact};
+pub(crate) use plan::{Scratch, Stages, offloadable_text, refers_to_artifact};
 pub(crate) use turns::Layout;
 
 use std::task::{Context, Poll};
@@ -77,15 +77,17 @@ pub(crate) fn prepare(
     policy: &ContextPolicy,
     stages: Stages,
     model_window: Option<usize>,
+    scratch: &mut Scratch,
 ) -> Result<Fitted, ContextLimitError> {
-    let planned = plan::plan(&req, policy, stages, model_window)?;
+    let planned = plan::plan(&req, policy, stages, model_window, scratch)?;
     let reserved_tool = planned.reserved_tool;
     let refers = planned.refers;
     let report = planned.report.clone();
     let mut displaced = Vec::new();
     if report.removed_messages > 0 || report.cleared_observations > 0 {
         let messages = std::mem::take(&mut req.messages);
-        (req.messages, displaced) = planned.apply(messages, policy.artifact_max_chars);
+        (req.messages, displaced) =
+            planned.apply(messages, &scratch.actions, policy.artifact_max_chars);
         tracing::info!(
             target: "llm_context",
             event = "context_compacted",
@@ -117,6 +119,7 @@ pub(crate) struct Fit<S> {
     inner: S,
     policy: ContextPolicy,
     stages: Stages,
+    scratch: Scratch,
 }
 
 impl<S> Fit<S> {
@@ -125,6 +128,7 @@ impl<S> Fit<S> {
             inner,
             policy,
             stages,
+            scratch: Scratch::default(),
         }
     }
 
@@ -155,7 +159,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        match prepare(req, &self.policy, self.stages, None) {
+        match prepare(req, &self.policy, self.stages, None, &mut self.scratch) {
             Ok(fitted) => ResponseFuture::direct(self.inner.call(fitted.req), fitted.report),
             Err(limit) => ResponseFuture::failed(Box::new(limit)),
         }

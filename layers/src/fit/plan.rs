@@ -31,24 +31,34 @@ pub(crate) struct Stages {
     pub(crate) clear_artifacts: bool,
 }
 
-/// What happens to one message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What happens to one message. One byte: the planner keeps one per message, and the
+/// details of the few cleared ones live in [`Plan::clears`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
     Keep,
     Drop,
-    /// Replace the content with this stub; `store` is the id under which the replaced
-    /// content must be stored (`None` when no store is used, or the content is a preview
-    /// whose artifact is already stored).
-    Clear {
-        stub: String,
-        store: Option<String>,
-    },
+    /// Replace the content with the stub recorded for this message in [`Plan::clears`].
+    Clear,
+}
+
+/// A cleared message's replacement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Cleared {
+    /// The message's index.
+    pub(crate) index: usize,
+    /// The stub that replaces its content.
+    pub(crate) stub: String,
+    /// The id under which the replaced content must be stored (`None` when no store is
+    /// used, or the content is a preview whose artifact is already stored).
+    pub(crate) store: Option<String>,
 }
 
 /// The outcome of planning.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    pub(crate) actions: Vec<Action>,
+    /// The messages whose action is [`Action::Clear`], by ascending index (clearing walks
+    /// oldest first; one cleared and then dropped by a later stage is not here).
+    pub(crate) clears: Vec<Cleared>,
     pub(crate) report: PreparationReport,
     /// Whether the read tool's tokens were counted (it may be added by offloading).
     pub(crate) reserved_tool: bool,
@@ -57,32 +67,69 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Applies the plan to the messages it was made for, moving kept messages (no clone).
+    /// Applies the plan to the messages it was made for, in place: kept messages move
+    /// down over dropped ones, and the list's buffer is reused rather than a new one
+    /// made. `actions` are the plan's, left in the [`Scratch`] it was made with.
     /// Returns the kept messages and the cleared contents to store.
     pub(crate) fn apply(
         self,
-        messages: Vec<Message>,
+        mut messages: Vec<Message>,
+        actions: &[Action],
         artifact_max_chars: usize,
     ) -> (Vec<Message>, Vec<Displaced>) {
-        debug_assert_eq!(messages.len(), self.actions.len());
-        let kept = self.actions.iter().filter(|a| **a != Action::Drop).count();
-        let mut out = Vec::with_capacity(kept);
+        debug_assert_eq!(messages.len(), actions.len());
+        debug_assert!(self.clears.windows(2).all(|w| w[0].index < w[1].index));
         let mut displaced = Vec::new();
-        for (mut m, action) in messages.into_iter().zip(self.actions) {
-            match action {
-                Action::Keep => out.push(m),
-                Action::Drop => {}
-                Action::Clear { stub, store } => {
-                    if let Some(id) = store {
-                        let artifact = Artifact::new(&m.content.text(), artifact_max_chars);
-                        displaced.push(Displaced { id, artifact });
-                    }
-                    m.content = Content::Text(stub);
-                    out.push(m);
-                }
+        let mut clears = self.clears.into_iter();
+        for (i, m) in messages.iter_mut().enumerate() {
+            if actions[i] != Action::Clear {
+                continue;
             }
+            let Some(Cleared { stub, store, .. }) = clears.find(|c| c.index == i) else {
+                debug_assert!(false, "message {i} is cleared without a stub");
+                continue;
+            };
+            if let Some(id) = store {
+                let artifact = Artifact::new(&m.content.text(), artifact_max_chars);
+                displaced.push(Displaced { id, artifact });
+            }
+            m.content = Content::Text(stub);
         }
-        (out, displaced)
+        let mut actions = actions.iter();
+        messages.retain(|_| actions.next() != Some(&Action::Drop));
+        (messages, displaced)
+    }
+}
+
+/// The per-message lists the planner fills on every request.
+///
+/// A service keeps one and hands it to every request it prepares, so a long transcript
+/// reuses the memory of the last one (about 50 bytes a message) rather than allocating
+/// and faulting in fresh pages each time; at 10,000 messages those page faults were about
+/// a tenth of the time. Nothing in the lists carries from one request to the next, so a
+/// clone starts empty.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    original: Vec<usize>,
+    sent: Vec<usize>,
+    marks: Vec<u8>,
+    clear_order: Vec<usize>,
+    cost: Vec<usize>,
+    layout: Layout,
+    /// The actions of the last plan made with this scratch, one per message.
+    pub(crate) actions: Vec<Action>,
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Leftovers of the last request, not state worth printing.
+        f.debug_struct("Scratch").finish_non_exhaustive()
+    }
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Self {
+        Self::default()
     }
 }
 
@@ -90,19 +137,25 @@ impl Plan {
 struct Measured<'a> {
     req: &'a ChatRequest,
     stages: Stages,
-    layout: Layout,
+    layout: &'a Layout,
     allowance: usize,
     prefix_tokens: usize,
     tool_tokens: usize,
     /// Each message's estimate as received.
-    original: Vec<usize>,
+    original: &'a [usize],
     /// Each message's estimate as it will be sent (after offloading, when it runs).
-    sent: Vec<usize>,
+    sent: &'a [usize],
     /// What each message's content already is ([`PREVIEW`], [`STUB`], [`REFERS`]), read
     /// once while measuring: later passes over 10,000 messages must not touch every
     /// content again.
-    marks: Vec<u8>,
-    clear_order: Vec<usize>,
+    marks: &'a [u8],
+    clear_order: &'a [usize],
+}
+
+/// The lists a decision writes.
+struct Decision<'a> {
+    cost: &'a mut Vec<usize>,
+    actions: &'a mut Vec<Action>,
 }
 
 /// The content is an offload preview.
@@ -142,12 +195,22 @@ pub(crate) fn plan(
     policy: &ContextPolicy,
     stages: Stages,
     model_window: Option<usize>,
+    scratch: &mut Scratch,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
+    let Scratch {
+        original,
+        sent,
+        marks,
+        clear_order,
+        cost,
+        layout,
+        actions,
+    } = scratch;
+    original.clear();
+    sent.clear();
+    marks.clear();
     // One pass over every message's text; the offloaded size follows from it.
-    let mut original = Vec::with_capacity(msgs.len());
-    let mut sent = Vec::with_capacity(msgs.len());
-    let mut marks = Vec::with_capacity(msgs.len());
     let mut refers_already = false;
     for m in msgs {
         let size = MessageSize::of(m);
@@ -170,31 +233,33 @@ pub(crate) fn plan(
             }
         }
     }
+    layout.fill(msgs);
+    clear_order.clear();
+    if stages.clear {
+        clearable(msgs, policy, marks, clear_order);
+    }
     let measured = Measured {
         req,
         stages,
-        layout: Layout::of(msgs),
+        layout,
         allowance: policy.prompt_allowance(model_window),
         prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
         tool_tokens: estimate_tool_tokens(&req.tools),
         original,
         sent,
-        clear_order: if stages.clear {
-            clearable(msgs, policy, &marks)
-        } else {
-            Vec::new()
-        },
+        clear_order,
         marks,
     };
+    let mut out = Decision { cost, actions };
     let may_add_tool =
         stages.offload_sizing && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
     let tool_cost = read_artifact_tool_tokens();
     if may_add_tool && refers_already {
-        return decide(&measured, policy, tool_cost);
+        return decide(&measured, policy, tool_cost, &mut out);
     }
-    let plan = decide(&measured, policy, 0)?;
+    let plan = decide(&measured, policy, 0, &mut out)?;
     if may_add_tool && stages.clear_artifacts && plan.report.cleared_observations > 0 {
-        return decide(&measured, policy, tool_cost);
+        return decide(&measured, policy, tool_cost, &mut out);
     }
     Ok(plan)
 }
@@ -204,14 +269,20 @@ fn decide(
     m: &Measured<'_>,
     policy: &ContextPolicy,
     reserved: usize,
+    out: &mut Decision<'_>,
 ) -> Result<Plan, ContextLimitError> {
-    let (req, stages, layout, allowance) = (m.req, m.stages, &m.layout, m.allowance);
-    let mut cost = m.sent.clone();
+    let (req, stages, layout, allowance) = (m.req, m.stages, m.layout, m.allowance);
+    let cost = &mut *out.cost;
+    cost.clear();
+    cost.extend_from_slice(m.sent);
+    let actions = &mut *out.actions;
+    actions.clear();
+    actions.resize(cost.len(), Action::Keep);
     let tool_tokens = m.tool_tokens + reserved;
     let system_tokens: usize = cost[..layout.head_end].iter().sum();
     let fixed = m.prefix_tokens + tool_tokens;
     let mut total = fixed + cost.iter().sum::<usize>();
-    let mut actions = vec![Action::Keep; cost.len()];
+    let mut clears = Vec::new();
 
     let mut report = PreparationReport {
         before_tokens: m.prefix_tokens + m.tool_tokens + m.original.iter().sum::<usize>(),
@@ -222,13 +293,23 @@ fn decide(
     if total > allowance {
         let protected_turns = policy.preserve_recent.min(layout.turns.len());
         let prunable_turns = layout.turns.len() - protected_turns;
-        let clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
+        let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
             if stages.clear {
-                clear_until_fit(req, stages, &m.clear_order, actions, cost, total, allowance);
+                let order = &m.clear_order;
+                clear_until_fit(
+                    req,
+                    stages,
+                    order,
+                    actions,
+                    &mut clears,
+                    cost,
+                    total,
+                    allowance,
+                );
             }
         };
         if policy.clear_before_prune {
-            clear(&mut actions, &mut cost, &mut total);
+            clear(actions, cost, &mut total);
         }
         if stages.prune {
             for turn in &layout.turns[..prunable_turns] {
@@ -243,13 +324,12 @@ fn decide(
             }
         }
         if !policy.clear_before_prune {
-            clear(&mut actions, &mut cost, &mut total);
+            clear(actions, cost, &mut total);
         }
         if stages.rounds && total > allowance {
             let rounds: Vec<_> = layout
-                .turns
+                .units
                 .iter()
-                .flat_map(|t| t.units.iter())
                 .filter(|u| u.is_round && actions[u.range.start] != Action::Drop)
                 .collect();
             let droppable = rounds.len().saturating_sub(policy.preserve_recent);
@@ -297,21 +377,20 @@ fn decide(
 
     report.after_tokens = total;
     let mut refers = false;
-    for (a, mark) in actions.iter().zip(&m.marks) {
+    for (a, mark) in actions.iter().zip(m.marks) {
         match a {
             Action::Keep => refers |= mark & REFERS != 0,
             Action::Drop => report.removed_messages += 1,
-            Action::Clear { stub, .. } => {
-                report.cleared_observations += 1;
-                refers |= is_artifact_stub(stub);
-            }
+            Action::Clear => report.cleared_observations += 1,
         }
     }
+    clears.retain(|c| actions[c.index] == Action::Clear);
+    refers |= clears.iter().any(|c| is_artifact_stub(&c.stub));
     if report.removed_messages > 0 {
         report.cut = (layout.head_end..cost.len()).find(|&i| actions[i] != Action::Drop);
     }
     Ok(Plan {
-        actions,
+        clears,
         report,
         reserved_tool: reserved > 0,
         refers,
@@ -357,17 +436,11 @@ pub(crate) fn offloadable_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Op
 /// Tool results that may be cleared, oldest first: not already a stub, not among the
 /// newest `preserve_tool_results`, not answering the newest assistant message (the model
 /// has not seen those yet), and not from a `never_clear` tool.
-fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8]) -> Vec<usize> {
+fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8], out: &mut Vec<usize>) {
     let last_assistant = msgs.iter().rposition(|m| m.role == crate::Role::Assistant);
-    let results: Vec<usize> = msgs
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m.is_tool_result())
-        .map(|(i, _)| i)
-        .collect();
-    let protected = policy.protected_tool_results().min(results.len());
+    let results = msgs.iter().filter(|m| m.is_tool_result()).count();
+    let protected = policy.protected_tool_results().min(results);
     let mut call_names: Vec<(&str, &str)> = Vec::new();
-    let mut out = Vec::new();
     let mut r = 0;
     for (i, m) in msgs.iter().enumerate() {
         if m.has_tool_calls() {
@@ -382,7 +455,7 @@ fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8]) -> Vec<usiz
             continue;
         }
         r += 1;
-        if r > results.len() - protected || last_assistant.is_some_and(|a| i > a) {
+        if r > results - protected || last_assistant.is_some_and(|a| i > a) {
             continue;
         }
         if marks[i] & STUB != 0 {
@@ -394,7 +467,6 @@ fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8]) -> Vec<usiz
         }
         out.push(i);
     }
-    out
 }
 
 /// The tool a result came from: its `name`, or the name of the call it answers.
@@ -405,11 +477,13 @@ pub(crate) fn tool_name<'a>(m: &'a Message, calls: &[(&'a str, &'a str)]) -> Opt
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn clear_until_fit(
     req: &ChatRequest,
     stages: Stages,
     order: &[usize],
     actions: &mut [Action],
+    clears: &mut Vec<Cleared>,
     cost: &mut [usize],
     total: &mut usize,
     allowance: usize,
@@ -437,7 +511,12 @@ fn clear_until_fit(
         if new_cost < cost[i] {
             *total -= cost[i] - new_cost;
             cost[i] = new_cost;
-            actions[i] = Action::Clear { stub, store };
+            actions[i] = Action::Clear;
+            clears.push(Cleared {
+                index: i,
+                stub,
+                store,
+            });
         }
     }
 }

@@ -20,15 +20,22 @@ pub(crate) struct Turn {
     pub(crate) range: Range<usize>,
     /// Whether `range.start` is a real user request.
     pub(crate) has_request: bool,
-    pub(crate) units: Vec<Unit>,
+    /// The turn's units, as a range of [`Layout::units`].
+    pub(crate) units: Range<usize>,
 }
 
 /// The layout of a transcript.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Units live in one flat list that turns index into, rather than a list per turn: a
+/// 10,000-message transcript has thousands of turns, and a separate allocation for each
+/// would be made and freed on every request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Layout {
     /// `messages[..head_end]` are the system messages before anything else.
     pub(crate) head_end: usize,
     pub(crate) turns: Vec<Turn>,
+    /// Every turn's units, in order.
+    pub(crate) units: Vec<Unit>,
 }
 
 impl Layout {
@@ -39,16 +46,25 @@ impl Layout {
     /// with tool calls and every tool result right after it form one round, so a call and
     /// its results always move together.
     pub(crate) fn of(messages: &[Message]) -> Self {
-        let head_end = crate::message::leading_system_end(messages);
-        let mut turns = Vec::new();
-        let mut i = head_end;
+        let mut layout = Layout::default();
+        layout.fill(messages);
+        layout
+    }
+
+    /// [`Layout::of`] into this layout's lists, reusing their memory.
+    pub(crate) fn fill(&mut self, messages: &[Message]) {
+        let (turns, units) = (&mut self.turns, &mut self.units);
+        turns.clear();
+        units.clear();
+        self.head_end = crate::message::leading_system_end(messages);
+        let mut i = self.head_end;
         while i < messages.len() {
             let start = i;
             let has_request = messages[i].is_user_request();
             if has_request {
                 i += 1;
             }
-            let mut units = Vec::new();
+            let first_unit = units.len();
             while i < messages.len() && !messages[i].is_user_request() {
                 let unit_start = i;
                 let is_round = messages[i].has_tool_calls();
@@ -66,10 +82,9 @@ impl Layout {
             turns.push(Turn {
                 range: start..i,
                 has_request,
-                units,
+                units: first_unit..units.len(),
             });
         }
-        Layout { head_end, turns }
     }
 }
 
@@ -96,8 +111,8 @@ mod tests {
         assert_eq!(layout.turns.len(), 2);
         assert_eq!(layout.turns[0].range, 1..5);
         assert_eq!(
-            layout.turns[0].units,
-            vec![
+            layout.units[layout.turns[0].units.clone()],
+            [
                 Unit {
                     range: 2..4,
                     is_round: true
