@@ -56,8 +56,8 @@ pub(crate) struct Cleared {
 /// The outcome of planning.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    /// The messages whose action is [`Action::Clear`], by ascending index (clearing walks
-    /// oldest first; one cleared and then dropped by a later stage is not here).
+    /// The messages whose action is [`Action::Clear`] (one cleared and then dropped by a
+    /// later stage is not here).
     pub(crate) clears: Vec<Cleared>,
     pub(crate) report: PreparationReport,
     /// Whether the read tool's tokens were counted (it may be added by offloading).
@@ -78,15 +78,9 @@ impl Plan {
         artifact_max_chars: usize,
     ) -> (Vec<Message>, Vec<Displaced>) {
         debug_assert_eq!(messages.len(), actions.len());
-        debug_assert!(self.clears.windows(2).all(|w| w[0].index < w[1].index));
         let mut displaced = Vec::new();
-        let mut clears = self.clears.into_iter();
-        for (i, m) in messages.iter_mut().enumerate() {
-            if actions[i] != Action::Clear {
-                continue;
-            }
-            let Some(Cleared { stub, store, .. }) = clears.find(|c| c.index == i) else {
-                debug_assert!(false, "message {i} is cleared without a stub");
+        for Cleared { index, stub, store } in self.clears {
+            let Some(m) = messages.get_mut(index) else {
                 continue;
             };
             if let Some(id) = store {
