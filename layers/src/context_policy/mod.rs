@@ -51,7 +51,9 @@
 //!
 //! Memory: the planner's per-message lists (about 50 bytes a message) belong to the
 //! service and are reused from one request to the next, so a service keeps that much for
-//! the longest transcript it has prepared. A clone of the service starts without them.
+//! the longest recent transcript; it lets them go when a request is less than a quarter
+//! as long (and they are over 65,536 messages long). A clone of the service starts
+//! without them.
 //! Kept messages are moved, never copied; the request's message list is compacted in
 //! place.
 

@@ -114,6 +114,18 @@ pub(crate) struct Scratch {
     pub(crate) actions: Vec<Action>,
 }
 
+impl Scratch {
+    /// Lets go of lists sized for a transcript far longer than `messages` (and longer than
+    /// 65,536 messages), so one huge request does not pin its memory for the life of the
+    /// service.
+    fn fit_to(&mut self, messages: usize) {
+        const ALWAYS_KEPT: usize = 1 << 16;
+        if self.original.capacity() > ALWAYS_KEPT.max(messages.saturating_mul(4)) {
+            *self = Self::default();
+        }
+    }
+}
+
 impl std::fmt::Debug for Scratch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Leftovers of the last request, not state worth printing.
@@ -192,6 +204,7 @@ pub(crate) fn plan(
     scratch: &mut Scratch,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
+    scratch.fit_to(msgs.len());
     let Scratch {
         original,
         sent,
@@ -512,5 +525,30 @@ fn clear_until_fit(
                 store,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(messages: Vec<Message>, scratch: &mut Scratch) {
+        let req = ChatRequest::new("m", messages);
+        let policy = ContextPolicy::default().with_max_tokens(100_000_000);
+        plan(&req, &policy, Stages::ALL, None, scratch).unwrap();
+    }
+
+    #[test]
+    fn scratch_keeps_its_lists_but_not_for_a_far_longer_transcript() {
+        let mut scratch = Scratch::default();
+        plan_of(vec![Message::user("x"); 70_000], &mut scratch);
+        assert!(scratch.original.capacity() >= 70_000);
+        // A transcript of similar length reuses the lists.
+        plan_of(vec![Message::user("x"); 60_000], &mut scratch);
+        assert!(scratch.original.capacity() >= 70_000);
+        // A far shorter one lets them go.
+        plan_of(vec![Message::user("x"); 10], &mut scratch);
+        assert!(scratch.original.capacity() < 70_000);
+        assert_eq!(scratch.original.len(), 10);
     }
 }
