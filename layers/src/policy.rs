@@ -63,6 +63,12 @@ pub struct ContextPolicy {
     pub max_artifacts: usize,
     /// The most characters kept per artifact; longer ones are marked truncated.
     pub artifact_max_chars: usize,
+    /// Cache-aware pruning (see [`cut`](crate::cut)): when whole turns must go, prune until
+    /// the request is at or below this many tokens rather than just under the allowance,
+    /// and keep that cut on the session's later requests while they fit. `None` (the
+    /// default): prune the minimum each time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub low_water_tokens: Option<usize>,
 }
 
 impl Default for ContextPolicy {
@@ -78,6 +84,7 @@ impl Default for ContextPolicy {
             tool_result_max_chars: 6_000,
             max_artifacts: 32,
             artifact_max_chars: 1_000_000,
+            low_water_tokens: None,
         }
     }
 }
@@ -177,6 +184,20 @@ impl ContextPolicy {
         self
     }
 
+    /// Sets `low_water_tokens`: prune to this many tokens when pruning, and keep the cut.
+    pub fn with_low_water_tokens(mut self, n: usize) -> Self {
+        self.low_water_tokens = Some(n);
+        self
+    }
+
+    /// The level pruning aims for: `low_water_tokens` when set (never above the
+    /// allowance), else the allowance.
+    pub fn prune_target(&self, model_window: Option<usize>) -> usize {
+        let allowance = self.prompt_allowance(model_window);
+        self.low_water_tokens
+            .map_or(allowance, |lw| lw.min(allowance))
+    }
+
     /// How many newest tool results are never cleared.
     pub fn protected_tool_results(&self) -> usize {
         self.preserve_tool_results.unwrap_or(self.preserve_recent)
@@ -200,7 +221,7 @@ impl ContextPolicy {
 
     /// Checks every field; the error names the first field that cannot work.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        let counts: [(&'static str, Option<usize>); 7] = [
+        let counts: [(&'static str, Option<usize>); 8] = [
             ("max_tokens", self.max_tokens),
             ("context_window", self.context_window),
             ("reserve_tokens", Some(self.reserve_tokens)),
@@ -208,6 +229,7 @@ impl ContextPolicy {
             ("preserve_tool_results", self.preserve_tool_results),
             ("tool_result_max_chars", Some(self.tool_result_max_chars)),
             ("max_artifacts", Some(self.max_artifacts)),
+            ("low_water_tokens", self.low_water_tokens),
         ];
         for (field, value) in counts {
             if value == Some(0) {
@@ -239,6 +261,17 @@ impl ContextPolicy {
                 format!(
                     "({window}) is at or below reserve_tokens ({}), so no prompt fits",
                     self.reserve_tokens
+                ),
+            ));
+        }
+        if let (Some(lw), Some(max)) = (self.low_water_tokens, self.max_tokens)
+            && lw >= max.saturating_sub(self.reserve_tokens)
+        {
+            return Err(PolicyError::invalid(
+                "low_water_tokens",
+                format!(
+                    "({lw}) must be below the prompt allowance, max_tokens - reserve_tokens ({}), or pruning makes no room",
+                    max.saturating_sub(self.reserve_tokens)
                 ),
             ));
         }
@@ -312,6 +345,18 @@ mod tests {
     }
 
     #[test]
+    fn the_low_water_mark_reads_from_toml_and_stays_under_the_allowance() {
+        let p = ContextPolicy::from_toml("max_tokens = 128000\nlow_water_tokens = 80000").unwrap();
+        assert_eq!(p.low_water_tokens, Some(80_000));
+        assert_eq!(p.prune_target(None), 80_000);
+        assert_eq!(ContextPolicy::default().prune_target(None), 32_000 - 2_048);
+        // With the ceiling from a small model window, never above the allowance.
+        let p = ContextPolicy::default().with_low_water_tokens(50_000);
+        assert_eq!(p.prune_target(Some(16_000)), 16_000 - 2_048);
+        assert_eq!(ContextPolicy::from_toml(&p.to_toml().unwrap()).unwrap(), p);
+    }
+
+    #[test]
     fn validation_names_the_field() {
         let cases = [
             (ContextPolicy::default().with_max_tokens(0), "max_tokens"),
@@ -351,7 +396,24 @@ mod tests {
                 ContextPolicy::default().with_artifact_max_chars(10),
                 "artifact_max_chars",
             ),
+            (
+                ContextPolicy::default().with_low_water_tokens(0),
+                "low_water_tokens",
+            ),
+            (
+                ContextPolicy::default()
+                    .with_max_tokens(10_000)
+                    .with_low_water_tokens(8_000),
+                "low_water_tokens",
+            ),
         ];
+        assert!(
+            ContextPolicy::default()
+                .with_max_tokens(10_000)
+                .with_low_water_tokens(7_000)
+                .validate()
+                .is_ok()
+        );
         for (policy, field) in cases {
             let err = policy.validate().unwrap_err();
             assert_eq!(err.field(), Some(field), "{err}");

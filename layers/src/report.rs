@@ -37,6 +37,11 @@ pub struct PreparationReport {
     /// A cache-aware policy keeps this cut still across turns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cut: Option<usize>,
+    /// The cut is the session's previous one, kept because the rest still fits
+    /// (cache-aware pruning, see [`cut`](crate::cut)): the history starts where it started
+    /// on the last request, so the provider's cached prefix can be read.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut_reused: bool,
     /// Messages the stack added on its own when it answered `read_context_artifact` calls
     /// itself (auto-resolve): the model's calls and their results, in order. An agent loop
     /// appends them to its transcript before the response's message.
@@ -104,6 +109,7 @@ impl PreparationReport {
             self.resolved_messages = inner.resolved_messages.clone();
         }
         self.summary_calls += inner.summary_calls;
+        self.cut_reused |= inner.cut_reused;
         if self.cut.is_none() {
             self.cut = inner.cut;
         }

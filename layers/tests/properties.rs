@@ -110,17 +110,25 @@ fn policy() -> impl Strategy<Value = ContextPolicy> {
         1usize..4,
         any::<bool>(),
         20usize..4_000,
+        prop::option::of(1usize..100),
     )
         .prop_map(
-            |(allowance, reserve_div, preserve, preserve_results, clear_first, max_chars)| {
+            |(allowance, reserve_div, preserve, preserve_results, clear_first, max_chars, low)| {
                 let reserve = 1 + allowance / (reserve_div * 4);
-                ContextPolicy::default()
+                let policy = ContextPolicy::default()
                     .with_max_tokens(allowance + reserve)
                     .with_reserve_tokens(reserve)
                     .with_preserve_recent(preserve)
                     .with_preserve_tool_results(preserve_results)
                     .with_clear_before_prune(clear_first)
-                    .with_tool_result_max_chars(max_chars)
+                    .with_tool_result_max_chars(max_chars);
+                match low {
+                    // A low-water mark a percentage of the allowance.
+                    Some(percent) => {
+                        policy.with_low_water_tokens((allowance * percent / 100).max(1))
+                    }
+                    None => policy,
+                }
             },
         )
 }
@@ -266,6 +274,9 @@ proptest! {
     ) {
         // One service keeps its planner's lists between requests: a long transcript, a
         // short one, then the long one again must each come out as from a new service.
+        // (A low-water mark makes the service remember cuts on purpose: not here.)
+        let mut policy = policy;
+        policy.low_water_tokens = None;
         let long = ChatRequest::new("m", build(&[], &first));
         let short = ChatRequest::new("m", build(&["rules".to_string()], &second));
         let model = MockModel::echo();

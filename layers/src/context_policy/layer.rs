@@ -4,6 +4,7 @@ use tower::Layer;
 
 use crate::catalog::Catalog;
 use crate::context_policy::service::{ContextPolicyService, Shared};
+use crate::cut::{CutStore, InMemoryCutStore};
 use crate::memo::{DefaultPredicate, MemoLayer};
 use crate::offload::{ArtifactLimits, ArtifactReader, InMemoryArtifactStore};
 use crate::policy::{ContextPolicy, PolicyError};
@@ -48,6 +49,7 @@ impl ContextPolicyLayer {
                 prefix: PrefixLayer::new(),
                 catalog: Catalog::builtin(),
                 auto_resolve: None,
+                cuts: Arc::new(InMemoryCutStore::default()),
             }),
             memo: MemoLayer::disabled(),
         })
@@ -103,6 +105,18 @@ impl<P> ContextPolicyLayer<P> {
     /// [`with_auto_resolve`](Self::with_auto_resolve) with a bound of `rounds`.
     pub fn with_auto_resolve_rounds(self, rounds: usize) -> Self {
         self.with_shared(|s| s.auto_resolve = Some(rounds))
+    }
+
+    /// Remembers sessions' cuts in `store` instead of the default in-memory one (10,000
+    /// sessions). Consulted only when the policy sets
+    /// [`low_water_tokens`](ContextPolicy::low_water_tokens); see [`cut`](crate::cut).
+    pub fn with_cut_store(self, store: Arc<dyn CutStore>) -> Self {
+        self.with_shared(|s| s.cuts = store)
+    }
+
+    /// The store of sessions' cuts.
+    pub fn cut_store(&self) -> Arc<dyn CutStore> {
+        self.shared.cuts.clone()
     }
 
     /// The policy.

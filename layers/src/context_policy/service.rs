@@ -5,6 +5,7 @@ use tower::{Service, ServiceExt};
 
 use crate::BoxError;
 use crate::catalog::Catalog;
+use crate::cut::CutStore;
 use crate::fit::{self, Scratch, Stages};
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
 use crate::message::Message;
@@ -25,6 +26,8 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn ArtifactStore>,
     pub(crate) reader: ArtifactReader,
     pub(crate) auto_resolve: Option<usize>,
+    /// Sessions' previous cuts, for cache-aware pruning.
+    pub(crate) cuts: Arc<dyn CutStore>,
 }
 
 /// The service of [`ContextPolicyLayer`](crate::ContextPolicyLayer): the preparation
@@ -82,7 +85,15 @@ fn prepare(
     if let Some(window) = window {
         shared.policy.validate_window(window)?;
     }
-    let fitted = fit::prepare(req, &shared.policy, Stages::ALL, window, scratch)?;
+    // Cache-aware pruning only: otherwise no cut is looked up or kept.
+    let cuts = shared.policy.low_water_tokens.map(|_| shared.cuts.as_ref());
+    let previous = cuts.and_then(|c| c.get(&req.scope, &req.session));
+    let fitted = fit::prepare(req, &shared.policy, Stages::ALL, window, previous, scratch)?;
+    if let (Some(store), Some(cut)) = (cuts, fitted.cut)
+        && Some(cut) != previous
+    {
+        store.put(&fitted.req.scope, &fitted.req.session, cut);
+    }
     let mut prepared = offload_request(
         fitted.req,
         fitted.report,

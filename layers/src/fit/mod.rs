@@ -25,6 +25,7 @@ use std::task::{Context, Poll};
 use tower::Service;
 
 use crate::BoxError;
+use crate::cut::Cut;
 use crate::error::ContextLimitError;
 pub use crate::future::ResponseFuture;
 use crate::offload::Displaced;
@@ -62,6 +63,8 @@ impl Stages {
 /// A fitted request.
 pub(crate) struct Fitted {
     pub(crate) req: ChatRequest,
+    /// Where whole turns were cut (`None` when none were).
+    pub(crate) cut: Option<Cut>,
     pub(crate) report: PreparationReport,
     /// Cleared contents to store (empty unless `stages.clear_artifacts`).
     pub(crate) displaced: Vec<Displaced>,
@@ -77,9 +80,11 @@ pub(crate) fn prepare(
     policy: &ContextPolicy,
     stages: Stages,
     model_window: Option<usize>,
+    previous_cut: Option<Cut>,
     scratch: &mut Scratch,
 ) -> Result<Fitted, ContextLimitError> {
-    let planned = plan::plan(&req, policy, stages, model_window, scratch)?;
+    let planned = plan::plan(&req, policy, stages, model_window, previous_cut, scratch)?;
+    let cut = planned.cut;
     let reserved_tool = planned.reserved_tool;
     let refers = planned.refers;
     let report = planned.report.clone();
@@ -105,6 +110,7 @@ pub(crate) fn prepare(
     }
     Ok(Fitted {
         req,
+        cut,
         report,
         displaced,
         reserved_tool,
@@ -159,7 +165,14 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        match prepare(req, &self.policy, self.stages, None, &mut self.scratch) {
+        match prepare(
+            req,
+            &self.policy,
+            self.stages,
+            None,
+            None,
+            &mut self.scratch,
+        ) {
             Ok(fitted) => ResponseFuture::direct(self.inner.call(fitted.req), fitted.report),
             Err(limit) => ResponseFuture::failed(Box::new(limit)),
         }

@@ -1,6 +1,7 @@
 //! The linear planner: which messages stay, which are cleared, which go.
 
 use crate::clear::{is_stub, stub_text};
+use crate::cut::Cut;
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::turns::Layout;
 use crate::message::{Content, Message};
@@ -59,6 +60,8 @@ pub(crate) struct Plan {
     /// The messages whose action is [`Action::Clear`] (one cleared and then dropped by a
     /// later stage is not here).
     pub(crate) clears: Vec<Cleared>,
+    /// Where whole turns were cut, to remember for the session's next request.
+    pub(crate) cut: Option<Cut>,
     pub(crate) report: PreparationReport,
     /// Whether the read tool's tokens were counted (it may be added by offloading).
     pub(crate) reserved_tool: bool,
@@ -156,6 +159,10 @@ struct Measured<'a> {
     /// content again.
     marks: &'a [u8],
     clear_order: &'a [usize],
+    /// The session's previous cut, as the number of turns before it, when it is found.
+    previous_cut: Option<usize>,
+    /// What pruning aims for ([`ContextPolicy::prune_target`]).
+    prune_target: usize,
 }
 
 /// The lists a decision writes.
@@ -201,6 +208,7 @@ pub(crate) fn plan(
     policy: &ContextPolicy,
     stages: Stages,
     model_window: Option<usize>,
+    previous_cut: Option<Cut>,
     scratch: &mut Scratch,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
@@ -256,6 +264,8 @@ pub(crate) fn plan(
         sent,
         clear_order,
         marks,
+        previous_cut: previous_cut.and_then(|cut| find_cut(cut, msgs, layout)),
+        prune_target: policy.prune_target(model_window),
     };
     let mut out = Decision { cost, actions };
     let may_add_tool =
@@ -297,9 +307,27 @@ fn decide(
         ..PreparationReport::default()
     };
 
+    let protected_turns = policy.preserve_recent.min(layout.turns.len());
+    let prunable_turns = layout.turns.len() - protected_turns;
+    // Cache-aware pruning: drop what was dropped last time, so the history starts where
+    // it started then. Turns the stages below drop come after these.
+    let mut first_prunable = 0;
+    if stages.prune
+        && let Some(k) = m.previous_cut
+        && k <= prunable_turns
+    {
+        for turn in &layout.turns[..k] {
+            for i in turn.range.clone() {
+                total -= cost[i];
+                actions[i] = Action::Drop;
+            }
+        }
+        report.pruned_turns = k;
+        report.cut_reused = k > 0;
+        first_prunable = k;
+    }
+
     if total > allowance {
-        let protected_turns = policy.preserve_recent.min(layout.turns.len());
-        let prunable_turns = layout.turns.len() - protected_turns;
         let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
             if stages.clear {
                 let order = &m.clear_order;
@@ -318,9 +346,11 @@ fn decide(
         if policy.clear_before_prune {
             clear(actions, cost, &mut total);
         }
-        if stages.prune {
-            for turn in &layout.turns[..prunable_turns] {
-                if total <= allowance {
+        if stages.prune && total > allowance {
+            // Down to the low-water mark when one is set, so the next requests fit
+            // without moving the cut again.
+            for turn in &layout.turns[first_prunable..prunable_turns] {
+                if total <= m.prune_target {
                     break;
                 }
                 for i in turn.range.clone() {
@@ -328,6 +358,7 @@ fn decide(
                     actions[i] = Action::Drop;
                 }
                 report.pruned_turns += 1;
+                report.cut_reused = false;
             }
         }
         if !policy.clear_before_prune {
@@ -396,12 +427,34 @@ fn decide(
     if report.removed_messages > 0 {
         report.cut = (layout.head_end..cost.len()).find(|&i| actions[i] != Action::Drop);
     }
+    // Turns are pruned oldest first, so the first kept turn follows the pruned ones.
+    let cut = match report.pruned_turns {
+        0 => None,
+        n => layout
+            .turns
+            .get(n)
+            .and_then(|t| Cut::at(&req.messages, t.range.start)),
+    };
     Ok(Plan {
         clears,
+        cut,
         report,
         reserved_tool: reserved > 0,
         refers,
     })
+}
+
+/// The number of turns before `cut` in this transcript, if it is there: at its old
+/// position (the usual case, a transcript that only grew), or anywhere else a turn starts
+/// (the caller dropped or folded old messages since).
+fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
+    let turns = &layout.turns;
+    if let Ok(k) = turns.binary_search_by_key(&cut.position, |t| t.range.start)
+        && cut.is_at(msgs, cut.position)
+    {
+        return Some(k);
+    }
+    turns.iter().position(|t| cut.is_at(msgs, t.range.start))
 }
 
 /// Whether `text` is a clear stub that names an artifact.
@@ -535,7 +588,7 @@ mod tests {
     fn plan_of(messages: Vec<Message>, scratch: &mut Scratch) {
         let req = ChatRequest::new("m", messages);
         let policy = ContextPolicy::default().with_max_tokens(100_000_000);
-        plan(&req, &policy, Stages::ALL, None, scratch).unwrap();
+        plan(&req, &policy, Stages::ALL, None, None, scratch).unwrap();
     }
 
     #[test]

@@ -1,0 +1,254 @@
+//! Cache-aware pruning through `ContextPolicyLayer`: the cut stays where it was while the
+//! rest fits, so each request's history starts with the previous request's, and it is
+//! remembered per tenant and session only.
+
+use std::sync::Arc;
+
+use llm_context_layers::mock::MockModel;
+use llm_context_layers::{
+    BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
+    ContextPolicyService, Cut, CutStore, InMemoryCutStore, Message, Scope,
+};
+use tower::{Layer, Service, ServiceExt};
+
+type Agent = ContextPolicyService<MockModel>;
+
+fn agent(policy: ContextPolicy) -> (Agent, MockModel, Arc<dyn CutStore>) {
+    let model = MockModel::echo();
+    let layer = ContextPolicyLayer::new(policy).unwrap();
+    let cuts = layer.cut_store();
+    (layer.layer(model.clone()), model, cuts)
+}
+
+/// allowance 1,200 tokens; a user turn is 82 tokens and the echo's answer about 88.
+fn policy() -> ContextPolicy {
+    ContextPolicy::default()
+        .with_max_tokens(1_300)
+        .with_reserve_tokens(100)
+}
+
+fn question(turn: usize) -> Message {
+    Message::user(format!("question {turn}: {}", "why? ".repeat(60)))
+}
+
+/// An agent with cache-aware pruning whose cuts go to `store`.
+fn agent_with_store(store: Arc<InMemoryCutStore>) -> (Agent, MockModel) {
+    let model = MockModel::echo();
+    let agent = ContextPolicyLayer::new(policy().with_low_water_tokens(500))
+        .unwrap()
+        .with_cut_store(store)
+        .layer(model.clone());
+    (agent, model)
+}
+
+async fn send(agent: &mut Agent, req: ChatRequest) -> Result<ChatResponse, BoxError> {
+    agent.ready().await?.call(req).await
+}
+
+/// Runs `turns` turns of one conversation; returns each turn's sent request and report.
+async fn converse(
+    agent: &mut Agent,
+    model: &MockModel,
+    session: &str,
+    turns: usize,
+) -> Vec<(ChatRequest, ChatResponse)> {
+    let mut history = vec![Message::system("You answer briefly.")];
+    let mut out = Vec::new();
+    for turn in 0..turns {
+        history.push(question(turn));
+        let req = ChatRequest::new("mock", history.clone()).with_session(session);
+        let reply = send(agent, req).await.unwrap();
+        history.push(reply.message.clone());
+        out.push((model.last_request().unwrap(), reply));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_kept_cut_makes_each_request_extend_the_previous_one() {
+    let (mut agent, model, _) = agent(policy().with_low_water_tokens(500));
+    let turns = converse(&mut agent, &model, "s1", 30).await;
+    let mut reused = 0;
+    let mut moved = 0;
+    for pair in turns.windows(2) {
+        let ((before, _), (after, reply)) = (&pair[0], &pair[1]);
+        if reply.report.cut_reused {
+            reused += 1;
+            // The whole previous request is a prefix of this one: the provider's cache
+            // of it is read, not written again.
+            assert!(
+                after.messages.starts_with(&before.messages),
+                "turn {pair:?}"
+            );
+            assert_eq!(reply.report.removed_messages, 2 * reply.report.pruned_turns);
+        } else if reply.report.pruned_turns > 0 {
+            moved += 1;
+            assert!(reply.report.after_tokens <= 500);
+        }
+    }
+    assert!(reused >= 15, "reused {reused}, moved {moved}");
+    assert!(moved <= 6, "reused {reused}, moved {moved}");
+    // The system message is never part of what is cut.
+    assert!(
+        turns
+            .iter()
+            .all(|(sent, _)| sent.messages[0].text() == "You answer briefly.")
+    );
+}
+
+#[tokio::test]
+async fn without_a_low_water_mark_the_cut_moves_every_turn_and_nothing_is_remembered() {
+    let (mut agent, model, cuts) = agent(policy());
+    let turns = converse(&mut agent, &model, "s1", 20).await;
+    let full = turns
+        .iter()
+        .position(|(_, r)| r.report.pruned_turns > 0)
+        .unwrap();
+    for pair in turns[full..].windows(2) {
+        assert!(!pair[1].1.report.cut_reused);
+        assert!(!pair[1].0.messages.starts_with(&pair[0].0.messages));
+    }
+    assert!(cuts.get(&Scope::default(), "s1").is_none());
+}
+
+#[tokio::test]
+async fn cuts_are_kept_per_tenant_and_session() {
+    let (mut agent, model, cuts) = agent(policy().with_low_water_tokens(500));
+    let turns = converse(&mut agent, &model, "s1", 12).await;
+    let remembered = cuts
+        .get(&Scope::default(), "s1")
+        .expect("a cut is remembered");
+    assert_eq!(
+        Some(remembered.position),
+        turns.last().unwrap().1.report.cut
+    );
+    assert!(cuts.get(&Scope::default(), "s2").is_none());
+    assert!(cuts.get(&Scope::org(7), "s1").is_none());
+
+    // The conversation's last request, sent again, keeps its cut in its own session
+    // only; the same history in another session, or for another tenant, starts from
+    // scratch.
+    let history = next_request(&turns[..turns.len() - 1]);
+    for (session, scope, kept) in [
+        ("s2", Scope::default(), false),
+        ("s1", Scope::org(7), false),
+        ("s1", Scope::default(), true),
+    ] {
+        let req = ChatRequest::new("mock", history.clone())
+            .with_session(session)
+            .with_scope(scope);
+        let reply = send(&mut agent, req).await.unwrap();
+        assert_eq!(reply.report.cut_reused, kept, "{session}");
+        assert!(reply.report.pruned_turns > 0);
+    }
+}
+
+/// The history as the conversation's next request carries it.
+fn next_request(turns: &[(ChatRequest, ChatResponse)]) -> Vec<Message> {
+    let mut history = vec![Message::system("You answer briefly.")];
+    for (i, (_, r)) in turns.iter().enumerate() {
+        history.push(question(i));
+        history.push(r.message.clone());
+    }
+    history.push(question(turns.len()));
+    history
+}
+
+#[tokio::test]
+async fn a_cut_whose_neighbours_changed_is_not_reused() {
+    let (mut agent, model, _) = agent(policy().with_low_water_tokens(500));
+    let turns = converse(&mut agent, &model, "s1", 10).await;
+    let (_, reply) = turns.last().unwrap();
+    let cut = reply.report.cut.unwrap();
+    assert!(reply.report.pruned_turns > 0);
+
+    // Rebuild the history as received on the last turn, then edit the message just
+    // before the cut: the same position no longer names the same cut.
+    let mut history = next_request(&turns[..turns.len() - 1]);
+    let unedited = send(
+        &mut agent,
+        ChatRequest::new("mock", history.clone()).with_session("s1"),
+    )
+    .await
+    .unwrap();
+    assert!(unedited.report.cut_reused, "{:?}", unedited.report);
+    history[cut - 1] = Message::assistant("edited");
+    let edited = send(
+        &mut agent,
+        ChatRequest::new("mock", history).with_session("s1"),
+    )
+    .await
+    .unwrap();
+    assert!(!edited.report.cut_reused);
+}
+
+#[tokio::test]
+async fn a_cut_is_found_where_the_caller_moved_it() {
+    let (mut agent, model, _) = agent(policy().with_low_water_tokens(500));
+    let turns = converse(&mut agent, &model, "s1", 10).await;
+    let cut = turns.last().unwrap().1.report.cut.unwrap();
+    // The caller drops its two oldest messages itself: positions shift, the cut's
+    // neighbours are the same.
+    let mut history = next_request(&turns[..turns.len() - 1]);
+    history.drain(1..3);
+    let reply = send(
+        &mut agent,
+        ChatRequest::new("mock", history).with_session("s1"),
+    )
+    .await
+    .unwrap();
+    assert!(reply.report.cut_reused, "{:?}", reply.report);
+    assert_eq!(reply.report.cut, Some(cut - 2));
+}
+
+#[tokio::test]
+async fn a_remembered_cut_never_reaches_into_protected_turns() {
+    let store = Arc::new(InMemoryCutStore::default());
+    let (mut agent, model) = agent_with_store(store.clone());
+    let mut history = vec![Message::system("You answer briefly.")];
+    for turn in 0..3 {
+        history.push(question(turn));
+        history.push(Message::assistant(format!("answer {turn}")));
+    }
+    history.push(question(3));
+    // A cut before the newest turn: with `preserve_recent` 2, the two newest turns are
+    // never pruned, so it is not kept, and a request that fits is sent whole. One before
+    // the oldest prunable turn is kept, though the request would fit whole.
+    for (position, kept) in [(history.len() - 1, false), (3, true)] {
+        store.put(
+            &Scope::default(),
+            "s1",
+            Cut::at(&history, position).unwrap(),
+        );
+        let req = ChatRequest::new("mock", history.clone()).with_session("s1");
+        let reply = send(&mut agent, req).await.unwrap();
+        assert_eq!(reply.report.cut_reused, kept);
+        assert_eq!(reply.report.pruned_turns, usize::from(kept));
+        let sent = model.last_request().unwrap().messages;
+        let expected: Vec<_> = if kept {
+            history[..1].iter().chain(&history[3..]).cloned().collect()
+        } else {
+            history.clone()
+        };
+        assert_eq!(sent, expected);
+    }
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_fit_remembers_no_cut() {
+    let (mut agent, _, cuts) = agent(policy().with_low_water_tokens(500));
+    let huge = Message::user("word ".repeat(20_000));
+    let req = ChatRequest::new("mock", vec![question(0), Message::assistant("a"), huge])
+        .with_session("s1");
+    let err = send(&mut agent, req).await.unwrap_err();
+    assert!(err.downcast_ref::<ContextLimitError>().is_some());
+    assert!(cuts.get(&Scope::default(), "s1").is_none());
+}
+
+#[tokio::test]
+async fn a_custom_store_receives_the_cuts() {
+    let store = Arc::new(InMemoryCutStore::default());
+    let (mut agent, model) = agent_with_store(store.clone());
+    converse(&mut agent, &model, "s1", 10).await;
+    assert_eq!(store.len(), 1);
+}
