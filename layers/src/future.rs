@@ -7,10 +7,18 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 
 use crate::BoxError;
+use crate::calibration::Calibration;
 use crate::report::PreparationReport;
 use crate::request::ChatResponse;
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, BoxError>> + Send>>;
+
+/// A calibration to teach the response of a request for `model`.
+#[derive(Debug)]
+pub(crate) struct Learn {
+    pub(crate) calibration: Calibration,
+    pub(crate) model: String,
+}
 
 pin_project! {
     /// The response future of the preparing layers: the inner call straight away with the
@@ -25,7 +33,11 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<F> {
-        Direct { #[pin] future: F, report: Option<PreparationReport> },
+        Direct {
+            #[pin] future: F,
+            report: Option<PreparationReport>,
+            learn: Option<Learn>,
+        },
         Boxed { future: BoxFuture },
         Failed { error: Option<BoxError> },
     }
@@ -33,10 +45,20 @@ pin_project! {
 
 impl<F> ResponseFuture<F> {
     pub(crate) fn direct(future: F, report: PreparationReport) -> Self {
+        Self::direct_learning(future, report, None)
+    }
+
+    /// [`direct`](Self::direct), with the response taught to a calibration.
+    pub(crate) fn direct_learning(
+        future: F,
+        report: PreparationReport,
+        learn: Option<Learn>,
+    ) -> Self {
         Self {
             kind: Kind::Direct {
                 future,
                 report: Some(report),
+                learn,
             },
         }
     }
@@ -69,11 +91,18 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Direct { future, report } => {
+            KindProj::Direct {
+                future,
+                report,
+                learn,
+            } => {
                 let mut response = ready!(future.poll(cx)).map_err(Into::into)?;
                 let mut ours = report.take().unwrap_or_default();
                 ours.absorb_inner(&response.report);
                 response.report = ours;
+                if let Some(learn) = learn.take() {
+                    learn.calibration.observe(&learn.model, &response);
+                }
                 Poll::Ready(Ok(response))
             }
             KindProj::Boxed { future } => future.as_mut().poll(cx),

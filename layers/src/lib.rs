@@ -30,6 +30,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod builder;
+pub mod calibration;
 pub mod catalog;
 pub mod clear;
 pub mod context_policy;
@@ -57,6 +58,7 @@ pub mod usage;
 pub mod working;
 
 pub use builder::ServiceBuilderExt;
+pub use calibration::Calibration;
 pub use catalog::{Catalog, CatalogError};
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
 pub use cut::{Cut, CutStore, InMemoryCutStore};

@@ -26,7 +26,8 @@ pub struct PreparationReport {
     pub cleared_observations: usize,
     /// Tool results replaced by a preview of an artifact.
     pub offloaded_results: usize,
-    /// `max_tokens - reserve_tokens`.
+    /// `max_tokens - reserve_tokens`, in estimated tokens: divided by the
+    /// [calibration](crate::calibration) factor when the layer calibrates.
     pub prompt_allowance: usize,
     /// Whole user turns removed.
     pub pruned_turns: usize,

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use tower::Layer;
 
+use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::context_policy::service::{ContextPolicyService, Shared};
 use crate::cut::{CutStore, InMemoryCutStore};
@@ -50,6 +51,7 @@ impl ContextPolicyLayer {
                 catalog: Catalog::builtin(),
                 auto_resolve: None,
                 cuts: Arc::new(InMemoryCutStore::default()),
+                calibration: None,
             }),
             memo: MemoLayer::disabled(),
         })
@@ -112,6 +114,14 @@ impl<P> ContextPolicyLayer<P> {
     /// [`low_water_tokens`](ContextPolicy::low_water_tokens); see [`cut`](crate::cut).
     pub fn with_cut_store(self, store: Arc<dyn CutStore>) -> Self {
         self.with_shared(|s| s.cuts = store)
+    }
+
+    /// Learns from every response how the provider counts each model's prompts against
+    /// the estimate, and plans each request to the allowance divided by that ratio (see
+    /// [`calibration`](crate::calibration)). Share `calibration` between stacks that call
+    /// the same models.
+    pub fn with_calibration(self, calibration: Calibration) -> Self {
+        self.with_shared(|s| s.calibration = Some(calibration))
     }
 
     /// The store of sessions' cuts.

@@ -4,9 +4,11 @@ use std::task::{Context, Poll};
 use tower::{Service, ServiceExt};
 
 use crate::BoxError;
+use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::cut::CutStore;
-use crate::fit::{self, Scratch, Stages};
+use crate::fit::{self, Budget, Scratch, Stages};
+use crate::future::Learn;
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
 use crate::message::Message;
 use crate::offload::prepare::{Prepared, offload_request, store_all};
@@ -28,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) auto_resolve: Option<usize>,
     /// Sessions' previous cuts, for cache-aware pruning.
     pub(crate) cuts: Arc<dyn CutStore>,
+    /// Learns the provider's counting from responses and tightens the budget by it.
+    pub(crate) calibration: Option<Calibration>,
 }
 
 /// The service of [`ContextPolicyLayer`](crate::ContextPolicyLayer): the preparation
@@ -88,7 +92,15 @@ fn prepare(
     // Cache-aware pruning only: otherwise no cut is looked up or kept.
     let cuts = shared.policy.low_water_tokens.map(|_| shared.cuts.as_ref());
     let previous = cuts.and_then(|c| c.get(&req.scope, &req.session));
-    let fitted = fit::prepare(req, &shared.policy, Stages::ALL, window, previous, scratch)?;
+    let budget = Budget {
+        model_window: window,
+        previous_cut: previous,
+        factor: shared
+            .calibration
+            .as_ref()
+            .map_or(1.0, |c| c.factor(&req.model)),
+    };
+    let fitted = fit::prepare(req, &shared.policy, Stages::ALL, budget, scratch)?;
     if let (Some(store), Some(cut)) = (cuts, fitted.cut)
         && Some(cut) != previous
     {
@@ -132,7 +144,12 @@ where
             Err(e) => return ResponseFuture::failed(e),
         };
         if prepared.to_store.is_empty() && self.shared.auto_resolve.is_none() {
-            return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);
+            let learn = self.shared.calibration.as_ref().map(|c| Learn {
+                calibration: c.clone(),
+                model: prepared.req.model.clone(),
+            });
+            let future = self.inner.call(prepared.req);
+            return ResponseFuture::direct_learning(future, prepared.report, learn);
         }
         // The ready service goes into the future; a clone stays for the next call.
         let clone = self.inner.clone();
@@ -163,9 +180,17 @@ where
         if round > 0 {
             inner.ready().await.map_err(Into::into)?;
         }
+        let model = shared
+            .calibration
+            .is_some()
+            .then(|| prepared.req.model.clone());
         let mut response = inner.call(prepared.req).await.map_err(Into::into)?;
         let mut report = prepared.report;
         report.absorb_inner(&response.report);
+        // Every round is a prompt the provider counted against this round's estimate.
+        if let (Some(calibration), Some(model)) = (&shared.calibration, model) {
+            calibration.observe_parts(&model, &report, &response.usage);
+        }
         match sent {
             Some(mut req) if only_artifact_reads(&response.message) => {
                 let calls = response.message.tool_calls.clone();

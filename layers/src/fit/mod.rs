@@ -17,7 +17,7 @@
 mod plan;
 mod turns;
 
-pub(crate) use plan::{Scratch, Stages, offloadable_text, refers_to_artifact};
+pub(crate) use plan::{Budget, Scratch, Stages, offloadable_text, refers_to_artifact};
 pub(crate) use turns::Layout;
 
 use std::task::{Context, Poll};
@@ -79,11 +79,10 @@ pub(crate) fn prepare(
     mut req: ChatRequest,
     policy: &ContextPolicy,
     stages: Stages,
-    model_window: Option<usize>,
-    previous_cut: Option<Cut>,
+    budget: Budget,
     scratch: &mut Scratch,
 ) -> Result<Fitted, ContextLimitError> {
-    let planned = plan::plan(&req, policy, stages, model_window, previous_cut, scratch)?;
+    let planned = plan::plan(&req, policy, stages, budget, scratch)?;
     let cut = planned.cut;
     let reserved_tool = planned.reserved_tool;
     let refers = planned.refers;
@@ -169,8 +168,7 @@ where
             req,
             &self.policy,
             self.stages,
-            None,
-            None,
+            Budget::new(None),
             &mut self.scratch,
         ) {
             Ok(fitted) => ResponseFuture::direct(self.inner.call(fitted.req), fitted.report),

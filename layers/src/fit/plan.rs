@@ -32,6 +32,37 @@ pub(crate) struct Stages {
     pub(crate) clear_artifacts: bool,
 }
 
+/// What planning takes besides the request, the policy and the stages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Budget {
+    /// The model's context window, from a catalog.
+    pub(crate) model_window: Option<usize>,
+    /// The session's previous cut (cache-aware pruning).
+    pub(crate) previous_cut: Option<Cut>,
+    /// What the allowance is divided by ([`Calibration::factor`](crate::calibration::Calibration::factor)); 1 without calibration.
+    pub(crate) factor: f64,
+}
+
+impl Budget {
+    /// The policy's own budget for a model of `model_window`.
+    pub(crate) fn new(model_window: Option<usize>) -> Self {
+        Self {
+            model_window,
+            previous_cut: None,
+            factor: 1.0,
+        }
+    }
+
+    /// `tokens` of the provider's counting in estimated tokens.
+    fn calibrate(&self, tokens: usize) -> usize {
+        if self.factor > 1.0 {
+            (tokens as f64 / self.factor).floor() as usize
+        } else {
+            tokens
+        }
+    }
+}
+
 /// What happens to one message. One byte: the planner keeps one per message, and the
 /// details of the few cleared ones live in [`Plan::clears`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,8 +238,7 @@ pub(crate) fn plan(
     req: &ChatRequest,
     policy: &ContextPolicy,
     stages: Stages,
-    model_window: Option<usize>,
-    previous_cut: Option<Cut>,
+    budget: Budget,
     scratch: &mut Scratch,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
@@ -257,15 +287,17 @@ pub(crate) fn plan(
         req,
         stages,
         layout,
-        allowance: policy.prompt_allowance(model_window),
+        allowance: budget.calibrate(policy.prompt_allowance(budget.model_window)),
         prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
         tool_tokens: estimate_tool_tokens(&req.tools),
         original,
         sent,
         clear_order,
         marks,
-        previous_cut: previous_cut.and_then(|cut| find_cut(cut, msgs, layout)),
-        prune_target: policy.prune_target(model_window),
+        previous_cut: budget
+            .previous_cut
+            .and_then(|cut| find_cut(cut, msgs, layout)),
+        prune_target: budget.calibrate(policy.prune_target(budget.model_window)),
     };
     let mut out = Decision { cost, actions };
     let may_add_tool =
@@ -588,7 +620,7 @@ mod tests {
     fn plan_of(messages: Vec<Message>, scratch: &mut Scratch) {
         let req = ChatRequest::new("m", messages);
         let policy = ContextPolicy::default().with_max_tokens(100_000_000);
-        plan(&req, &policy, Stages::ALL, None, None, scratch).unwrap();
+        plan(&req, &policy, Stages::ALL, Budget::new(None), scratch).unwrap();
     }
 
     #[test]
