@@ -362,17 +362,7 @@ fn decide(
     if total > allowance {
         let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
             if stages.clear {
-                let order = &m.clear_order;
-                clear_until_fit(
-                    req,
-                    stages,
-                    order,
-                    actions,
-                    &mut clears,
-                    cost,
-                    total,
-                    allowance,
-                );
+                clear_until_fit(m, actions, &mut clears, cost, total);
             }
         };
         if policy.clear_before_prune {
@@ -569,26 +559,25 @@ pub(crate) fn tool_name<'a>(m: &'a Message, calls: &[(&'a str, &'a str)]) -> Opt
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Clears tool results in `m.clear_order` until the total is within the allowance,
+/// recording each stub in `clears`.
 fn clear_until_fit(
-    req: &ChatRequest,
-    stages: Stages,
-    order: &[usize],
+    m: &Measured<'_>,
     actions: &mut [Action],
     clears: &mut Vec<Cleared>,
     cost: &mut [usize],
     total: &mut usize,
-    allowance: usize,
 ) {
-    for &i in order {
-        if *total <= allowance {
+    let (req, stages) = (m.req, m.stages);
+    for &i in m.clear_order {
+        if *total <= m.allowance {
             break;
         }
         if actions[i] != Action::Keep {
             continue;
         }
-        let m = &req.messages[i];
-        let text = m.content.text();
+        let msg = &req.messages[i];
+        let text = msg.content.text();
         // A preview already names a stored artifact: point the stub at it.
         let (id, store, original_chars) = match preview_info(&text) {
             Some((id, original)) => (Some(id), None, original),
@@ -598,8 +587,8 @@ fn clear_until_fit(
             }
             None => (None, None, char_count(&text)),
         };
-        let stub = stub_text(m.name.as_deref(), original_chars, id.as_deref());
-        let new_cost = estimate_with_text(m, &stub);
+        let stub = stub_text(msg.name.as_deref(), original_chars, id.as_deref());
+        let new_cost = estimate_with_text(msg, &stub);
         if new_cost < cost[i] {
             *total -= cost[i] - new_cost;
             cost[i] = new_cost;
