@@ -1,6 +1,8 @@
 //! The `llm-context` command-line contract of DESIGN.md, through the real binary.
 
-use std::io::Write;
+#[path = "common/child.rs"]
+mod child;
+
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
@@ -16,9 +18,7 @@ fn run(args: &[&str], stdin: Option<&str>) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the binary runs");
-    let mut pipe = child.stdin.take().unwrap();
-    pipe.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-    drop(pipe);
+    child::feed(&mut child, stdin.unwrap_or("").as_bytes());
     child.wait_with_output().unwrap()
 }
 

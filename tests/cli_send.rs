@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use common::rules::{anthropic_request, openai_request};
@@ -35,12 +34,7 @@ async fn run(args: Vec<String>, env: Vec<(&'static str, String)>, stdin: String)
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
+        common::child::feed(&mut child, stdin.as_bytes());
         child.wait_with_output().unwrap()
     })
     .await

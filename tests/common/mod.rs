@@ -1,6 +1,7 @@
 //! Shared by the integration tests; each test binary uses part of it.
 #![allow(dead_code)]
 
+pub(crate) mod child;
 pub(crate) mod rules;
 pub(crate) mod schema;
 pub(crate) mod servers;
