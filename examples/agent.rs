@@ -42,6 +42,11 @@ fn args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if !matches!(flag.as_str(), "--turns" | "--max-tokens" | "--store") {
+            return Err(format!(
+                "unknown flag {flag} (try --turns N, --max-tokens N, --store sqlite:PATH)"
+            ));
+        }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         let number = || -> Result<usize, String> {
             value
@@ -51,12 +56,7 @@ fn args() -> Result<Args, String> {
         match flag.as_str() {
             "--turns" => out.turns = number()?,
             "--max-tokens" => out.max_tokens = number()?,
-            "--store" => out.store = Some(value.clone()),
-            _ => {
-                return Err(format!(
-                    "unknown flag {flag} (try --turns N, --max-tokens N, --store sqlite:PATH)"
-                ));
-            }
+            _ => out.store = Some(value.clone()), // --store, the one flag left
         }
     }
     Ok(out)
