@@ -13,24 +13,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_context::anthropic::{API_KEY_VAR, Anthropic, BASE_URL_VAR};
+use llm_context::anthropic::{API_KEY_VAR, AnthropicBuilder, BASE_URL_VAR};
 use llm_context::prefix::PrefixLayer;
 use llm_context::retry::RetryPolicy;
 use llm_context::usage::{UsageLayer, UsageMeter};
 use llm_context::{
-    BoxError, Catalog, ChatRequest, ContextPolicy, ContextPolicyLayer, Message, PrefixContext,
+    BoxError, Catalog, ChatRequest, ConfigError, ContextPolicy, ContextPolicyLayer, Message,
+    PrefixContext,
 };
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
-    if std::env::var_os(API_KEY_VAR).is_none() {
-        println!(
-            "Set {API_KEY_VAR} (and optionally {BASE_URL_VAR}, ANTHROPIC_MODEL) to run this \
-             example against the real API; nothing was sent."
-        );
-        return Ok(());
-    }
+    let client = match AnthropicBuilder::from_env().build() {
+        Ok(client) => client,
+        Err(ConfigError::MissingApiKey { .. }) => {
+            println!(
+                "Set {API_KEY_VAR} (and optionally {BASE_URL_VAR}, ANTHROPIC_MODEL) to run this \
+                 example against the real API; nothing was sent."
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let model = std::env::var("ANTHROPIC_MODEL").unwrap_or_else(|_| "claude-sonnet-4-6".to_owned());
     let catalog = Catalog::builtin();
     let policy = ContextPolicy::default()
@@ -44,7 +49,7 @@ async fn main() -> Result<(), BoxError> {
         .layer(UsageLayer::new(meter.clone()))
         .retry(RetryPolicy::default())
         .timeout(Duration::from_secs(120))
-        .service(Anthropic::from_env()?);
+        .service(client);
 
     // A handbook long enough to pass the model's minimum cacheable length. The prefix
     // rides on the request, so the context policy counts it.
@@ -55,18 +60,15 @@ async fn main() -> Result<(), BoxError> {
         PrefixContext::new("You answer questions about the hiking club handbook, briefly.")
             .with_grounding(vec![Message::system(handbook)]),
     );
-    let mut transcript = vec![Message::user("What does rule 17 say?")];
-    for follow_up in ["And rule 318?", ""] {
+    let mut transcript = Vec::new();
+    for question in ["What does rule 17 say?", "And rule 318?"] {
+        transcript.push(Message::user(question));
         let request =
             ChatRequest::new(model.clone(), transcript.clone()).with_prefix(prefix.clone());
         let reply = stack.ready().await?.call(request).await?;
         println!("assistant: {}", reply.message.text());
         println!("  usage: {:?}", reply.usage);
         transcript.push(reply.message);
-        if follow_up.is_empty() {
-            break;
-        }
-        transcript.push(Message::user(follow_up));
     }
     let total = meter.total();
     println!(

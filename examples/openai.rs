@@ -12,24 +12,31 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_context::openai::{API_KEY_VAR, BASE_URL_VAR, OpenAi};
+use llm_context::openai::{API_KEY_VAR, BASE_URL_VAR, OpenAiBuilder};
 use llm_context::prefix::PrefixLayer;
 use llm_context::retry::RetryPolicy;
 use llm_context::usage::{UsageLayer, UsageMeter};
 use llm_context::{
-    BoxError, Catalog, ChatRequest, ContextPolicy, ContextPolicyLayer, Message, PrefixContext,
+    BoxError, Catalog, ChatRequest, ConfigError, ContextPolicy, ContextPolicyLayer, Message,
+    PrefixContext,
 };
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
-    if std::env::var_os(API_KEY_VAR).is_none() && std::env::var_os(BASE_URL_VAR).is_none() {
-        println!(
-            "Set {API_KEY_VAR} (and optionally {BASE_URL_VAR}, OPENAI_MODEL) to run this example \
-             against a real API; nothing was sent."
-        );
-        return Ok(());
-    }
+    // Without a key the builder refuses OpenAI's own URL, but not a local server's.
+    let client = match OpenAiBuilder::from_env().build() {
+        Ok(client) => client,
+        Err(ConfigError::MissingApiKey { .. }) => {
+            println!(
+                "Set {API_KEY_VAR} (or {BASE_URL_VAR} for a server that needs no key; \
+                 optionally OPENAI_MODEL) to run this example against a real API; nothing \
+                 was sent."
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let model = std::env::var("OPENAI_MODEL").unwrap_or_else(|_| "gpt-5.4-mini".to_owned());
     let catalog = Catalog::builtin();
     let policy = ContextPolicy::default()
@@ -43,7 +50,7 @@ async fn main() -> Result<(), BoxError> {
         .layer(UsageLayer::new(meter.clone()))
         .retry(RetryPolicy::default())
         .timeout(Duration::from_secs(120))
-        .service(OpenAi::from_env()?);
+        .service(client);
 
     // The prefix rides on the request, so the context policy counts it.
     let prefix = Arc::new(
@@ -53,18 +60,15 @@ async fn main() -> Result<(), BoxError> {
             ),
         ]),
     );
-    let mut transcript = vec![Message::user("When do hikes start?")];
-    for follow_up in ["And what should I bring?", ""] {
+    let mut transcript = Vec::new();
+    for question in ["When do hikes start?", "And what should I bring?"] {
+        transcript.push(Message::user(question));
         let request =
             ChatRequest::new(model.clone(), transcript.clone()).with_prefix(prefix.clone());
         let reply = stack.ready().await?.call(request).await?;
         println!("assistant: {}", reply.message.text());
         println!("  usage: {:?}", reply.usage);
         transcript.push(reply.message);
-        if follow_up.is_empty() {
-            break;
-        }
-        transcript.push(Message::user(follow_up));
     }
     let total = meter.total();
     println!(

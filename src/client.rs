@@ -1,14 +1,23 @@
-//! What the provider clients share: configuration errors, base URLs, and reading a
-//! response into a typed body or a [`ProviderError`].
+//! What the provider clients share: configuration errors, settings from the environment,
+//! base URLs, building a JSON request, and reading a response into a typed body or a
+//! [`ProviderError`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Provider, ProviderError, ProviderErrorKind};
 use crate::transport::{HttpRequest, HttpResponse, TransportError, TransportErrorKind};
+use llm_context_layers::ChatResponse;
+
+/// The response future of a provider client's `Service<ChatRequest>`: the neutral
+/// response, or a [`ProviderError`].
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, ProviderError>> + Send>>;
 
 /// A client that cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +60,20 @@ impl std::fmt::Debug for Settings {
     }
 }
 
+impl Settings {
+    /// The base URL and API key from the environment variables `base_url_var` and
+    /// `api_key_var` (an unset or blank variable leaves the setting unset); no timeout.
+    pub(crate) fn from_env(base_url_var: &str, api_key_var: &str) -> Self {
+        Self {
+            base_url: env(base_url_var),
+            api_key: env(api_key_var).map(SecretString::from),
+            timeout: None,
+        }
+    }
+}
+
 /// Reads an environment variable, treating an empty value as unset.
-pub(crate) fn env(var: &str) -> Option<String> {
+fn env(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty())
 }
 
@@ -77,22 +98,40 @@ pub(crate) fn base_url(url: &str) -> Result<String, ConfigError> {
     Ok(trimmed.to_owned())
 }
 
-/// A JSON POST. Header values built from a key are marked sensitive, so `http`'s and
-/// hyper's `Debug` output leave them out.
+/// A JSON POST of `body` to `url`, serialized once. Each header is `(name, value,
+/// sensitive)`; values built from a key are marked sensitive, so `http`'s and hyper's
+/// `Debug` output leave them out. A body or header that cannot be sent is an
+/// [`unsupported`] error (nothing was sent), whose message names the header, never its
+/// value.
 pub(crate) fn post_json(
+    provider: Provider,
     url: &str,
     headers: &[(&'static str, String, bool)],
-    body: Vec<u8>,
-) -> Result<HttpRequest, String> {
+    body: &impl Serialize,
+) -> Result<HttpRequest, ProviderError> {
+    let bytes = serde_json::to_vec(body).map_err(|e| unsupported(provider, e.to_string()))?;
     let mut builder =
         http::Request::post(url).header(http::header::CONTENT_TYPE, "application/json");
     for (name, value, sensitive) in headers {
         let mut v = http::HeaderValue::from_str(value)
-            .map_err(|_| format!("the {name} header value is not valid"))?;
+            .map_err(|_| unsupported(provider, format!("the {name} header value is not valid")))?;
         v.set_sensitive(*sensitive);
         builder = builder.header(*name, v);
     }
-    builder.body(Bytes::from(body)).map_err(|e| e.to_string())
+    builder
+        .body(Bytes::from(bytes))
+        .map_err(|e| unsupported(provider, e.to_string()))
+}
+
+/// Awaits a request the transport is sending (`sent`), then reads the response into
+/// `T` as [`read_response`] does; a transport failure becomes a [`ProviderError`].
+pub(crate) async fn exchange<T: DeserializeOwned>(
+    provider: Provider,
+    sent: impl Future<Output = Result<HttpResponse, TransportError>>,
+    key: Option<&SecretString>,
+) -> Result<T, ProviderError> {
+    let resp = sent.await.map_err(|e| transport_error(provider, e))?;
+    read_response(provider, resp, key)
 }
 
 /// A transport failure as a provider error.
@@ -105,8 +144,8 @@ pub(crate) fn transport_error(provider: Provider, e: TransportError) -> Provider
     ProviderError::new(provider, kind, e.to_string())
 }
 
-/// The typed body of a success, or the provider's error.
-pub(crate) fn read_response<T: DeserializeOwned>(
+/// The typed body of a success, or the provider's error (with `key` redacted from it).
+fn read_response<T: DeserializeOwned>(
     provider: Provider,
     resp: HttpResponse,
     key: Option<&SecretString>,

@@ -115,6 +115,14 @@ impl RetryPolicy {
         exp.mul_f64(fraction)
     }
 
+    /// A copy of `req` for a retry after the attempt about to be made, or `None` when
+    /// the retries are used up. `tower::retry` calls `clone_request` before each attempt
+    /// (after `retry` counted the previous one) and never retries a request it has no
+    /// copy of, so the last attempt's transcript is not deep-copied for nothing.
+    fn keep_for_retry(&self, req: &ChatRequest) -> Option<ChatRequest> {
+        (self.attempts < self.max_retries).then(|| req.clone())
+    }
+
     fn decide(&mut self, err: &(dyn Error + 'static)) -> Option<tokio::time::Sleep> {
         let delay = self.delay_for(err)?;
         self.attempts += 1;
@@ -159,7 +167,7 @@ impl Policy<ChatRequest, ChatResponse, BoxError> for RetryPolicy {
     }
 
     fn clone_request(&mut self, req: &ChatRequest) -> Option<ChatRequest> {
-        Some(req.clone())
+        self.keep_for_retry(req)
     }
 }
 
@@ -178,7 +186,7 @@ impl Policy<ChatRequest, ChatResponse, ProviderError> for RetryPolicy {
     }
 
     fn clone_request(&mut self, req: &ChatRequest) -> Option<ChatRequest> {
-        Some(req.clone())
+        self.keep_for_retry(req)
     }
 }
 
@@ -186,6 +194,7 @@ impl Policy<ChatRequest, ChatResponse, ProviderError> for RetryPolicy {
 mod tests {
     use super::*;
     use crate::error::{Provider, ProviderErrorKind};
+    use llm_context_layers::Message;
 
     fn err(kind: ProviderErrorKind, retry_after: Option<u64>) -> ProviderError {
         let mut e = ProviderError::new(Provider::Anthropic, kind, "x");
@@ -253,6 +262,20 @@ mod tests {
             let d = p.backoff();
             assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?}");
         }
+    }
+
+    #[test]
+    fn the_last_attempt_keeps_no_copy() {
+        let req = ChatRequest::new("m", vec![Message::user("hi")]);
+        let mut p = RetryPolicy::default().with_max_retries(1);
+        assert!(p.keep_for_retry(&req).is_some());
+        p.attempts = 1;
+        assert!(p.keep_for_retry(&req).is_none());
+        let mut never = RetryPolicy::default().with_max_retries(0);
+        assert!(
+            Policy::<ChatRequest, ChatResponse, ProviderError>::clone_request(&mut never, &req)
+                .is_none()
+        );
     }
 
     #[test]

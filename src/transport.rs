@@ -153,17 +153,17 @@ impl Service<HttpRequest> for ReqwestTransport {
         let client = self.client.clone();
         Box::pin(async move {
             let req = reqwest::Request::try_from(req).map_err(TransportError::from_reqwest)?;
-            let resp = client
+            let mut resp = client
                 .execute(req)
                 .await
                 .map_err(TransportError::from_reqwest)?;
-            let mut out = http::Response::builder().status(resp.status());
-            if let Some(h) = out.headers_mut() {
-                *h = resp.headers().clone();
-            }
+            let status = resp.status();
+            let headers = std::mem::take(resp.headers_mut());
             let body = resp.bytes().await.map_err(TransportError::from_reqwest)?;
-            out.body(body)
-                .map_err(|e| TransportError::new(TransportErrorKind::Other, e.to_string()))
+            let mut out = http::Response::new(body);
+            *out.status_mut() = status;
+            *out.headers_mut() = headers;
+            Ok(out)
         })
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::rules::{anthropic_markers, anthropic_request};
 use common::schema::{Root, assert_valid, validator};
+use common::servers::mock_post;
 use common::{fixture, prefix, tools, transcript};
 use llm_context::anthropic::{Anthropic, AnthropicTokenCounter};
 use llm_context::error::{ProviderError, ProviderErrorKind};
@@ -30,6 +31,7 @@ use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 const KEY: &str = "sk-ant-api03-TEST-0123456789abcdefghijklmnop";
 const SCHEMA: &str = "anthropic-messages.schema.json";
+const MESSAGES: &str = "/v1/messages";
 const MODEL: &str = "claude-sonnet-4-6";
 const MARK_5M: &str = r#","cache_control":{"type":"ephemeral"}"#;
 
@@ -40,16 +42,6 @@ fn client(base: &str) -> Anthropic {
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap()
-}
-
-async fn server(template: ResponseTemplate) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/messages"))
-        .respond_with(template)
-        .mount(&server)
-        .await;
-    server
 }
 
 fn ok_text() -> ResponseTemplate {
@@ -93,7 +85,7 @@ fn full_request() -> ChatRequest {
 
 #[tokio::test]
 async fn sends_a_valid_body_with_system_tools_and_results_in_place() {
-    let server = server(ok_text()).await;
+    let server = mock_post(MESSAGES, ok_text()).await;
     let mut req = full_request().with_temperature(0.3);
     req.params.tool_choice = Some(json!("required"));
     req.params.extra.insert("seed".into(), json!(7)); // OpenAI-only: not sent
@@ -182,7 +174,7 @@ async fn sends_a_valid_body_with_system_tools_and_results_in_place() {
 
 #[tokio::test]
 async fn breakpoints_follow_the_configured_ttls() {
-    let server = server(ok_text()).await;
+    let server = mock_post(MESSAGES, ok_text()).await;
     // A catalog whose minimum lets even the short tool list be cached.
     let catalog = Catalog::builtin()
         .with_overrides_json(&format!(
@@ -218,7 +210,7 @@ async fn breakpoints_follow_the_configured_ttls() {
 #[tokio::test]
 async fn hints_set_by_hand_are_made_valid() {
     // Straight to the client, with hints no prefix layer would produce: 5m then 1h.
-    let server = server(ok_text()).await;
+    let server = mock_post(MESSAGES, ok_text()).await;
     let mut req = full_request();
     req.cache = CacheHints::NONE
         .with_tools(Some(CacheTtl::FiveMinutes))
@@ -232,10 +224,13 @@ async fn hints_set_by_hand_are_made_valid() {
 
 #[tokio::test]
 async fn tool_use_responses_map_back() {
-    let server = server(ResponseTemplate::new(200).set_body_raw(
-        fixture("anthropic-response-tool-use.json"),
-        "application/json",
-    ))
+    let server = mock_post(
+        MESSAGES,
+        ResponseTemplate::new(200).set_body_raw(
+            fixture("anthropic-response-tool-use.json"),
+            "application/json",
+        ),
+    )
     .await;
     let svc = stack(&server.uri(), PrefixLayer::new());
     let mut messages = vec![Message::user("Weather in Oslo and Bergen?")];
@@ -285,7 +280,7 @@ struct RawBody<'a> {
 
 #[tokio::test]
 async fn a_conversation_keeps_a_byte_identical_prefix_and_breakpoints() {
-    let server = server(ok_text()).await;
+    let server = mock_post(MESSAGES, ok_text()).await;
     let mut svc = stack(&server.uri(), PrefixLayer::new());
     let mut messages = vec![
         Message::system("Answer in one sentence."),
@@ -329,7 +324,7 @@ async fn a_conversation_keeps_a_byte_identical_prefix_and_breakpoints() {
 }
 
 async fn failure(template: ResponseTemplate) -> (ProviderError, usize) {
-    let server = server(template).await;
+    let server = mock_post(MESSAGES, template).await;
     let retry = RetryPolicy::default()
         .with_max_retries(1)
         .with_base_delay(Duration::from_millis(1));
@@ -454,7 +449,7 @@ async fn a_truncated_body_and_a_timeout_are_retried() {
     assert_eq!(err.kind, ProviderErrorKind::Connection, "{err}");
     assert_eq!(count.load(Ordering::SeqCst), 2);
 
-    let server = server(ok_text().set_delay(Duration::from_secs(3))).await;
+    let server = mock_post(MESSAGES, ok_text().set_delay(Duration::from_secs(3))).await;
     let slow = Anthropic::builder()
         .base_url(server.uri())
         .api_key(KEY)

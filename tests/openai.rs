@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::rules::openai_request;
 use common::schema::{Root, assert_valid, validator};
+use common::servers::mock_post;
 use common::{fixture, prefix, tools, transcript};
 use llm_context::error::{ProviderError, ProviderErrorKind};
 use llm_context::openai::OpenAi;
@@ -23,11 +24,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tower::{Service, ServiceBuilder, ServiceExt};
-use wiremock::matchers::{method, path};
+use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const KEY: &str = "sk-test-OPENAI-0123456789abcdefghijklmnop";
 const SCHEMA: &str = "openai-chat-completions.schema.json";
+const CHAT: &str = "/v1/chat/completions";
 
 fn client(base: &str) -> OpenAi {
     OpenAi::builder()
@@ -36,16 +38,6 @@ fn client(base: &str) -> OpenAi {
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap()
-}
-
-async fn server(template: ResponseTemplate) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(template)
-        .mount(&server)
-        .await;
-    server
 }
 
 fn ok_text() -> ResponseTemplate {
@@ -83,7 +75,7 @@ fn check_body(body: &Value) {
 
 #[tokio::test]
 async fn sends_a_valid_body_with_the_prefix_first() {
-    let server = server(ok_text()).await;
+    let server = mock_post(CHAT, ok_text()).await;
     let mut req = ChatRequest::new("gpt-5.4", transcript())
         .with_prefix(prefix())
         .with_tools(tools())
@@ -147,10 +139,13 @@ async fn sends_a_valid_body_with_the_prefix_first() {
 
 #[tokio::test]
 async fn tool_calls_map_back_and_go_out_again() {
-    let server = server(ResponseTemplate::new(200).set_body_raw(
-        fixture("openai-response-tool-calls.json"),
-        "application/json",
-    ))
+    let server = mock_post(
+        CHAT,
+        ResponseTemplate::new(200).set_body_raw(
+            fixture("openai-response-tool-calls.json"),
+            "application/json",
+        ),
+    )
     .await;
     let svc = stack(&server.uri());
     let mut messages = vec![Message::user("Weather in Oslo and Bergen?")];
@@ -188,7 +183,7 @@ async fn tool_calls_map_back_and_go_out_again() {
 #[tokio::test]
 async fn accepts_what_compatible_servers_omit() {
     // No id, created, refusal, logprobs or usage: what llama.cpp and others may send.
-    let server = server(ResponseTemplate::new(200).set_body_json(
+    let server = mock_post(CHAT, ResponseTemplate::new(200).set_body_json(
         json!({"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "length"}]}),
     ))
     .await;
@@ -212,7 +207,7 @@ struct RawBody<'a> {
 
 #[tokio::test]
 async fn a_conversation_keeps_a_byte_identical_prefix() {
-    let server = server(ok_text()).await;
+    let server = mock_post(CHAT, ok_text()).await;
     let mut svc = stack(&server.uri());
     let mut messages = vec![
         Message::system("Answer in one sentence."),
@@ -253,7 +248,7 @@ async fn a_conversation_keeps_a_byte_identical_prefix() {
 /// Sends one request through a retrying client and returns the error and how many
 /// requests the server saw.
 async fn failure(template: ResponseTemplate) -> (ProviderError, usize) {
-    let server = server(template).await;
+    let server = mock_post(CHAT, template).await;
     let retry = RetryPolicy::default()
         .with_max_retries(1)
         .with_base_delay(Duration::from_millis(1));
@@ -396,7 +391,7 @@ async fn a_truncated_body_is_a_retried_connection_error() {
 
 #[tokio::test]
 async fn a_timeout_is_typed_and_retried() {
-    let server = server(ok_text().set_delay(Duration::from_secs(3))).await;
+    let server = mock_post(CHAT, ok_text().set_delay(Duration::from_secs(3))).await;
     let slow = OpenAi::builder()
         .base_url(format!("{}/v1", server.uri()))
         .api_key(KEY)

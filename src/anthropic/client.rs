@@ -1,7 +1,5 @@
 //! The `Anthropic` service and its builder.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -12,10 +10,9 @@ use tower::Service;
 
 use super::convert;
 use super::types::MessageResponse;
-use crate::client::{
-    ConfigError, Settings, base_url, env, post_json, read_response, transport_error,
-};
-use crate::error::{Provider, ProviderError, ProviderErrorKind};
+pub use crate::client::ResponseFuture;
+use crate::client::{ConfigError, Settings, base_url, exchange, post_json, transport_error};
+use crate::error::{Provider, ProviderError};
 use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
 use llm_context_layers::{ChatRequest, ChatResponse};
 
@@ -55,16 +52,9 @@ impl<T> std::fmt::Debug for Anthropic<T> {
 
 impl Anthropic {
     /// A client configured from `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (default
-    /// [`DEFAULT_BASE_URL`]).
+    /// [`DEFAULT_BASE_URL`]): [`AnthropicBuilder::from_env`], built.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let mut b = Self::builder();
-        if let Some(url) = env(BASE_URL_VAR) {
-            b = b.base_url(url);
-        }
-        if let Some(key) = env(API_KEY_VAR) {
-            b = b.api_key(key);
-        }
-        b.build()
+        AnthropicBuilder::from_env().build()
     }
 
     /// A builder.
@@ -108,13 +98,6 @@ impl<T> Anthropic<T> {
         path: &str,
         body: &impl Serialize,
     ) -> Result<HttpRequest, ProviderError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| {
-            ProviderError::new(
-                Provider::Anthropic,
-                ProviderErrorKind::Unsupported,
-                e.to_string(),
-            )
-        })?;
         let headers = [
             (
                 "x-api-key",
@@ -124,10 +107,7 @@ impl<T> Anthropic<T> {
             ("anthropic-version", API_VERSION.to_owned(), false),
         ];
         let url = format!("{}{path}", self.shared.base_url);
-        post_json(&url, &headers, bytes).map_err(|m| {
-            // The message names the header, never its value.
-            ProviderError::new(Provider::Anthropic, ProviderErrorKind::Unsupported, m)
-        })
+        post_json(Provider::Anthropic, &url, &headers, body)
     }
 
     pub(super) fn api_key(&self) -> &SecretString {
@@ -152,6 +132,16 @@ impl Default for AnthropicBuilder {
 }
 
 impl AnthropicBuilder {
+    /// A builder with the base URL from [`BASE_URL_VAR`] and the API key from
+    /// [`API_KEY_VAR`], each when set and not blank; the other settings can still be
+    /// changed. Building fails without a key ([`ConfigError::MissingApiKey`]).
+    pub fn from_env() -> Self {
+        Self {
+            settings: Settings::from_env(BASE_URL_VAR, API_KEY_VAR),
+            ..Self::default()
+        }
+    }
+
     /// The base URL, without `/v1`.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.settings.base_url = Some(url.into());
@@ -177,7 +167,7 @@ impl AnthropicBuilder {
         self
     }
 
-    /// The client, over reqwest.
+    /// The client, over reqwest. Fails without an API key or with an invalid base URL.
     pub fn build(self) -> Result<Anthropic, ConfigError> {
         let transport = ReqwestTransport::with_timeout(self.settings.timeout)?;
         self.build_with_transport(transport)
@@ -205,9 +195,6 @@ impl AnthropicBuilder {
         })
     }
 }
-
-/// The response future of [`Anthropic`].
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, ProviderError>> + Send>>;
 
 impl<T> Service<ChatRequest> for Anthropic<T>
 where
@@ -241,11 +228,8 @@ where
         let sent = self.transport.call(http);
         let shared = self.shared.clone();
         Box::pin(async move {
-            let resp = sent
-                .await
-                .map_err(|e| transport_error(Provider::Anthropic, e))?;
             let body: MessageResponse =
-                read_response(Provider::Anthropic, resp, Some(&shared.api_key))?;
+                exchange(Provider::Anthropic, sent, Some(&shared.api_key)).await?;
             Ok(convert::response(body))
         })
     }

@@ -12,7 +12,7 @@ use crate::error::{Provider, ProviderError};
 use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, FinishReason,
-    GenerationParams, Message, Role, ToolCall, ToolSpec, Usage,
+    GenerationParams, Message, PrefixContext, Role, ToolCall, ToolSpec, Usage,
 };
 
 /// The parts of a request that `messages` and `count_tokens` share.
@@ -31,7 +31,7 @@ pub(crate) fn request(
         system,
         messages,
         tools,
-    } = render(req, req.cache)?;
+    } = render(req.prefix.as_deref(), &req.messages, &req.tools, req.cache)?;
     let p = &req.params;
     if p.temperature.is_some() || p.top_p.is_some() {
         // The Messages API as of SDK 2.14.0 has no sampling fields; sending them is refused.
@@ -53,26 +53,28 @@ pub(crate) fn request(
     })
 }
 
-/// System blocks, messages and tools, with `hints` turned into `cache_control` markers:
-/// on the last tool, on the last system block, and on the last block of the message
-/// before the newest real user request.
-pub(crate) fn render(req: &ChatRequest, hints: CacheHints) -> Result<Rendered, ProviderError> {
+/// System blocks (from `prefix` and the leading system messages), messages and tools,
+/// with `hints` turned into `cache_control` markers: on the last tool, on the last
+/// system block, and on the last block of the message before the newest real user
+/// request.
+pub(crate) fn render(
+    prefix: Option<&PrefixContext>,
+    messages: &[Message],
+    tools: &[ToolSpec],
+    hints: CacheHints,
+) -> Result<Rendered, ProviderError> {
     let hints = ttl_order(hints);
-    let head_end = leading_system_end(&req.messages);
+    let head_end = leading_system_end(messages);
 
-    let mut tools: Vec<ToolParam> = req.tools.iter().map(tool).collect();
+    let mut tools: Vec<ToolParam> = tools.iter().map(tool).collect();
     if let (Some(ttl), Some(last)) = (hints.tools, tools.last_mut()) {
         last.cache_control = Some(cache_control(ttl));
     }
 
     // The prefix, then the leading system messages: Anthropic takes them as `system`.
     let mut system = Vec::new();
-    let prefix_messages = req
-        .prefix
-        .as_ref()
-        .map(|p| p.as_messages())
-        .unwrap_or_default();
-    for m in prefix_messages.iter().chain(&req.messages[..head_end]) {
+    let prefix_messages = prefix.map(|p| p.as_messages()).unwrap_or_default();
+    for m in prefix_messages.iter().chain(&messages[..head_end]) {
         let text = system_text(m)?;
         if !text.is_empty() {
             system.push(TextBlockParam::new(text));
@@ -84,11 +86,11 @@ pub(crate) fn render(req: &ChatRequest, hints: CacheHints) -> Result<Rendered, P
 
     let history_mark = hints
         .history
-        .zip(stable_history_end(&req.messages))
+        .zip(stable_history_end(messages))
         .map(|(ttl, end)| (end - 1, cache_control(ttl)));
 
-    let mut messages: Vec<InputMessage> = Vec::with_capacity(req.messages.len());
-    for (i, m) in req.messages.iter().enumerate().skip(head_end) {
+    let mut out: Vec<InputMessage> = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate().skip(head_end) {
         let (role, mut blocks) = blocks(m)?;
         if let Some((at, cc)) = history_mark
             && at == i
@@ -97,7 +99,7 @@ pub(crate) fn render(req: &ChatRequest, hints: CacheHints) -> Result<Rendered, P
             match blocks.last_mut() {
                 Some(b) => b.set_cache_control(cc),
                 None => {
-                    if let Some(b) = messages.last_mut().and_then(|m| m.content.last_mut()) {
+                    if let Some(b) = out.last_mut().and_then(|m| m.content.last_mut()) {
                         b.set_cache_control(cc);
                     }
                 }
@@ -107,9 +109,9 @@ pub(crate) fn render(req: &ChatRequest, hints: CacheHints) -> Result<Rendered, P
             // Empty messages are refused.
             continue;
         }
-        match messages.last_mut() {
+        match out.last_mut() {
             Some(last) if last.role == role => merge(&mut last.content, blocks),
-            _ => messages.push(InputMessage {
+            _ => out.push(InputMessage {
                 role,
                 content: blocks,
             }),
@@ -117,7 +119,7 @@ pub(crate) fn render(req: &ChatRequest, hints: CacheHints) -> Result<Rendered, P
     }
     Ok(Rendered {
         system,
-        messages,
+        messages: out,
         tools,
     })
 }
@@ -232,7 +234,9 @@ fn part_blocks(parts: &[ContentPart]) -> Result<Vec<ContentBlockParam>, Provider
                 source: image_source(url)?,
                 cache_control: None,
             }),
-            other => out.extend(text_block(&Content::Parts(vec![other.clone()]).text())),
+            // A part kind added to the neutral model later carries no text that
+            // `Content::text` would read (it keeps only text parts): nothing is sent.
+            _ => {}
         }
     }
     Ok(out)

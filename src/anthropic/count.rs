@@ -7,11 +7,11 @@ use super::client::Anthropic;
 use super::convert::{Rendered, render};
 use super::types::{CountTokensRequest, CountTokensResponse};
 use crate::BoxError;
-use crate::client::{read_response, transport_error};
+use crate::client::exchange;
 use crate::error::Provider;
 use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
 use llm_context_layers::tokens::TokenCounter;
-use llm_context_layers::{CacheHints, ChatRequest, Message, ToolSpec};
+use llm_context_layers::{CacheHints, Message, ToolSpec};
 
 /// Counts tokens exactly with `POST /v1/messages/count_tokens` for one model. There is
 /// no offline tokenizer for Claude 3 and later, so this is the exact count; each call is
@@ -54,13 +54,11 @@ where
     T::Future: Send,
 {
     async fn count(&self, messages: &[Message], tools: &[ToolSpec]) -> Result<usize, BoxError> {
-        let req =
-            ChatRequest::new(self.model.clone(), messages.to_vec()).with_tools(tools.to_vec());
         let Rendered {
             system,
             messages,
             tools,
-        } = render(&req, CacheHints::NONE)?;
+        } = render(None, messages, tools, CacheHints::NONE)?;
         let body = CountTokensRequest {
             model: self.model.clone(),
             messages,
@@ -68,15 +66,9 @@ where
             tools,
         };
         let http = self.client.post("/v1/messages/count_tokens", &body)?;
-        let resp = self
-            .client
-            .transport
-            .clone()
-            .oneshot(http)
-            .await
-            .map_err(|e| transport_error(Provider::Anthropic, e))?;
+        let sent = self.client.transport.clone().oneshot(http);
         let counted: CountTokensResponse =
-            read_response(Provider::Anthropic, resp, Some(self.client.api_key()))?;
+            exchange(Provider::Anthropic, sent, Some(self.client.api_key())).await?;
         Ok(usize::try_from(counted.input_tokens).unwrap_or(usize::MAX))
     }
 }

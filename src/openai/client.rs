@@ -1,7 +1,5 @@
 //! The `OpenAi` service and its builder.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -11,10 +9,9 @@ use tower::Service;
 
 use super::convert;
 use super::types::CreateChatCompletionResponse;
-use crate::client::{
-    ConfigError, Settings, base_url, env, post_json, read_response, transport_error,
-};
-use crate::error::{Provider, ProviderError, ProviderErrorKind};
+pub use crate::client::ResponseFuture;
+use crate::client::{ConfigError, Settings, base_url, exchange, post_json, transport_error};
+use crate::error::{Provider, ProviderError};
 use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
 use llm_context_layers::{ChatRequest, ChatResponse};
 
@@ -53,17 +50,10 @@ impl<T> std::fmt::Debug for OpenAi<T> {
 
 impl OpenAi {
     /// A client configured from `OPENAI_API_KEY` and `OPENAI_BASE_URL` (default
-    /// [`DEFAULT_BASE_URL`]). The key may be missing only when the base URL points
-    /// elsewhere (a local server that needs none).
+    /// [`DEFAULT_BASE_URL`]): [`OpenAiBuilder::from_env`], built. The key may be missing
+    /// only when the base URL points elsewhere (a local server that needs none).
     pub fn from_env() -> Result<Self, ConfigError> {
-        let mut b = Self::builder();
-        if let Some(url) = env(BASE_URL_VAR) {
-            b = b.base_url(url);
-        }
-        if let Some(key) = env(API_KEY_VAR) {
-            b = b.api_key(key);
-        }
-        b.build()
+        OpenAiBuilder::from_env().build()
     }
 
     /// A builder.
@@ -109,6 +99,17 @@ pub struct OpenAiBuilder {
 }
 
 impl OpenAiBuilder {
+    /// A builder with the base URL from [`BASE_URL_VAR`] and the API key from
+    /// [`API_KEY_VAR`], each when set and not blank; the other settings can still be
+    /// changed. As with any builder, a missing key is an error
+    /// ([`ConfigError::MissingApiKey`]) only when the base URL is [`DEFAULT_BASE_URL`]:
+    /// a local server (vLLM, Ollama, …) may need none.
+    pub fn from_env() -> Self {
+        Self {
+            settings: Settings::from_env(BASE_URL_VAR, API_KEY_VAR),
+        }
+    }
+
     /// The base URL, including `/v1` (`http://localhost:11434/v1` for Ollama,
     /// `http://localhost:8000/v1` for vLLM).
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
@@ -129,7 +130,9 @@ impl OpenAiBuilder {
         self
     }
 
-    /// The client, over reqwest.
+    /// The client, over reqwest. Fails without an API key when the base URL is
+    /// [`DEFAULT_BASE_URL`] (a server elsewhere may need none), or with an invalid base
+    /// URL.
     pub fn build(self) -> Result<OpenAi, ConfigError> {
         let transport = ReqwestTransport::with_timeout(self.settings.timeout)?;
         self.build_with_transport(transport)
@@ -157,9 +160,6 @@ impl OpenAiBuilder {
         })
     }
 }
-
-/// The response future of [`OpenAi`].
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, ProviderError>> + Send>>;
 
 impl<T> Service<ChatRequest> for OpenAi<T>
 where
@@ -191,11 +191,8 @@ where
         let sent = self.transport.call(http);
         let shared = self.shared.clone();
         Box::pin(async move {
-            let resp = sent
-                .await
-                .map_err(|e| transport_error(Provider::OpenAi, e))?;
             let body: CreateChatCompletionResponse =
-                read_response(Provider::OpenAi, resp, shared.api_key.as_ref())?;
+                exchange(Provider::OpenAi, sent, shared.api_key.as_ref()).await?;
             convert::response(body)
         })
     }
@@ -204,13 +201,6 @@ where
 impl<T> OpenAi<T> {
     fn http_request(&self, req: &ChatRequest) -> Result<HttpRequest, ProviderError> {
         let body = convert::request(req)?;
-        let bytes = serde_json::to_vec(&body).map_err(|e| {
-            ProviderError::new(
-                Provider::OpenAi,
-                ProviderErrorKind::Unsupported,
-                e.to_string(),
-            )
-        })?;
         let mut headers = Vec::with_capacity(1);
         if let Some(key) = &self.shared.api_key {
             headers.push((
@@ -219,9 +209,6 @@ impl<T> OpenAi<T> {
                 true,
             ));
         }
-        post_json(&self.shared.endpoint, &headers, bytes).map_err(|m| {
-            // The message names the header, never its value.
-            ProviderError::new(Provider::OpenAi, ProviderErrorKind::Unsupported, m)
-        })
+        post_json(Provider::OpenAi, &self.shared.endpoint, &headers, &body)
     }
 }

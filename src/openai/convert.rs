@@ -187,9 +187,10 @@ fn user_content(c: &Content) -> UserContent {
                         },
                     },
                     ContentPart::Text { text } => UserPart::Text { text: text.clone() },
-                    // A part kind added to the neutral model later: its text, if any.
-                    other => UserPart::Text {
-                        text: Content::Parts(vec![other.clone()]).text().into_owned(),
+                    // A part kind added to the neutral model later: `Content::text` keeps
+                    // only text parts, so it goes as an empty text part.
+                    _ => UserPart::Text {
+                        text: String::new(),
                     },
                 })
                 .collect(),

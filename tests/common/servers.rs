@@ -1,10 +1,25 @@
-//! Servers wiremock cannot play: one that cuts its response body short.
+//! Test servers: a wiremock server answering POSTs to one path, and one wiremock cannot
+//! play, that cuts its response body short.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use wiremock::matchers::{method, path as path_is};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// A wiremock server on 127.0.0.1 that answers every `POST` to `path` with `template`
+/// (and anything else with 404).
+pub(crate) async fn mock_post(path: &str, template: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path_is(path))
+        .respond_with(template)
+        .mount(&server)
+        .await;
+    server
+}
 
 /// A server on 127.0.0.1 that reads each request whole, then answers 200 with a
 /// `Content-Length` of 500 but only the first bytes of a JSON body, and closes the
