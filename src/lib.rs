@@ -25,7 +25,7 @@
 //! both on by default) with typed [`error`]s and a [`retry`] policy, durable stores for
 //! context records and memory ([`durable`]: SQLite, the embedded default, and Redis), Redis
 //! stores shared by many replicas (`redis`), provider wire formats ([`wire`]), catalog files
-//! ([`load_catalog`]) and the `llm-context` command-line tool.
+//! ([`load_catalog`], [`load_policy`]) and the `llm-context` command-line tool.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -49,7 +49,7 @@ pub mod wire;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::Anthropic;
-pub use catalog_file::load_catalog;
+pub use catalog_file::{load_catalog, load_policy};
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use client::ConfigError;
 #[cfg(any(feature = "openai", feature = "anthropic"))]

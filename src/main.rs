@@ -2,11 +2,12 @@
 //!
 //! ```text
 //! llm-context prepare [--policy FILE] [--window N] [--json] [REQUEST.json | -]
-//! llm-context send --provider openai|anthropic [--policy FILE] [--tenant T] [--session S] REQUEST.json
+//! llm-context send --provider openai|anthropic [--policy FILE] [--catalog FILE] [--tenant T]
+//!     [--session S] [--max-retries N] [--timeout SECONDS] [--redis URL] [REQUEST.json | -]
 //! ```
 //!
-//! Exit codes: 0 done, 2 bad input (a one-line message on stderr), 3 the request
-//! cannot fit (`context_limit`), 4 (`send`) the provider failed.
+//! Exit codes: 0 done, 1 an internal failure, 2 bad input (a one-line message on
+//! stderr), 3 the request cannot fit (`context_limit`), 4 (`send`) the provider failed.
 #![forbid(unsafe_code)]
 
 mod cli;

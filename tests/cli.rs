@@ -237,6 +237,44 @@ fn human_report_draws_the_window() {
 }
 
 #[test]
+fn without_window_the_picture_uses_the_models_window() {
+    // The fixture's model is in the built-in catalog: the layer plans for its window, and
+    // the picture must draw that window, not the 32,000 fallback.
+    let out = run(&["prepare", FIXTURE], None);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let window = llm_context::Catalog::builtin()
+        .context_window("gpt-5.4")
+        .expect("gpt-5.4 is in the catalog");
+    let allowance = window - llm_context::ContextPolicy::default().reserve_tokens;
+    let thousands = |n: usize| {
+        let s = n.to_string();
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    let line = format!(
+        "window {} tokens = allowance {}",
+        thousands(window),
+        thousands(allowance)
+    );
+    assert!(text.contains(&line), "{line}\n{text}");
+    let bar = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('['))
+        .expect("a window bar");
+    assert!(
+        bar.trim().len() <= 70,
+        "the bar is the picture's width: {bar}"
+    );
+}
+
+#[test]
 fn large_results_are_offloaded_and_reported() {
     let body = json!({
         "model": "m",

@@ -8,8 +8,7 @@ use std::process::{Command, Output, Stdio};
 use common::rules::{anthropic_request, openai_request};
 use common::schema::{Root, assert_valid, validator};
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{MockServer, ResponseTemplate};
 
 const KEY: &str = "sk-test-CLI-0123456789abcdefghijklmnop";
 
@@ -68,13 +67,7 @@ fn body() -> String {
 }
 
 async fn openai_server(template: ResponseTemplate) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(template)
-        .mount(&server)
-        .await;
-    server
+    common::servers::mock_post("/v1/chat/completions", template).await
 }
 
 fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
@@ -134,15 +127,14 @@ async fn openai_answers_with_the_response_and_the_report() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn anthropic_gets_the_same_body_in_its_own_form() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/messages"))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(
+    let server = common::servers::mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200).set_body_raw(
             common::fixture("anthropic-response-text.json"),
             "application/json",
-        ))
-        .mount(&server)
-        .await;
+        ),
+    )
+    .await;
     let env = vec![
         ("ANTHROPIC_BASE_URL", server.uri()),
         ("ANTHROPIC_API_KEY", KEY.to_owned()),

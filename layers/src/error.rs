@@ -50,7 +50,8 @@ impl LimitBreakdown {
 #[error(
     "context limit: the request needs at least {needed_tokens} tokens but the prompt allowance is {allowance} \
      (prefix {p}, system {s}, tools {t}, earlier protected turns {pt}, current turn {ct}); \
-     shorten the current turn or the prefix, lower preserve_recent, or raise max_tokens",
+     {advice}",
+    advice = Self::ADVICE,
     p = breakdown.prefix_tokens,
     s = breakdown.system_tokens,
     t = breakdown.tool_tokens,
@@ -68,6 +69,10 @@ pub struct ContextLimitError {
 }
 
 impl ContextLimitError {
+    /// What a person can change so that the request fits; the end of the message.
+    pub const ADVICE: &'static str =
+        "shorten the current turn or the prefix, lower preserve_recent, or raise max_tokens";
+
     /// A context limit error.
     pub fn new(needed_tokens: usize, allowance: usize, breakdown: LimitBreakdown) -> Self {
         Self {

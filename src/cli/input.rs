@@ -1,17 +1,17 @@
-//! Reading the request body and the policy file.
+//! Reading the request body and the policy file, shared by the commands.
 
 use std::io::Read;
 use std::path::Path;
 
-use llm_context::ContextPolicy;
+use llm_context::wire::openai::{BodyContext, request_from_body};
+use llm_context::{ChatRequest, ContextPolicy, load_policy};
 
 use super::Exit;
 
 /// Reads the request body from a file, or from stdin for `-` or no argument.
-pub(crate) fn read_body(path: Option<&Path>) -> Result<serde_json::Value, Exit> {
-    let (text, source) = match path {
+fn read_body(path: Option<&Path>) -> Result<serde_json::Value, Exit> {
+    let (text, source) = match path.filter(|p| *p != Path::new("-")) {
         None => (read_stdin()?, "stdin".to_owned()),
-        Some(p) if p == Path::new("-") => (read_stdin()?, "stdin".to_owned()),
         Some(p) => (
             std::fs::read_to_string(p)
                 .map_err(|e| Exit::bad_input(format!("cannot read {}: {e}", p.display())))?,
@@ -30,19 +30,17 @@ fn read_stdin() -> Result<String, Exit> {
     Ok(text)
 }
 
-/// Reads a policy file: JSON or TOML by extension, else whichever parses.
-pub(crate) fn read_policy(path: &Path) -> Result<ContextPolicy, Exit> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Exit::bad_input(format!("cannot read policy {}: {e}", path.display())))?;
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    let parsed = match ext.as_deref() {
-        Some("json") => ContextPolicy::from_json(&text),
-        Some("toml") => ContextPolicy::from_toml(&text),
-        _ if text.trim_start().starts_with('{') => ContextPolicy::from_json(&text),
-        _ => ContextPolicy::from_toml(&text),
-    };
-    parsed.map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))
+/// The policy of `--policy FILE`, or the default.
+pub(crate) fn policy(path: Option<&Path>) -> Result<ContextPolicy, Exit> {
+    match path {
+        Some(path) => load_policy(path).map_err(|e| Exit::bad_input(e.to_string())),
+        None => Ok(ContextPolicy::default()),
+    }
+}
+
+/// The request of a Chat Completions body read from `path` (or stdin), with what is
+/// needed to write the prepared request back as a body.
+pub(crate) fn request(path: Option<&Path>) -> Result<(ChatRequest, BodyContext), Exit> {
+    let body = read_body(path)?;
+    request_from_body(&body).map_err(|e| Exit::bad_input(format!("bad request body: {e}")))
 }

@@ -10,6 +10,7 @@ mod send;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use llm_context::ContextLimitError;
 
 /// Exit code for bad input: not JSON, wrong shape, invalid policy.
 pub(crate) const EXIT_BAD_INPUT: u8 = 2;
@@ -57,6 +58,24 @@ impl Exit {
             message: message.into(),
         }
     }
+
+    /// A failure of the tool itself, not of its input (exit 1).
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self {
+            code: 1,
+            message: message.into(),
+        }
+    }
+}
+
+/// The `context_limit` object both commands print for a request that cannot fit.
+pub(crate) fn limit_json(limit: &ContextLimitError) -> serde_json::Value {
+    serde_json::json!({
+        "error": "context_limit",
+        "needed_tokens": limit.needed_tokens,
+        "allowance": limit.allowance,
+        "message": limit.to_string(),
+    })
 }
 
 pub(crate) fn run() -> ExitCode {

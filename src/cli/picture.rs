@@ -5,7 +5,7 @@ use std::fmt::Write;
 use llm_context::clear::is_stub;
 use llm_context::offload::is_preview;
 use llm_context::tokens::{estimate_one, estimate_tool_tokens};
-use llm_context::{ChatRequest, ContextLimitError, ContextPolicy, PreparationReport};
+use llm_context::{ChatRequest, ContextLimitError, PreparationReport};
 
 const WIDTH: usize = 64;
 
@@ -19,26 +19,31 @@ struct Parts {
     offloaded: usize,
 }
 
-fn parts(req: &ChatRequest) -> Parts {
+/// What the prepared request spends on each part. The turns are what is left of
+/// `after_tokens` (the report's total, which counts the same parts), so only the head
+/// and the replaced results are estimated here.
+fn parts(req: &ChatRequest, after_tokens: usize) -> Parts {
     let mut p = Parts {
         head: req.prefix.as_ref().map_or(0, |x| x.estimated_tokens()),
         tools: estimate_tool_tokens(&req.tools),
         ..Parts::default()
     };
     let head_end = llm_context::message::leading_system_end(&req.messages);
-    for (i, m) in req.messages.iter().enumerate() {
-        let cost = estimate_one(m);
-        let text = m.content.as_str().unwrap_or("");
-        if i < head_end {
-            p.head += cost;
-        } else if m.is_tool_result() && is_stub(text) {
-            p.cleared += cost;
-        } else if m.is_tool_result() && is_preview(text) {
-            p.offloaded += cost;
-        } else {
-            p.turns += cost;
+    p.head += req.messages[..head_end]
+        .iter()
+        .map(estimate_one)
+        .sum::<usize>();
+    for m in req.messages[head_end..]
+        .iter()
+        .filter(|m| m.is_tool_result())
+    {
+        match m.content.as_str() {
+            Some(text) if is_stub(text) => p.cleared += estimate_one(m),
+            Some(text) if is_preview(text) => p.offloaded += estimate_one(m),
+            _ => {}
         }
     }
+    p.turns = after_tokens.saturating_sub(p.head + p.tools + p.cleared + p.offloaded);
     p
 }
 
@@ -55,17 +60,18 @@ fn n(x: usize) -> String {
 }
 
 /// The report for a prepared request.
+/// `received` is the number of messages the request came with; the window is the one
+/// the layer planned for (its allowance plus `reserve`), whether from `--window`, the
+/// policy or the model's catalog entry.
 pub(crate) fn render(
-    original: &ChatRequest,
+    received: usize,
     prepared: &ChatRequest,
     report: &PreparationReport,
-    policy: &ContextPolicy,
+    reserve: usize,
 ) -> String {
-    let max = policy.effective_max_tokens(None);
-    let reserve = policy.reserve_tokens;
-    let p = parts(prepared);
-    let used = p.head + p.tools + p.turns + p.cleared + p.offloaded;
-    let free = report.prompt_allowance.saturating_sub(used);
+    let max = report.prompt_allowance + reserve;
+    let p = parts(prepared, report.after_tokens);
+    let free = report.prompt_allowance.saturating_sub(report.after_tokens);
     let segments = [
         ('#', p.head),
         ('T', p.tools),
@@ -88,7 +94,7 @@ pub(crate) fn render(
         out,
         "llm-context prepare · model {} · {} → {} messages",
         prepared.model,
-        n(original.messages.len()),
+        n(received),
         n(prepared.messages.len())
     );
     let _ = writeln!(
@@ -141,7 +147,7 @@ pub(crate) fn render(
     out
 }
 
-/// The report for a request that cannot fit.
+/// The report for a request that cannot fit: the breakdown, then what to do.
 pub(crate) fn render_limit(limit: &ContextLimitError) -> String {
     let b = &limit.breakdown;
     format!(
@@ -153,7 +159,7 @@ pub(crate) fn render_limit(limit: &ContextLimitError) -> String {
         n(b.tool_tokens),
         n(b.protected_turn_tokens),
         n(b.current_turn_tokens),
-        limit
+        ContextLimitError::ADVICE
     )
 }
 

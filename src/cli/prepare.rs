@@ -3,14 +3,13 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use llm_context::wire::openai::{body_from_request, request_from_body};
-use llm_context::{ContextLimitError, ContextPolicy, ContextPolicyLayer, PreparationReport};
+use llm_context::wire::openai::body_from_request;
+use llm_context::{ContextLimitError, ContextPolicyLayer, PreparationReport};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 
 use super::capture::Capture;
-use super::input::{read_body, read_policy};
-use super::{EXIT_CONTEXT_LIMIT, Exit};
+use super::{EXIT_CONTEXT_LIMIT, Exit, input, limit_json};
 
 #[derive(Args, Debug)]
 pub(crate) struct PrepareArgs {
@@ -29,19 +28,14 @@ pub(crate) struct PrepareArgs {
 }
 
 pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
-    let mut policy = match &args.policy {
-        Some(path) => read_policy(path)?,
-        None => ContextPolicy::default(),
-    };
+    let mut policy = input::policy(args.policy.as_deref())?;
     if let Some(window) = args.window {
         policy.context_window = Some(window);
     }
-    let layer =
-        ContextPolicyLayer::new(policy.clone()).map_err(|e| Exit::bad_input(e.to_string()))?;
-    let body = read_body(args.request.as_deref())?;
-    let (request, ctx) =
-        request_from_body(&body).map_err(|e| Exit::bad_input(format!("bad request body: {e}")))?;
-    let original = request.clone();
+    let reserve = policy.reserve_tokens;
+    let layer = ContextPolicyLayer::new(policy).map_err(|e| Exit::bad_input(e.to_string()))?;
+    let (request, ctx) = input::request(args.request.as_deref())?;
+    let received = request.messages.len();
 
     let capture = Capture::default();
     let result = layer.layer(capture.clone()).oneshot(request).await;
@@ -49,7 +43,7 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
         Ok(response) => {
             let prepared = capture
                 .take()
-                .ok_or_else(|| Exit::bad_input("internal error: the stack did not dispatch"))?;
+                .ok_or_else(|| Exit::internal("internal error: the stack did not dispatch"))?;
             let report = response.report;
             if args.json {
                 let out = json!({
@@ -60,7 +54,7 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
             } else {
                 print!(
                     "{}",
-                    super::picture::render(&original, &prepared, &report, &policy)
+                    super::picture::render(received, &prepared, &report, reserve)
                 );
             }
             Ok(0)
@@ -68,13 +62,7 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
         Err(err) => match err.downcast_ref::<ContextLimitError>() {
             Some(limit) => {
                 if args.json {
-                    let out = json!({
-                        "error": "context_limit",
-                        "needed_tokens": limit.needed_tokens,
-                        "allowance": limit.allowance,
-                        "message": limit.to_string(),
-                    });
-                    println!("{out}");
+                    println!("{}", limit_json(limit));
                 } else {
                     println!("{}", super::picture::render_limit(limit));
                 }

@@ -7,17 +7,14 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use llm_context::retry::RetryPolicy;
 use llm_context::usage::{UsageLayer, UsageMeter};
-use llm_context::wire::openai::request_from_body;
 use llm_context::{
-    BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
-    ContextPolicyLayer, ProviderError, Scope, load_catalog,
+    Catalog, ChatResponse, ContextLimitError, ContextPolicyLayer, ProviderError, Scope,
+    load_catalog,
 };
 use serde_json::{Value, json};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 
-use super::input::{read_body, read_policy};
-
-use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit};
+use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit, input, limit_json};
 
 /// The exit codes, for `--help`.
 pub(crate) const EXIT_CODES_HELP: &str = "Exit codes:
@@ -73,17 +70,12 @@ pub(crate) struct SendArgs {
 }
 
 pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
-    let policy = match &args.policy {
-        Some(path) => read_policy(path)?,
-        None => ContextPolicy::default(),
-    };
+    let policy = input::policy(args.policy.as_deref())?;
     let catalog = match &args.catalog {
         Some(path) => Arc::new(load_catalog(path).map_err(|e| Exit::bad_input(e.to_string()))?),
         None => Catalog::builtin(),
     };
-    let body = read_body(args.request.as_deref())?;
-    let (mut request, _) =
-        request_from_body(&body).map_err(|e| Exit::bad_input(format!("bad request body: {e}")))?;
+    let (mut request, _) = input::request(args.request.as_deref())?;
     if let Some(t) = &args.tenant {
         request = request.with_scope(Scope::org(t));
     }
@@ -109,13 +101,21 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
 
     let model = request.model.clone();
     let result = match args.provider {
+        #[cfg(feature = "openai")]
         ProviderArg::Openai => {
             let client = openai_client(timeout)?;
-            dispatch(stack.service(client), request).await
+            stack.service(client).oneshot(request).await
         }
+        #[cfg(feature = "anthropic")]
         ProviderArg::Anthropic => {
             let client = anthropic_client(timeout)?;
-            dispatch(stack.service(client), request).await
+            stack.service(client).oneshot(request).await
+        }
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(Exit::bad_input(format!(
+                "this llm-context was built without the {other:?} client"
+            )));
         }
     };
     match result {
@@ -129,13 +129,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         }
         Err(err) => {
             if let Some(limit) = err.downcast_ref::<ContextLimitError>() {
-                let out = json!({
-                    "error": "context_limit",
-                    "needed_tokens": limit.needed_tokens,
-                    "allowance": limit.allowance,
-                    "message": limit.to_string(),
-                });
-                println!("{out}");
+                println!("{}", limit_json(limit));
                 return Ok(EXIT_CONTEXT_LIMIT);
             }
             println!("{}", error_json(&*err));
@@ -160,85 +154,34 @@ async fn with_redis(context: ContextPolicyLayer, url: &str) -> Result<ContextPol
         .with_memo(MemoLayer::new(Arc::new(stores.memo))))
 }
 
-async fn dispatch<S>(service: S, request: ChatRequest) -> Result<ChatResponse, BoxError>
-where
-    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
-{
-    service.oneshot(request).await
-}
-
 #[cfg(feature = "openai")]
 fn openai_client(timeout: Duration) -> Result<llm_context::OpenAi, Exit> {
-    use llm_context::openai::{API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, OpenAi};
-    let mut b = OpenAi::builder().timeout(timeout);
-    let base = env_var(BASE_URL_VAR);
-    if let Some(url) = &base {
-        b = b.base_url(url.as_str());
-    }
-    if let Some(key) = env_var(API_KEY_VAR) {
-        b = b.api_key(key);
-    } else if base.is_none() {
-        return Err(Exit::bad_input(format!(
-            "set {API_KEY_VAR} (or {BASE_URL_VAR} for a server that needs no key; default {DEFAULT_BASE_URL})"
-        )));
-    }
-    b.build().map_err(|e| Exit::bad_input(e.to_string()))
-}
-
-#[cfg(not(feature = "openai"))]
-fn openai_client(_: Duration) -> Result<NoClient, Exit> {
-    Err(Exit::bad_input(
-        "this llm-context was built without the `openai` feature",
-    ))
+    use llm_context::openai::{BASE_URL_VAR, DEFAULT_BASE_URL, OpenAiBuilder};
+    let hint =
+        format!(" (or {BASE_URL_VAR} for a server that needs no key; default {DEFAULT_BASE_URL})");
+    OpenAiBuilder::from_env()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| config_error(e, &hint))
 }
 
 #[cfg(feature = "anthropic")]
 fn anthropic_client(timeout: Duration) -> Result<llm_context::Anthropic, Exit> {
-    use llm_context::anthropic::{API_KEY_VAR, Anthropic, BASE_URL_VAR};
-    let mut b = Anthropic::builder().timeout(timeout);
-    if let Some(url) = env_var(BASE_URL_VAR) {
-        b = b.base_url(url);
-    }
-    let Some(key) = env_var(API_KEY_VAR) else {
-        return Err(Exit::bad_input(format!("set {API_KEY_VAR}")));
-    };
-    b.api_key(key)
+    llm_context::anthropic::AnthropicBuilder::from_env()
+        .timeout(timeout)
         .build()
-        .map_err(|e| Exit::bad_input(e.to_string()))
+        .map_err(|e| config_error(e, ""))
 }
 
-#[cfg(not(feature = "anthropic"))]
-fn anthropic_client(_: Duration) -> Result<NoClient, Exit> {
-    Err(Exit::bad_input(
-        "this llm-context was built without the `anthropic` feature",
-    ))
-}
-
-/// Stands in for a client left out of the build; never constructed.
-#[cfg(not(all(feature = "openai", feature = "anthropic")))]
-#[derive(Clone)]
-enum NoClient {}
-
-#[cfg(not(all(feature = "openai", feature = "anthropic")))]
-impl Service<ChatRequest> for NoClient {
-    type Response = ChatResponse;
-    type Error = ProviderError;
-    type Future = std::future::Ready<Result<ChatResponse, ProviderError>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), ProviderError>> {
-        match *self {}
+/// A client that cannot be built from the environment: bad input, saying which variable
+/// to set when the key is missing.
+fn config_error(e: llm_context::ConfigError, hint: &str) -> Exit {
+    match e {
+        llm_context::ConfigError::MissingApiKey { var } => {
+            Exit::bad_input(format!("set {var}{hint}"))
+        }
+        e => Exit::bad_input(e.to_string()),
     }
-
-    fn call(&mut self, _: ChatRequest) -> Self::Future {
-        match *self {}
-    }
-}
-
-fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 fn response_json(r: &ChatResponse, cost: Option<f64>) -> Value {
