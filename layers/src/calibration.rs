@@ -71,8 +71,7 @@ impl Calibration {
         if report.memo_hit {
             return false;
         }
-        let counted = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens;
-        self.observe_tokens(model, report.after_tokens, counted)
+        self.observe_tokens(model, report.after_tokens, usage.prompt_tokens())
     }
 
     /// Learns from one prompt: `estimated` tokens by the estimate, `counted` by the
@@ -108,7 +107,7 @@ impl Calibration {
     /// `tokens` of the provider's counting expressed in estimated tokens:
     /// `⌊tokens / factor⌋`.
     pub fn calibrate(&self, model: &str, tokens: usize) -> usize {
-        (tokens as f64 / self.factor(model)).floor() as usize
+        divide(tokens, self.factor(model))
     }
 
     /// Forgets every model's ratio.
@@ -119,6 +118,15 @@ impl Calibration {
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, f64>> {
         // Each update leaves the map consistent, so a poisoned lock is still usable.
         self.ratios.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `⌊tokens / factor⌋`; `tokens` itself for a factor of 1 (no float round trip).
+pub(crate) fn divide(tokens: usize, factor: f64) -> usize {
+    if factor > 1.0 {
+        (tokens as f64 / factor).floor() as usize
+    } else {
+        tokens
     }
 }
 

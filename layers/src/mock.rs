@@ -32,7 +32,7 @@ use tower::Service;
 
 use crate::message::{Message, ToolCall};
 use crate::request::{ChatRequest, ChatResponse, Usage};
-use crate::tokens::{estimate_message_tokens, estimate_tool_tokens};
+use crate::tokens::{estimate_message_tokens, estimate_request_tokens};
 
 /// One scripted reply.
 #[derive(Clone, Debug, PartialEq)]
@@ -168,9 +168,7 @@ impl Service<ChatRequest> for MockModel {
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         let reply = self.reply(&req);
-        let prefix = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens());
-        let input =
-            prefix + estimate_tool_tokens(&req.tools) + estimate_message_tokens(&req.messages);
+        let input = estimate_request_tokens(&req);
         self.lock_seen().push(req);
         let message = match reply {
             MockReply::Text(text) => Message::assistant(text),

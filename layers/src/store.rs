@@ -79,7 +79,11 @@ pub struct Artifact {
 impl Artifact {
     /// An artifact for `original`, cut to `max_chars` characters on a character boundary.
     pub fn new(original: &str, max_chars: usize) -> Self {
-        let original_chars = char_count(original);
+        Self::counted(original, char_count(original), max_chars)
+    }
+
+    /// [`Artifact::new`] for an `original` of `original_chars` characters, counted already.
+    pub(crate) fn counted(original: &str, original_chars: usize, max_chars: usize) -> Self {
         let text = cut_chars(original, max_chars);
         Self {
             text: Arc::from(text),

@@ -34,6 +34,7 @@ use serde_json::Value;
 
 use crate::BoxError;
 use crate::message::{Content, ContentPart, Message, ToolSpec};
+use crate::request::ChatRequest;
 
 /// The fixed estimate for one image part, in tokens.
 ///
@@ -51,10 +52,16 @@ pub fn estimate_message_tokens(messages: &[Message]) -> usize {
     messages.iter().map(estimate_one).sum()
 }
 
+/// The estimated prompt tokens of a whole request: its prefix, tool schemas and messages.
+pub fn estimate_request_tokens(req: &ChatRequest) -> usize {
+    req.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
+        + estimate_tool_tokens(&req.tools)
+        + estimate_message_tokens(&req.messages)
+}
+
 /// The estimated tokens of one message.
 pub fn estimate_one(message: &Message) -> usize {
-    let (chars, images) = message_chars(message);
-    OVERHEAD_TOKENS + chars / 4 + OVERHEAD_TOKENS * message.tool_calls.len() + IMAGE_TOKENS * images
+    MessageSize::of(message).tokens()
 }
 
 /// The estimated tokens of `message` if its content were the plain text `text`.
@@ -65,11 +72,7 @@ pub fn estimate_with_text(message: &Message, text: &str) -> usize {
 /// The estimated tokens of `message` if its content were plain text of `content_chars`
 /// characters (everything else — name, call id, tool calls — as it is).
 pub fn estimate_with_content_chars(message: &Message, content_chars: usize) -> usize {
-    let (content, _) = content_chars_of(&message.content);
-    let (all, _) = message_chars(message);
-    OVERHEAD_TOKENS
-        + (all - content + content_chars) / 4
-        + OVERHEAD_TOKENS * message.tool_calls.len()
+    MessageSize::of(message).tokens_with_content(content_chars)
 }
 
 /// The Unicode scalar values of everything a message sends as text, and its image count.

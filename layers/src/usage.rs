@@ -23,8 +23,10 @@
 //!
 //! Each successful response's [`Usage`] is added to its request's [`Scope`], with its
 //! cost from the [`Catalog`] (a model the catalog does not price adds no cost and is
-//! counted in `unpriced_requests`). Failed calls add nothing. The lock is taken only to
-//! add a response, never across a model call.
+//! counted in `unpriced_requests`). Failed calls add nothing, and neither do memo hits
+//! (`report.memo_hit`): no provider call was made for them, and their usage is the call
+//! that produced the answer, already counted. The lock is taken only to add a response,
+//! never across a model call.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -262,7 +264,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        if let (Ok(response), Some(r)) = (&result, this.record.take()) {
+        if let (Ok(response), Some(r)) = (&result, this.record.take())
+            && !response.report.memo_hit
+        {
             r.meter.record(&r.scope, &r.model, &response.usage);
             tracing::debug!(
                 target: "llm_context",
@@ -283,6 +287,7 @@ where
 mod tests {
     use super::*;
     use crate::message::Message;
+    use crate::report::PreparationReport;
     use tower_test::{assert_request_eq, mock};
 
     #[tokio::test]
@@ -321,6 +326,29 @@ mod tests {
         assert!((t.cost_usd - expected).abs() < 1e-9, "{}", t.cost_usd);
         assert_eq!(meter.get(&Scope::shared()).requests, 0);
         assert_eq!(meter.total().requests, 2);
+    }
+
+    #[tokio::test]
+    async fn memo_hits_are_not_counted_again() {
+        let meter = UsageMeter::new();
+        let (mut svc, mut handle) =
+            mock::spawn_layer::<ChatRequest, ChatResponse, _>(UsageLayer::new(meter.clone()));
+        handle.allow(2);
+        let req = ChatRequest::new("claude-sonnet-4-6", vec![Message::user("hi")]);
+        for hit in [false, true] {
+            assert!(svc.poll_ready().is_ready());
+            let fut = svc.call(req.clone());
+            let mut reply =
+                ChatResponse::new(Message::assistant("ok")).with_usage(Usage::new(1_000, 10, 0, 0));
+            if hit {
+                reply.report = PreparationReport::memo_hit();
+            }
+            assert_request_eq!(handle, req.clone()).send_response(reply);
+            fut.await.unwrap();
+        }
+        let t = meter.total();
+        assert_eq!(t.requests, 1);
+        assert_eq!(t.usage.input_tokens, 1_000);
     }
 
     #[test]

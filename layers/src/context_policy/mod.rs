@@ -49,7 +49,7 @@
 //! Preparation is a pure function of the request, the policy and the store contents:
 //! preparing a prepared request changes nothing.
 //!
-//! Memory: the planner's per-message lists (about 50 bytes a message) belong to the
+//! Memory: the planner's per-message lists (about 40 bytes a message) belong to the
 //! service and are reused from one request to the next, so a service keeps that much for
 //! the longest recent transcript; it lets them go when a request is less than a quarter
 //! as long (and they are over 65,536 messages long). A clone of the service starts

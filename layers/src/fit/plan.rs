@@ -13,7 +13,7 @@ use crate::policy::ContextPolicy;
 use crate::report::PreparationReport;
 use crate::request::ChatRequest;
 use crate::store::Artifact;
-use crate::tokens::{MessageSize, char_count, estimate_tool_tokens, estimate_with_text};
+use crate::tokens::{MessageSize, char_count, estimate_tool_tokens};
 
 /// Which reductions a planner may make, and whether it must make the request fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,11 +55,7 @@ impl Budget {
 
     /// `tokens` of the provider's counting in estimated tokens.
     fn calibrate(&self, tokens: usize) -> usize {
-        if self.factor > 1.0 {
-            (tokens as f64 / self.factor).floor() as usize
-        } else {
-            tokens
-        }
+        crate::calibration::divide(tokens, self.factor)
     }
 }
 
@@ -83,6 +79,8 @@ pub(crate) struct Cleared {
     /// The id under which the replaced content must be stored (`None` when no store is
     /// used, or the content is a preview whose artifact is already stored).
     pub(crate) store: Option<String>,
+    /// The characters of the replaced content, counted while planning.
+    pub(crate) chars: usize,
 }
 
 /// The outcome of planning.
@@ -113,12 +111,18 @@ impl Plan {
     ) -> (Vec<Message>, Vec<Displaced>) {
         debug_assert_eq!(messages.len(), actions.len());
         let mut displaced = Vec::new();
-        for Cleared { index, stub, store } in self.clears {
+        for Cleared {
+            index,
+            stub,
+            store,
+            chars,
+        } in self.clears
+        {
             let Some(m) = messages.get_mut(index) else {
                 continue;
             };
             if let Some(id) = store {
-                let artifact = Artifact::new(&m.content.text(), artifact_max_chars);
+                let artifact = Artifact::counted(&m.content.text(), chars, artifact_max_chars);
                 displaced.push(Displaced { id, artifact });
             }
             m.content = Content::Text(stub);
@@ -132,13 +136,12 @@ impl Plan {
 /// The per-message lists the planner fills on every request.
 ///
 /// A service keeps one and hands it to every request it prepares, so a long transcript
-/// reuses the memory of the last one (about 50 bytes a message) rather than allocating
+/// reuses the memory of the last one (about 40 bytes a message) rather than allocating
 /// and faulting in fresh pages each time; at 10,000 messages those page faults were about
 /// a tenth of the time. Nothing in the lists carries from one request to the next, so a
 /// clone starts empty.
 #[derive(Default)]
 pub(crate) struct Scratch {
-    original: Vec<usize>,
     sent: Vec<usize>,
     marks: Vec<u8>,
     clear_order: Vec<usize>,
@@ -154,7 +157,7 @@ impl Scratch {
     /// service.
     fn fit_to(&mut self, messages: usize) {
         const ALWAYS_KEPT: usize = 1 << 16;
-        if self.original.capacity() > ALWAYS_KEPT.max(messages.saturating_mul(4)) {
+        if self.sent.capacity() > ALWAYS_KEPT.max(messages.saturating_mul(4)) {
             *self = Self::default();
         }
     }
@@ -181,8 +184,8 @@ struct Measured<'a> {
     allowance: usize,
     prefix_tokens: usize,
     tool_tokens: usize,
-    /// Each message's estimate as received.
-    original: &'a [usize],
+    /// The messages' estimate as received.
+    original_tokens: usize,
     /// Each message's estimate as it will be sent (after offloading, when it runs).
     sent: &'a [usize],
     /// What each message's content already is ([`PREVIEW`], [`STUB`], [`REFERS`]), read
@@ -244,7 +247,6 @@ pub(crate) fn plan(
     let msgs = &req.messages;
     scratch.fit_to(msgs.len());
     let Scratch {
-        original,
         sent,
         marks,
         clear_order,
@@ -252,16 +254,16 @@ pub(crate) fn plan(
         layout,
         actions,
     } = scratch;
-    original.clear();
     sent.clear();
     marks.clear();
     // One pass over every message's text; the offloaded size follows from it.
     let mut refers_already = false;
+    let mut original_tokens = 0;
     for m in msgs {
         let size = MessageSize::of(m);
         let cost = size.tokens();
         let mark = mark(m);
-        original.push(cost);
+        original_tokens += cost;
         marks.push(mark);
         if !stages.offload_sizing {
             sent.push(cost);
@@ -290,7 +292,7 @@ pub(crate) fn plan(
         allowance: budget.calibrate(policy.prompt_allowance(budget.model_window)),
         prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
         tool_tokens: estimate_tool_tokens(&req.tools),
-        original,
+        original_tokens,
         sent,
         clear_order,
         marks,
@@ -334,7 +336,7 @@ fn decide(
     let mut clears = Vec::new();
 
     let mut report = PreparationReport {
-        before_tokens: m.prefix_tokens + m.tool_tokens + m.original.iter().sum::<usize>(),
+        before_tokens: m.prefix_tokens + m.tool_tokens + m.original_tokens,
         prompt_allowance: allowance,
         ..PreparationReport::default()
     };
@@ -578,17 +580,20 @@ fn clear_until_fit(
         }
         let msg = &req.messages[i];
         let text = msg.content.text();
+        // One measurement: the text's length (parts are joined without separators, so
+        // it is the joined text's) and the stub's cost both follow from it.
+        let size = MessageSize::of(msg);
         // A preview already names a stored artifact: point the stub at it.
         let (id, store, original_chars) = match preview_info(&text) {
             Some((id, original)) => (Some(id), None, original),
             None if stages.clear_artifacts => {
                 let id = artifact_id(&req.scope, &req.session, &text);
-                (Some(id.clone()), Some(id), char_count(&text))
+                (Some(id.clone()), Some(id), size.content_chars)
             }
-            None => (None, None, char_count(&text)),
+            None => (None, None, size.content_chars),
         };
         let stub = stub_text(msg.name.as_deref(), original_chars, id.as_deref());
-        let new_cost = estimate_with_text(msg, &stub);
+        let new_cost = size.tokens_with_content(char_count(&stub));
         if new_cost < cost[i] {
             *total -= cost[i] - new_cost;
             cost[i] = new_cost;
@@ -597,6 +602,7 @@ fn clear_until_fit(
                 index: i,
                 stub,
                 store,
+                chars: size.content_chars,
             });
         }
     }
@@ -616,13 +622,13 @@ mod tests {
     fn scratch_keeps_its_lists_but_not_for_a_far_longer_transcript() {
         let mut scratch = Scratch::default();
         plan_of(vec![Message::user("x"); 70_000], &mut scratch);
-        assert!(scratch.original.capacity() >= 70_000);
+        assert!(scratch.sent.capacity() >= 70_000);
         // A transcript of similar length reuses the lists.
         plan_of(vec![Message::user("x"); 60_000], &mut scratch);
-        assert!(scratch.original.capacity() >= 70_000);
+        assert!(scratch.sent.capacity() >= 70_000);
         // A far shorter one lets them go.
         plan_of(vec![Message::user("x"); 10], &mut scratch);
-        assert!(scratch.original.capacity() < 70_000);
-        assert_eq!(scratch.original.len(), 10);
+        assert!(scratch.sent.capacity() < 70_000);
+        assert_eq!(scratch.sent.len(), 10);
     }
 }

@@ -6,11 +6,12 @@ use tower::{Layer, Service};
 use crate::BoxError;
 use crate::offload::ResponseFuture;
 use crate::offload::prepare::{offload_request, store_all};
+use crate::offload::read_artifact_tool_tokens;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::report::PreparationReport;
 use crate::request::{ChatRequest, ChatResponse};
 use crate::store::ArtifactStore;
-use crate::tokens::{estimate_message_tokens, estimate_tool_tokens};
+use crate::tokens::estimate_request_tokens;
 
 /// Offloads oversized tool results into an artifact store. See the
 /// [module docs](crate::offload).
@@ -95,9 +96,8 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let size =
-            |r: &ChatRequest| estimate_tool_tokens(&r.tools) + estimate_message_tokens(&r.messages);
-        let before = size(&req);
+        let before = estimate_request_tokens(&req);
+        let tools = req.tools.len();
         let report = PreparationReport {
             before_tokens: before,
             ..PreparationReport::default()
@@ -107,7 +107,15 @@ where
                 Ok(p) => p,
                 Err(e) => return ResponseFuture::failed(e),
             };
-        prepared.report.after_tokens = size(&prepared.req);
+        // The request measured once: only the rewritten results and an added read tool
+        // change its estimate.
+        let (replaced, previews) = prepared.rewritten_tokens;
+        let added_tool = if prepared.req.tools.len() > tools {
+            read_artifact_tool_tokens()
+        } else {
+            0
+        };
+        prepared.report.after_tokens = before - replaced + previews + added_tool;
         if prepared.to_store.is_empty() {
             return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);
         }

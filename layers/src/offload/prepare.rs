@@ -17,6 +17,9 @@ pub(crate) struct Prepared {
     pub(crate) req: ChatRequest,
     pub(crate) report: PreparationReport,
     pub(crate) to_store: Vec<Displaced>,
+    /// The estimated tokens of the offloaded results, before and after (already in
+    /// `report` when a planner sized the request as offloaded).
+    pub(crate) rewritten_tokens: (usize, usize),
 }
 
 /// Fails when the request defines a different tool under the read tool's name; tells
@@ -46,8 +49,8 @@ pub(crate) fn offload_request(
     refers: Option<bool>,
 ) -> Result<Prepared, BoxError> {
     let has_tool = check_read_tool(&req)?;
-    let (scope, session) = (req.scope.clone(), req.session.clone());
-    let offloaded = offload_messages(&mut req.messages, &scope, &session, policy);
+    let (offloaded, rewritten_tokens) =
+        offload_messages(&mut req.messages, &req.scope, &req.session, policy);
     let offloaded_any = !offloaded.is_empty();
     report.offloaded_results += offloaded.len();
     to_store.extend(offloaded);
@@ -65,6 +68,7 @@ pub(crate) fn offload_request(
         req,
         report,
         to_store,
+        rewritten_tokens,
     })
 }
 

@@ -84,7 +84,23 @@ pub fn render_preview(
     preview_chars: usize,
     artifact_max_chars: usize,
 ) -> String {
-    let original = char_count(text);
+    render_counted(
+        id,
+        text,
+        char_count(text),
+        preview_chars,
+        artifact_max_chars,
+    )
+}
+
+/// [`render_preview`] for a `text` of `original` characters, counted already.
+pub(crate) fn render_counted(
+    id: &str,
+    text: &str,
+    original: usize,
+    preview_chars: usize,
+    artifact_max_chars: usize,
+) -> String {
     let json = PreviewJson {
         context_artifact: id,
         preview: cut_chars(text, preview_chars),

@@ -3,11 +3,11 @@
 
 use crate::fit::offloadable_text;
 use crate::message::{Content, Message};
-use crate::offload::preview::{artifact_id, render_preview};
+use crate::offload::preview::{artifact_id, render_counted};
 use crate::policy::ContextPolicy;
 use crate::scope::Scope;
 use crate::store::Artifact;
-use crate::tokens::char_count;
+use crate::tokens::{MessageSize, char_count};
 
 /// An artifact to store: the full text a preview or a stub stands for.
 #[derive(Clone, Debug)]
@@ -16,31 +16,40 @@ pub(crate) struct Displaced {
     pub(crate) artifact: Artifact,
 }
 
-/// Offloads every oversized tool result of `messages` in place; returns what to store.
+/// Offloads every oversized tool result of `messages` in place; returns what to store and
+/// the estimated tokens of the replaced results, before and after (a preview can cost
+/// more than a result just over the threshold).
 pub(crate) fn offload_messages(
     messages: &mut [Message],
     scope: &Scope,
     session: &str,
     policy: &ContextPolicy,
-) -> Vec<Displaced> {
+) -> (Vec<Displaced>, (usize, usize)) {
     let mut out = Vec::new();
+    let (mut before, mut after) = (0, 0);
     for m in messages.iter_mut() {
         let Some(text) = offloadable_text(m, policy) else {
             continue;
         };
-        if char_count(text) <= policy.tool_result_max_chars {
+        // One count of the text serves the test, the preview, the artifact and the saving.
+        let size = MessageSize::of(m);
+        let chars = size.content_chars;
+        if chars <= policy.tool_result_max_chars {
             continue;
         }
         let id = artifact_id(scope, session, text);
-        let preview = render_preview(
+        let preview = render_counted(
             &id,
             text,
+            chars,
             policy.tool_result_max_chars,
             policy.artifact_max_chars,
         );
-        let artifact = Artifact::new(text, policy.artifact_max_chars);
+        let artifact = Artifact::counted(text, chars, policy.artifact_max_chars);
+        before += size.tokens();
+        after += size.tokens_with_content(char_count(&preview));
         m.content = Content::Text(preview);
         out.push(Displaced { id, artifact });
     }
-    out
+    (out, (before, after))
 }
