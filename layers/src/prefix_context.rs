@@ -116,10 +116,16 @@ impl PrefixContext {
     /// lowercase hex characters. Used as a prompt-cache key.
     pub fn stable_hash(&self) -> String {
         let mut h = StableHasher::new("llm-context/prefix/v1");
+        self.hash_into(&mut h);
+        h.finish_hex()
+    }
+
+    /// Feeds the prefix's content (system prompt, grounding, schema block) into `h`, as
+    /// every stable hash of a prefix sees it. Digests are pinned: keep the order.
+    pub(crate) fn hash_into(&self, h: &mut StableHasher) {
         h.opt_str(self.system_prompt.as_deref());
         h.messages(&self.grounding);
         h.opt_str(self.schema_block.as_deref());
-        h.finish_hex()
     }
 }
 

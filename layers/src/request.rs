@@ -272,6 +272,22 @@ impl ChatRequest {
         self.memo = hint;
         self
     }
+
+    /// A request like this one (model, prefix, tools, parameters, scope, session and
+    /// hints) carrying `messages` instead of its own, which are not copied.
+    pub(crate) fn envelope(&self, messages: Vec<Message>) -> ChatRequest {
+        ChatRequest {
+            model: self.model.clone(),
+            prefix: self.prefix.clone(),
+            messages,
+            tools: self.tools.clone(),
+            params: self.params.clone(),
+            scope: self.scope.clone(),
+            session: self.session.clone(),
+            cache: self.cache,
+            memo: self.memo,
+        }
+    }
 }
 
 /// Token usage, normalised across providers.

@@ -10,6 +10,7 @@ use llm_context_layers::summarize::{
     MAX_SUMMARY_ATTEMPTS, SummarizeConfig, SummarizeLayer, SummaryBlock, fold_points, fold_start,
     is_summary_message, is_summary_request, plan_fold,
 };
+use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
 use llm_context_layers::{ArtifactStore, ChatRequest, Message, PrefixContext, Scope, ToolCall};
 use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
@@ -279,6 +280,47 @@ async fn an_agent_resending_its_transcript_pays_for_one_summary_in_ten_turns() {
         assert_eq!(before_bytes, after_bytes);
         assert!(is_summary_message(&after.messages[1]));
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_carrying_its_own_block_is_folded_into_one_block() {
+    let inner = model(|_| MockReply::text(summary("folded")));
+    let service = SummarizeLayer::new(SummarizeConfig::new(1_000_000).with_keep_last(2))
+        .unwrap()
+        .layer(inner.clone());
+    let (sent, first) = service
+        .compact(ChatRequest::new("m", chat(20)))
+        .await
+        .unwrap();
+    assert_eq!(first.folded_messages, 38);
+    // The agent keeps the composed request and sends it on with two more turns.
+    let mut again = sent;
+    again.messages.extend(chat(22).into_iter().skip(41));
+    assert_eq!(again.messages.len(), 8);
+    let (resent, second) = service.compact(again.clone()).await.unwrap();
+    assert_eq!(second.folded_messages, 4);
+    // The old block leaves the head; the new one carries everything folded so far.
+    assert_eq!(resent.messages[0], again.messages[0]);
+    let block = SummaryBlock::from_message(&resent.messages[1]).expect("the block is second");
+    assert_eq!(block.folded_messages, 42);
+    assert_eq!(resent.messages[2..], again.messages[6..]);
+    assert_eq!(
+        resent
+            .messages
+            .iter()
+            .filter(|m| is_summary_message(m))
+            .count(),
+        1
+    );
+    // The report prices the request as sent.
+    assert_eq!(
+        second.after_tokens,
+        estimate_message_tokens(&resent.messages) + estimate_tool_tokens(&resent.tools)
+    );
+    assert_eq!(
+        second.before_tokens,
+        estimate_message_tokens(&again.messages) + estimate_tool_tokens(&again.tools)
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]

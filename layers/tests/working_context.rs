@@ -546,6 +546,10 @@ fn fork_then_concat_merge_duplicates_the_shared_history() {
 
     parent.merge(&child, MergeMode::Union);
     assert_eq!(parent.size(), 2);
+    assert_eq!(
+        texts(&parent),
+        ["Summarise the incident.", "Root cause: expired cert."]
+    );
 }
 
 #[test]

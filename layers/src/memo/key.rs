@@ -54,9 +54,7 @@ impl MemoKey {
             None => h.u64(0),
             Some(prefix) => {
                 h.u64(1);
-                h.opt_str(prefix.system_prompt());
-                h.messages(prefix.grounding());
-                h.opt_str(prefix.schema_block());
+                prefix.hash_into(&mut h);
             }
         }
         h.messages(&request.messages);

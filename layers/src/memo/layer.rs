@@ -107,26 +107,27 @@ impl<P> MemoLayer<P> {
     /// How long to wait for the store on each lookup and write (default
     /// [`DEFAULT_STORE_TIMEOUT`]); past it, the request goes to the provider and a warning
     /// is logged. Needs a Tokio runtime with its timer enabled.
-    pub fn store_timeout(mut self, timeout: Duration) -> Self {
-        if let Some(s) = &self.shared {
-            self.shared = Some(Arc::new(Shared::new(
-                Arc::clone(&s.store),
-                timeout,
-                s.backoff,
-            )));
-        }
-        self
+    pub fn store_timeout(self, timeout: Duration) -> Self {
+        self.rebuild(|s| (timeout, s.backoff))
     }
 
     /// After the store could not be reached (an error saying so, or the timeout), skip
     /// it for this long (default [`DEFAULT_STORE_BACKOFF`]; zero never skips): requests go
     /// straight to the provider, each with a warning, instead of each waiting out the
     /// timeout. The first request after the backoff tries the store again.
-    pub fn store_backoff(mut self, backoff: Duration) -> Self {
+    pub fn store_backoff(self, backoff: Duration) -> Self {
+        self.rebuild(|s| (s.timeout, backoff))
+    }
+
+    /// This layer with its shared state built anew (same store, fresh breaker and
+    /// flights) around the `(timeout, backoff)` that `settings` picks; a disabled layer
+    /// stays disabled.
+    fn rebuild(mut self, settings: impl FnOnce(&Shared) -> (Duration, Duration)) -> Self {
         if let Some(s) = &self.shared {
+            let (timeout, backoff) = settings(s);
             self.shared = Some(Arc::new(Shared::new(
                 Arc::clone(&s.store),
-                s.timeout,
+                timeout,
                 backoff,
             )));
         }

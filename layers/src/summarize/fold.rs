@@ -10,7 +10,7 @@ use super::plan::{fold_points, fold_start};
 use crate::BoxError;
 use crate::message::Message;
 use crate::offload::prepare::check_read_tool;
-use crate::offload::read_artifact_tool;
+use crate::offload::{read_artifact_tool, read_artifact_tool_tokens};
 use crate::report::PreparationReport;
 use crate::request::ChatRequest;
 use crate::tokens::{estimate_one, estimate_tool_tokens};
@@ -26,8 +26,6 @@ pub(crate) enum Step {
 /// A fold to make: everything needed to summarize and then compose the request.
 pub(crate) struct FoldWork {
     pub(crate) req: ChatRequest,
-    /// The leading system messages, without any summary block.
-    pub(crate) head: Vec<Message>,
     /// Where foldable history starts in `req.messages`.
     pub(crate) start: usize,
     /// The summary of `req.messages[start..from]` (or the request's own block).
@@ -37,24 +35,68 @@ pub(crate) struct FoldWork {
     /// The cache key of `req.messages[start..to]`.
     pub(crate) key: u128,
     pub(crate) report: PreparationReport,
+    /// The tokens every composition keeps: see [`Costs`].
+    costs: Costs,
 }
 
 impl FoldWork {
-    /// The request with `req.messages[start..end]` replaced by `block`.
-    pub(crate) fn compose(
-        &self,
-        end: usize,
-        block: Option<&SummaryBlock>,
-    ) -> Result<(ChatRequest, PreparationReport), BoxError> {
+    /// The request with `req.messages[start..from]` replaced by the previous block:
+    /// nothing new folded (the summary came back empty, which is rare, so the block
+    /// is rendered again rather than kept rendered in every fold).
+    pub(crate) fn compose_previous(self) -> Result<(ChatRequest, PreparationReport), BoxError> {
+        let previous = self.previous.as_deref().map(BlockMessage::new);
         compose(
-            &self.req,
-            &self.head,
+            self.req,
+            &self.costs,
             self.start,
-            end,
-            block,
-            self.report.clone(),
+            self.from,
+            previous,
+            self.report,
         )
     }
+
+    /// The request with `req.messages[start..to]` replaced by `block`.
+    pub(crate) fn compose_folded(
+        self,
+        block: &SummaryBlock,
+    ) -> Result<(ChatRequest, PreparationReport), BoxError> {
+        compose(
+            self.req,
+            &self.costs,
+            self.start,
+            self.to,
+            Some(BlockMessage::new(block)),
+            self.report,
+        )
+    }
+}
+
+/// A summary block rendered once as the message that takes the place of what it folds.
+struct BlockMessage {
+    message: Message,
+    tokens: usize,
+    /// Whether the block names artifacts (so the request needs the read tool).
+    names_artifacts: bool,
+}
+
+impl BlockMessage {
+    fn new(block: &SummaryBlock) -> Self {
+        let message = block.to_message();
+        Self {
+            tokens: estimate_one(&message),
+            message,
+            names_artifacts: !block.artifacts.is_empty(),
+        }
+    }
+}
+
+/// The estimates a composition is priced from, so that no kept message is estimated
+/// again (the estimate of a request is the sum of its parts').
+struct Costs {
+    /// The prefix, the tools and the leading system messages other than summary blocks.
+    kept: usize,
+    /// `suffix[i]`: the tokens of `req.messages[i..]`.
+    suffix: Vec<usize>,
 }
 
 /// Plans one request. `force` folds even under the threshold (the explicit `compact`).
@@ -66,27 +108,16 @@ pub(crate) fn plan(
 ) -> Result<Step, BoxError> {
     let messages = &req.messages;
     let start = fold_start(messages);
-    let head: Vec<Message> = messages[..start]
-        .iter()
-        .filter(|m| !is_summary_message(m))
-        .cloned()
-        .collect();
-    let own = messages[..start]
-        .iter()
-        .rev()
-        .find_map(SummaryBlock::from_message)
-        .map(Arc::new);
     let costs: Vec<usize> = messages.iter().map(estimate_one).collect();
-    let fixed = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
-        + estimate_tool_tokens(&req.tools)
-        + costs[..start].iter().sum::<usize>();
+    let outside =
+        req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()) + estimate_tool_tokens(&req.tools);
     // suffix[i]: the tokens of messages[i..].
     let mut suffix = vec![0usize; messages.len() + 1];
     for i in (0..messages.len()).rev() {
         suffix[i] = suffix[i + 1] + costs[i];
     }
     let report = PreparationReport {
-        before_tokens: fixed + suffix[start],
+        before_tokens: outside + suffix[0],
         ..PreparationReport::default()
     };
     let latest = messages.len().saturating_sub(config.keep_last);
@@ -97,6 +128,18 @@ pub(crate) fn plan(
         report.after_tokens = report.before_tokens;
         return Ok(Step::Send(req, report));
     }
+    // The head a composition keeps: the leading system messages, without summary blocks.
+    let head_tokens: usize = messages[..start]
+        .iter()
+        .zip(&costs)
+        .filter(|(m, _)| !is_summary_message(m))
+        .map(|(_, &c)| c)
+        .sum();
+    let own = messages[..start]
+        .iter()
+        .rev()
+        .find_map(SummaryBlock::from_message)
+        .map(Arc::new);
     let points: Vec<usize> = fold_points(messages, start)
         .into_iter()
         .filter(|&p| p <= latest)
@@ -111,12 +154,13 @@ pub(crate) fn plan(
         from = points[i];
         previous = Some(block);
     }
-    let composed_tokens = fixed - costs[..start].iter().sum::<usize>()
-        + head.iter().map(estimate_one).sum::<usize>()
-        + previous
-            .as_ref()
-            .map_or(0, |b| estimate_one(&b.to_message()))
-        + suffix[from];
+    let previous_message = previous.as_deref().map(BlockMessage::new);
+    let costs = Costs {
+        kept: outside + head_tokens,
+        suffix,
+    };
+    let composed_tokens =
+        costs.kept + previous_message.as_ref().map_or(0, |b| b.tokens) + costs.suffix[from];
     let due = force || composed_tokens >= config.threshold();
     let next = points
         .iter()
@@ -127,13 +171,13 @@ pub(crate) fn plan(
     match next {
         Some((to, key)) if due => Ok(Step::Fold(FoldWork {
             req,
-            head,
             start,
             previous,
             from,
             to,
             key,
             report,
+            costs,
         })),
         _ if from == start => {
             // No fold applies: the request goes untouched, its own block included.
@@ -142,47 +186,42 @@ pub(crate) fn plan(
             Ok(Step::Send(req, report))
         }
         _ => {
-            let (req, report) = compose(&req, &head, start, from, previous.as_deref(), report)?;
+            let (req, report) = compose(req, &costs, start, from, previous_message, report)?;
             Ok(Step::Send(req, report))
         }
     }
 }
 
 /// `req` with its head, then `block` as a system message, then `req.messages[end..]`;
-/// adds the read tool when the block names artifacts.
+/// adds the read tool when the block names artifacts. The messages are moved, not
+/// copied, and priced from `costs`.
 fn compose(
-    req: &ChatRequest,
-    head: &[Message],
+    mut req: ChatRequest,
+    costs: &Costs,
     start: usize,
     end: usize,
-    block: Option<&SummaryBlock>,
+    block: Option<BlockMessage>,
     mut report: PreparationReport,
 ) -> Result<(ChatRequest, PreparationReport), BoxError> {
-    // Everything but the messages, which are rebuilt: one copy of the transcript, not two.
-    let mut out = ChatRequest {
-        model: req.model.clone(),
-        prefix: req.prefix.clone(),
-        messages: Vec::new(),
-        tools: req.tools.clone(),
-        params: req.params.clone(),
-        scope: req.scope.clone(),
-        session: req.session.clone(),
-        cache: req.cache,
-        memo: req.memo,
-    };
-    let mut messages = Vec::with_capacity(head.len() + 1 + req.messages.len() - end);
-    messages.extend_from_slice(head);
+    let mut after = costs.kept + costs.suffix[end];
+    let mut added = None;
     if let Some(block) = block {
-        messages.push(block.to_message());
-        if !block.artifacts.is_empty() && !check_read_tool(&out)? {
-            out.tools.push(read_artifact_tool());
+        after += block.tokens;
+        if block.names_artifacts && !check_read_tool(&req)? {
+            req.tools.push(read_artifact_tool());
+            after += read_artifact_tool_tokens();
         }
+        added = Some(block.message);
     }
-    messages.extend_from_slice(&req.messages[end..]);
-    out.messages = messages;
+    req.messages.splice(start..end, added);
+    // The head keeps its system messages but not an earlier summary block.
+    let mut i = 0;
+    req.messages.retain(|m| {
+        let keep = i >= start || !is_summary_message(m);
+        i += 1;
+        keep
+    });
     report.folded_messages += end - start;
-    report.after_tokens = out.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
-        + estimate_tool_tokens(&out.tools)
-        + out.messages.iter().map(estimate_one).sum::<usize>();
-    Ok((out, report))
+    report.after_tokens = after;
+    Ok((req, report))
 }

@@ -43,27 +43,23 @@ pub fn fold_points(messages: &[Message], start: usize) -> Vec<usize> {
         called: bool,
         answered: bool,
     }
+    let unseen = |i: usize| Seen {
+        first: i,
+        last: i,
+        called: false,
+        answered: false,
+    };
     let mut ids: HashMap<&str, Seen> = HashMap::new();
     for (i, m) in messages.iter().enumerate().skip(start) {
         for call in &m.tool_calls {
-            let seen = ids.entry(call.id.as_str()).or_insert(Seen {
-                first: i,
-                last: i,
-                called: false,
-                answered: false,
-            });
+            let seen = ids.entry(call.id.as_str()).or_insert_with(|| unseen(i));
             seen.last = i;
             seen.called = true;
         }
         if m.is_tool_result()
             && let Some(id) = m.tool_call_id.as_deref()
         {
-            let seen = ids.entry(id).or_insert(Seen {
-                first: i,
-                last: i,
-                called: false,
-                answered: false,
-            });
+            let seen = ids.entry(id).or_insert_with(|| unseen(i));
             seen.last = i;
             seen.answered = true;
         }

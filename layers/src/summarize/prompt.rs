@@ -66,14 +66,13 @@ pub(crate) fn summary_request(
         text.push_str(&render_line(m, clip));
         text.push('\n');
     }
-    let mut request = template.clone();
+    let mut request = template.envelope(vec![
+        Message::system(SUMMARIZER_INSTRUCTIONS).with_name(SUMMARIZER_NAME),
+        Message::user(text),
+    ]);
     request.prefix = None;
     request.tools = Vec::new();
     request.cache = Default::default();
-    request.messages = vec![
-        Message::system(SUMMARIZER_INSTRUCTIONS).with_name(SUMMARIZER_NAME),
-        Message::user(text),
-    ];
     request
 }
 

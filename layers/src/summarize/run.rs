@@ -71,7 +71,7 @@ where
 
 /// One call, readiness first; the error converted before anything else is awaited, so
 /// the future stays `Send` whatever the service's error type.
-async fn call<S>(service: &mut S, request: ChatRequest) -> Result<ChatResponse, BoxError>
+pub(crate) async fn call<S>(service: &mut S, request: ChatRequest) -> Result<ChatResponse, BoxError>
 where
     S: Service<ChatRequest, Response = ChatResponse>,
     S::Error: Into<BoxError>,
@@ -90,12 +90,16 @@ pub(crate) fn fold_block(
     artifact: Option<String>,
     config: &SummarizeConfig,
 ) -> Option<SummaryBlock> {
+    let model = match outcome {
+        Summarized::Empty => return None,
+        Summarized::Summary(model) => Some(model),
+        Summarized::Failed(_) => None,
+    };
     let empty = SummaryBlock::default();
     let previous = previous.unwrap_or(&empty);
     let found = span_identifiers(span, config.max_facts);
-    let mut block = match outcome {
-        Summarized::Empty => return None,
-        Summarized::Summary(model) => {
+    let mut block = match model {
+        Some(model) => {
             let mut block = model.clone();
             // The model saw the earlier facts but may drop some: keep them.
             let mine = merge_facts(&model.facts, &found, usize::MAX);
@@ -103,7 +107,8 @@ pub(crate) fn fold_block(
             block.fallback = previous.fallback.clone();
             block
         }
-        Summarized::Failed(_) => {
+        None => {
+            // The summarizer failed: a plain-text excerpt instead.
             let mut block = previous.clone();
             block.facts = merge_facts(&previous.facts, &found, config.max_facts);
             append_fallback(&mut block.fallback, span, config);

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 use super::config::SummarizeConfig;
 use super::fold::{FoldWork, Step, plan};
 use super::layer::{Shared, SummarizeLayer};
 use super::prompt::summary_request;
-use super::run::{Summarized, ask, fold_block, span_text};
+use super::run::{Summarized, ask, call, fold_block, span_text};
 use crate::BoxError;
 use crate::offload::{ResponseFuture, artifact_id};
 use crate::policy::PolicyError;
@@ -112,9 +112,7 @@ where
         let shared = shared.clone();
         ResponseFuture::boxed(Box::pin(async move {
             let (req, report, mut inner) = fold(inner, &shared, work).await?;
-            let ready: Result<(), BoxError> = inner.ready().await.map(|_| ()).map_err(Into::into);
-            ready?;
-            let mut response = inner.call(req).await.map_err(Into::into)?;
+            let mut response = call(&mut inner, req).await?;
             let mut ours = report;
             ours.absorb_inner(&response.report);
             response.report = ours;
@@ -146,7 +144,7 @@ where
                 session = %work.req.session,
                 "the summarizer returned an empty summary; nothing was folded"
             );
-            work.compose(work.from, previous)?
+            work.compose_previous()?
         }
         outcome => {
             if let Summarized::Failed(why) = outcome {
@@ -163,7 +161,7 @@ where
                 .expect("only an empty summary folds nothing");
             let block = Arc::new(block);
             shared.cache.put(work.key, block.clone());
-            work.compose(work.to, Some(&block))?
+            work.compose_folded(&block)?
         }
     };
     report.summary_calls += calls;

@@ -144,25 +144,6 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn seed_diff() {
-        let mut before = WorkingContext::new();
-        before.append(Message::user("q1")).note("stage", "plan");
-        let mut after = before.fork();
-        after.append(Message::assistant("a1")).note("stage", "act");
-
-        let d = after.diff(&before);
-        assert_eq!(
-            (d.messages_added().len(), d.messages_removed().len()),
-            (1, 0)
-        );
-        assert_eq!(
-            d.scratchpad_changes(),
-            &[("stage".to_owned(), json!("act"))].into_iter().collect()
-        );
-        assert!(!d.prefix_changed());
-    }
-
-    #[test]
     fn later_writes_do_not_alter_a_diff_already_taken() {
         let mut before = WorkingContext::new();
         before.note("plan", json!({"steps": ["a"]}));

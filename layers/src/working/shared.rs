@@ -236,17 +236,6 @@ mod tests {
     ];
 
     #[tokio::test]
-    async fn seed_shared_board_ordering() {
-        let board = SharedContext::new(WorkingContext::new());
-        tokio::join!(
-            locked_pair(board.clone(), "a"),
-            locked_pair(board.clone(), "b"),
-            locked_pair(board.clone(), "c"),
-        );
-        assert_eq!(texts(&board.try_into_inner().unwrap()), SEED_ORDER);
-    }
-
-    #[tokio::test]
     async fn without_the_lock_the_sequences_interleave() {
         // Why the lock exists: each write is atomic, the sequence is not.
         let board = SharedContext::new(WorkingContext::new());
