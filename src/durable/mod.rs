@@ -28,7 +28,7 @@
 //!
 //! | backend | feature | what it is for |
 //! |---|---|---|
-//! | [`SqliteStore`] | `sqlite` (default) | one process, durable across crashes: WAL, every write one atomic statement |
+//! | [`SqliteStore`] | `sqlite` (default) | one process, durable across crashes: WAL, every write one atomic transaction |
 //! | [`RedisStore`] | `redis` (default) | many replicas sharing state: compare-and-set and listing are Lua scripts, listing reads a per-tenant sorted-set index (never `SCAN`) |
 
 pub use llm_context_layers::durable::*;

@@ -1,5 +1,7 @@
 //! [`RedisStore`]: context records and memory shared by every replica.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use llm_context_layers::Scope;
 use llm_context_layers::durable::{
@@ -7,7 +9,9 @@ use llm_context_layers::durable::{
 };
 use llm_context_layers::store::{StoreError, StoreErrorKind};
 use redis::aio::ConnectionManager;
-use redis::{Cmd, RedisError};
+use redis::{RedisError, Script};
+
+use crate::redis::{RedisOptions, keys, open, store_error};
 
 /// The key namespace when none is given.
 pub const DEFAULT_REDIS_NAMESPACE: &str = "llmctx";
@@ -103,13 +107,24 @@ return out
 /// the keyspace. A scope key has exactly one `:`, so keys of different tenants never
 /// collide.
 ///
-/// Compare-and-set, put, delete and list are Lua scripts, each atomic on the server.
+/// Compare-and-set, put, delete and list are Lua scripts, each atomic on the server and
+/// sent by its hash (`EVALSHA`), its text only when the server does not have it yet.
 /// The listing script reads entry keys it builds itself, so it needs every key of a
 /// tenant on one node (a single Redis, or a primary with replicas; not Redis Cluster).
 #[derive(Clone)]
 pub struct RedisStore {
     conn: ConnectionManager,
     namespace: String,
+    secret: Option<Arc<str>>,
+    scripts: Arc<Scripts>,
+}
+
+/// The scripts, sent by hash (`EVALSHA`) and loaded again only when the server lost them.
+struct Scripts {
+    save: Script,
+    put: Script,
+    delete: Script,
+    range: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -120,40 +135,26 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// `EVAL script numkeys`, to which the keys and then the arguments are added. Redis
-/// keeps compiled scripts by their hash, so sending the short text each time costs a few
-/// hundred bytes, not a compilation.
-fn eval(script: &str, keys: usize) -> Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(script).arg(keys);
-    cmd
-}
-
-fn redis_error(e: RedisError) -> StoreError {
-    let kind = if e.is_timeout() {
-        StoreErrorKind::Timeout
-    } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-        StoreErrorKind::Unavailable
-    } else {
-        StoreErrorKind::Other
-    };
-    // The error text names commands and kinds, never the connection URL.
-    StoreError::new(kind, format!("redis: {e}"))
-}
-
 impl RedisStore {
-    /// Connects to `url` (`redis://HOST:PORT/DB`). The connection is multiplexed and
-    /// reconnects on its own; clones share it.
+    /// Connects to `url` (`redis://[user:password@]host[:port][/db]`) with
+    /// [`RedisOptions::default`]'s timeouts: [`connect_with`](Self::connect_with).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|_| {
-            // The URL may carry a password: do not echo it.
-            StoreError::new(
-                StoreErrorKind::Invalid,
-                "redis: the connection URL is not valid",
-            )
-        })?;
-        let conn = ConnectionManager::new(client).await.map_err(redis_error)?;
-        Ok(Self::from_manager(conn))
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects to `url` with the connect and response timeouts of `options`, as
+    /// [`RedisStores::connect_with`](crate::redis::RedisStores::connect_with) does: fails
+    /// when the URL is not valid or the server cannot be reached within
+    /// [`RedisOptions::connect_timeout`], and no error shows the URL's password. The
+    /// connection is multiplexed and reconnects on its own; clones share it.
+    ///
+    /// The key prefix of `options` is not used: the keys are under the store's
+    /// [namespace](Self::with_namespace), [`DEFAULT_REDIS_NAMESPACE`] unless set.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
+        let (conn, secret) = open(url, &options).await?;
+        let mut store = Self::from_manager(conn);
+        store.secret = secret;
+        Ok(store)
     }
 
     /// A store over an existing connection.
@@ -161,6 +162,13 @@ impl RedisStore {
         Self {
             conn,
             namespace: DEFAULT_REDIS_NAMESPACE.to_owned(),
+            secret: None,
+            scripts: Arc::new(Scripts {
+                save: Script::new(SAVE),
+                put: Script::new(PUT),
+                delete: Script::new(DELETE),
+                range: Script::new(RANGE),
+            }),
         }
     }
 
@@ -175,16 +183,8 @@ impl RedisStore {
         &self.namespace
     }
 
-    fn context_key(&self, scope: &Scope, id: &str) -> String {
-        format!("{}:ctx:{}:{id}", self.namespace, scope.key())
-    }
-
-    fn entry_prefix(&self, scope: &Scope) -> String {
-        format!("{}:mem:{}:", self.namespace, scope.key())
-    }
-
-    fn index_key(&self, scope: &Scope) -> String {
-        format!("{}:memidx:{}", self.namespace, scope.key())
+    fn error(&self, what: &str, e: &RedisError) -> StoreError {
+        store_error(what, e, self.secret.as_deref())
     }
 }
 
@@ -194,12 +194,12 @@ impl ContextStore for RedisStore {
         check_context_id(id)?;
         let mut conn = self.conn.clone();
         let (version, bytes): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
-            .arg(self.context_key(scope, id))
+            .arg(keys::context(&self.namespace, scope, id))
             .arg("v")
             .arg("r")
             .query_async(&mut conn)
             .await
-            .map_err(redis_error)?;
+            .map_err(|e| self.error("context load", &e))?;
         match (version, bytes) {
             (Some(version), Some(bytes)) => ContextRecord::decode(&bytes, version).map(Some),
             _ => Ok(None),
@@ -214,13 +214,15 @@ impl ContextStore for RedisStore {
     ) -> Result<u64, StoreError> {
         check_context_id(id)?;
         let mut conn = self.conn.clone();
-        let (committed, version): (u8, u64) = eval(SAVE, 1)
-            .arg(self.context_key(scope, id))
+        let (committed, version): (u8, u64) = self
+            .scripts
+            .save
+            .key(keys::context(&self.namespace, scope, id))
             .arg(record.version)
             .arg(record.encode())
-            .query_async(&mut conn)
+            .invoke_async(&mut conn)
             .await
-            .map_err(redis_error)?;
+            .map_err(|e| self.error("context save", &e))?;
         if committed == 1 {
             Ok(version)
         } else {
@@ -232,58 +234,57 @@ impl ContextStore for RedisStore {
         check_context_id(id)?;
         let mut conn = self.conn.clone();
         let removed: u64 = redis::cmd("DEL")
-            .arg(self.context_key(scope, id))
+            .arg(keys::context(&self.namespace, scope, id))
             .query_async(&mut conn)
             .await
-            .map_err(redis_error)?;
+            .map_err(|e| self.error("context delete", &e))?;
         Ok(removed > 0)
     }
 }
 
-fn entry(key: String, value: &[u8], expiry: &str) -> Result<MemoryEntry, StoreError> {
-    let value = serde_json::from_slice(value).map_err(|e| {
-        StoreError::new(
-            StoreErrorKind::Corrupt,
-            format!("memory entry {key:?} does not decode: {e}"),
-        )
-    })?;
-    let expires = if expiry.is_empty() {
+/// An entry read back: its JSON value and its expiry as the scripts store it (ms since
+/// the epoch, empty for none).
+fn entry(key: impl Into<String>, value: &[u8], expiry: &[u8]) -> Result<MemoryEntry, StoreError> {
+    let key = key.into();
+    let expires_at_ms = if expiry.is_empty() {
         None
     } else {
-        Some(expiry.parse::<u64>().map_err(|_| {
+        let parsed = std::str::from_utf8(expiry)
+            .ok()
+            .and_then(|e| e.parse::<u64>().ok());
+        Some(parsed.ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::Corrupt,
-                format!("memory entry {key:?} has a bad expiry {expiry:?}"),
+                format!(
+                    "memory entry {key:?} has a bad expiry {:?}",
+                    String::from_utf8_lossy(expiry)
+                ),
             )
         })?)
     };
-    Ok(MemoryEntry::new(key, value, expires))
+    MemoryEntry::decode(key, value, expires_at_ms)
 }
 
 #[async_trait]
 impl MemoryStore for RedisStore {
     async fn put(&self, scope: &Scope, entry: MemoryEntry) -> Result<(), StoreError> {
-        let value = serde_json::to_vec(&entry.value).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Invalid,
-                format!("value does not encode: {e}"),
-            )
-        })?;
+        let value = entry.encode_value();
         let expiry = entry
             .expires_at_ms
             .map(|e| e.to_string())
             .unwrap_or_default();
         let mut conn = self.conn.clone();
-        let _: i64 = eval(PUT, 2)
-            .arg(format!("{}{}", self.entry_prefix(scope), entry.key))
-            .arg(self.index_key(scope))
+        self.scripts
+            .put
+            .key(keys::memory(&self.namespace, scope, &entry.key))
+            .key(keys::memory_index(&self.namespace, scope))
             .arg(&entry.key)
             .arg(value)
             .arg(expiry)
-            .query_async(&mut conn)
+            .invoke_async::<i64>(&mut conn)
             .await
-            .map_err(redis_error)?;
-        Ok(())
+            .map(drop)
+            .map_err(|e| self.error("memory put", &e))
     }
 
     async fn get(
@@ -293,28 +294,30 @@ impl MemoryStore for RedisStore {
         now_ms: u64,
     ) -> Result<Option<MemoryEntry>, StoreError> {
         let mut conn = self.conn.clone();
-        let (value, expiry): (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
-            .arg(format!("{}{key}", self.entry_prefix(scope)))
+        let (value, expiry): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(keys::memory(&self.namespace, scope, key))
             .arg("v")
             .arg("e")
             .query_async(&mut conn)
             .await
-            .map_err(redis_error)?;
+            .map_err(|e| self.error("memory get", &e))?;
         let Some(value) = value else { return Ok(None) };
-        let found = entry(key.to_owned(), &value, expiry.as_deref().unwrap_or(""))?;
+        let found = entry(key, &value, expiry.as_deref().unwrap_or_default())?;
         Ok((!found.is_expired(now_ms)).then_some(found))
     }
 
     async fn delete(&self, scope: &Scope, key: &str, now_ms: u64) -> Result<bool, StoreError> {
         let mut conn = self.conn.clone();
-        let live: i64 = eval(DELETE, 2)
-            .arg(format!("{}{key}", self.entry_prefix(scope)))
-            .arg(self.index_key(scope))
+        let live: i64 = self
+            .scripts
+            .delete
+            .key(keys::memory(&self.namespace, scope, key))
+            .key(keys::memory_index(&self.namespace, scope))
             .arg(key)
             .arg(now_ms)
-            .query_async(&mut conn)
+            .invoke_async(&mut conn)
             .await
-            .map_err(redis_error)?;
+            .map_err(|e| self.error("memory delete", &e))?;
         Ok(live == 1)
     }
 
@@ -333,21 +336,20 @@ impl MemoryStore for RedisStore {
         };
         let max = to.map_or_else(|| "+".to_owned(), |to| format!("({to}"));
         let mut conn = self.conn.clone();
-        let flat: Vec<Vec<u8>> = eval(RANGE, 1)
-            .arg(self.index_key(scope))
-            .arg(self.entry_prefix(scope))
+        let flat: Vec<Vec<u8>> = self
+            .scripts
+            .range
+            .key(keys::memory_index(&self.namespace, scope))
+            .arg(keys::memory_prefix(&self.namespace, scope))
             .arg(min)
             .arg(max)
             .arg(limit)
             .arg(now_ms)
-            .query_async(&mut conn)
+            .invoke_async(&mut conn)
             .await
-            .map_err(redis_error)?;
+            .map_err(|e| self.error("memory list", &e))?;
         flat.chunks_exact(3)
-            .map(|c| {
-                let key = String::from_utf8_lossy(&c[0]).into_owned();
-                entry(key, &c[1], &String::from_utf8_lossy(&c[2]))
-            })
+            .map(|c| entry(String::from_utf8_lossy(&c[0]), &c[1], &c[2]))
             .collect()
     }
 }

@@ -10,7 +10,7 @@ use llm_context_layers::durable::{
     ContextRecord, ContextStore, MemoryEntry, MemoryStore, check_context_id, version_conflict,
 };
 use llm_context_layers::store::{StoreError, StoreErrorKind};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 /// How hard SQLite works to make a commit survive a power loss.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,9 +85,9 @@ const NEVER: i64 = i64::MAX;
 
 /// Context records and memory entries in one SQLite file, in WAL mode.
 ///
-/// Every write is one statement, so one atomic transaction: a process killed in the
-/// middle of a write leaves the last committed version readable, and a compare-and-set
-/// is a single `UPDATE … WHERE version = ?` (or, for a first write, `INSERT … ON CONFLICT DO
+/// Every write is one atomic transaction (one statement, or for a memory put the write
+/// and its housekeeping together): a process killed in the middle of a write leaves the
+/// last committed version readable, and a compare-and-set is a single `UPDATE … WHERE version = ?` (or, for a first write, `INSERT … ON CONFLICT DO
 /// NOTHING`). Statements run on
 /// tokio's blocking pool over one connection, so the async runtime never waits on disk;
 /// several processes may open the same file (SQLite's locks serialize their writes).
@@ -122,8 +122,9 @@ fn sql_error(e: rusqlite::Error) -> StoreError {
     StoreError::new(kind, format!("sqlite: {e}"))
 }
 
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+/// `n` as an SQLite integer, `i64::MAX` when over.
+fn to_i64(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 impl SqliteStore {
@@ -178,7 +179,7 @@ impl SqliteStore {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || {
             // A panic inside `f` cannot leave SQLite half written: each call is one
-            // statement, atomic on its own.
+            // statement or one transaction, rolled back when dropped uncommitted.
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
             f(&mut conn)
         })
@@ -269,15 +270,10 @@ impl ContextStore for SqliteStore {
     }
 }
 
-fn entry_from_row(key: String, v: Vec<u8>, exp: i64) -> Result<MemoryEntry, StoreError> {
-    let value = serde_json::from_slice(&v).map_err(|e| {
-        StoreError::new(
-            StoreErrorKind::Corrupt,
-            format!("memory entry {key:?} does not decode: {e}"),
-        )
-    })?;
-    let expires = (exp != NEVER).then_some(exp.max(0) as u64);
-    Ok(MemoryEntry::new(key, value, expires))
+/// An entry from its row: `exp` is [`NEVER`] for no expiry.
+fn entry_from_row(key: impl Into<String>, v: &[u8], exp: i64) -> Result<MemoryEntry, StoreError> {
+    let expires_at_ms = (exp != NEVER).then_some(exp.max(0) as u64);
+    MemoryEntry::decode(key, v, expires_at_ms)
 }
 
 #[async_trait]
@@ -285,16 +281,16 @@ impl MemoryStore for SqliteStore {
     async fn put(&self, scope: &Scope, entry: MemoryEntry) -> Result<(), StoreError> {
         let scope = scope.key();
         let exp = entry.expires_at_ms.map_or(NEVER, to_i64);
-        let v = serde_json::to_vec(&entry.value).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Invalid,
-                format!("value does not encode: {e}"),
-            )
-        })?;
-        let purge = self.options.purge_batch;
+        let v = entry.encode_value();
+        let purge = to_i64(self.options.purge_batch);
         let now = to_i64(llm_context_layers::durable::system_now_ms());
         self.with_conn(move |conn| {
-            conn.prepare_cached(
+            // One transaction, taking the write lock at once (waiting `busy_timeout` for
+            // it) rather than upgrading from a read.
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_error)?;
+            tx.prepare_cached(
                 "INSERT INTO memory (scope, k, exp, v) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (scope, k) DO UPDATE SET exp = excluded.exp, v = excluded.v",
             )
@@ -302,13 +298,13 @@ impl MemoryStore for SqliteStore {
             .map_err(sql_error)?;
             // Housekeeping by the real clock, through the `exp` index; reads never
             // depend on it, they filter by their own `now`.
-            conn.prepare_cached(
+            tx.prepare_cached(
                 "DELETE FROM memory WHERE rowid IN
                    (SELECT rowid FROM memory WHERE exp <= ?1 ORDER BY exp LIMIT ?2)",
             )
-            .and_then(|mut st| st.execute(params![now, purge as i64]))
+            .and_then(|mut st| st.execute(params![now, purge]))
             .map_err(sql_error)?;
-            Ok(())
+            tx.commit().map_err(sql_error)
         })
         .await
     }
@@ -319,24 +315,22 @@ impl MemoryStore for SqliteStore {
         key: &str,
         now_ms: u64,
     ) -> Result<Option<MemoryEntry>, StoreError> {
-        let (scope, key) = (scope.key(), key.to_owned());
+        let (scope, k) = (scope.key(), key.to_owned());
         let row = self
             .with_conn(move |conn| {
                 conn.prepare_cached(
                     "SELECT v, exp FROM memory WHERE scope = ?1 AND k = ?2 AND exp > ?3",
                 )
                 .and_then(|mut st| {
-                    st.query_row(params![scope, key, to_i64(now_ms)], |row| {
+                    st.query_row(params![scope, k, to_i64(now_ms)], |row| {
                         Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?))
                     })
                     .optional()
                 })
                 .map_err(sql_error)
-                .map(|row| row.map(|r| (key, r)))
             })
             .await?;
-        row.map(|(key, (v, exp))| entry_from_row(key, v, exp))
-            .transpose()
+        row.map(|(v, exp)| entry_from_row(key, &v, exp)).transpose()
     }
 
     async fn delete(&self, scope: &Scope, key: &str, now_ms: u64) -> Result<bool, StoreError> {
@@ -364,7 +358,7 @@ impl MemoryStore for SqliteStore {
         now_ms: u64,
     ) -> Result<Vec<MemoryEntry>, StoreError> {
         let (scope, from, to) = (scope.key(), from.to_owned(), to.map(str::to_owned));
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let limit = to_i64(limit);
         let rows = self
             .with_conn(move |conn| {
                 let now = to_i64(now_ms);
@@ -403,7 +397,7 @@ impl MemoryStore for SqliteStore {
             })
             .await?;
         rows.into_iter()
-            .map(|(k, v, exp)| entry_from_row(k, v, exp))
+            .map(|(k, v, exp)| entry_from_row(k, &v, exp))
             .collect()
     }
 }

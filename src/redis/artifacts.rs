@@ -5,11 +5,12 @@ use std::sync::Arc;
 use ::redis::Script;
 use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
-use llm_context_layers::{Artifact, ArtifactStore, Scope, StoreError, StoreErrorKind};
+use llm_context_layers::{Artifact, ArtifactStore, Scope, StoreError};
 
 use super::error::store_error;
 use super::keys;
 use super::options::{RedisOptions, millis};
+use super::{decode_json, encode_bounded};
 
 /// An [`ArtifactStore`] on Redis, per (tenant, session).
 ///
@@ -109,22 +110,8 @@ impl ArtifactStore for RedisArtifactStore {
         id: &str,
         artifact: Artifact,
     ) -> Result<(), StoreError> {
-        let value = serde_json::to_vec(&artifact).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Other,
-                format!("cannot encode an artifact: {e}"),
-            )
-        })?;
         let max_bytes = self.options.max_session_bytes();
-        if value.len() > max_bytes {
-            return Err(StoreError::new(
-                StoreErrorKind::TooLarge,
-                format!(
-                    "a {} byte artifact is over the session bound of {max_bytes} bytes",
-                    value.len()
-                ),
-            ));
-        }
+        let value = encode_bounded(&artifact, "artifact", "session", max_bytes)?;
         let [data, idx, meta] = keys::artifacts(self.options.key_prefix(), scope, session);
         let mut conn = self.conn.clone();
         self.scripts
@@ -163,14 +150,8 @@ impl ArtifactStore for RedisArtifactStore {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.error("artifact get", &e))?;
-        match bytes {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                StoreError::new(
-                    StoreErrorKind::Corrupt,
-                    format!("redis artifact {id} does not decode: {e}"),
-                )
-            }),
-        }
+        bytes
+            .map(|bytes| decode_json(&bytes, format_args!("artifact {id}")))
+            .transpose()
     }
 }

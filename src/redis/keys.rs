@@ -1,5 +1,8 @@
 //! The key layout in Redis: every key names its tenant, and artifact keys their session.
 //!
+//! The memo and the artifacts ([`RedisStores`](super::RedisStores)), under
+//! [`RedisOptions::key_prefix`](super::RedisOptions::key_prefix) (default `llm-context`):
+//!
 //! ```text
 //! {prefix}:memo:{scope key}:{digest hex}        a memoized response (JSON), with a TTL
 //! {prefix}:art:{scope key}:{session}:data       hash: artifact id → artifact (JSON)
@@ -7,9 +10,22 @@
 //! {prefix}:art:{scope key}:{session}:meta       hash: `seq` (use counter), `bytes`
 //! ```
 //!
+//! Durable contexts and memory ([`RedisStore`](crate::durable::RedisStore)), under its
+//! namespace (default `llmctx`; a different default from the prefix above, kept so that
+//! stored data stays where it is):
+//!
+//! ```text
+//! {ns}:ctx:{scope key}:{context id}             hash: `v` version, `r` record (JSON)
+//! {ns}:mem:{scope key}:{memory key}             hash: `v` value (JSON), `e` expiry (ms since
+//!                                               the epoch, empty: never), expiring then
+//! {ns}:memidx:{scope key}                       sorted set, all scores 0: the tenant's
+//!                                               memory keys, listed with ZRANGEBYLEX
+//! ```
+//!
 //! A scope key has exactly one `:` (its parts are escaped, see `Scope::key`) and the
 //! session is escaped the same way here, so no two tenants or sessions share a key
-//! whatever their names contain.
+//! whatever their names contain. A context id or a memory key comes last, so it needs
+//! no escaping.
 
 use llm_context_layers::Scope;
 use llm_context_layers::memo::MemoKey;
@@ -26,6 +42,26 @@ pub(crate) fn artifacts(prefix: &str, scope: &Scope, session: &str) -> [String; 
         format!("{base}:idx"),
         format!("{base}:meta"),
     ]
+}
+
+/// The hash of one durable context record.
+pub(crate) fn context(ns: &str, scope: &Scope, id: &str) -> String {
+    format!("{ns}:ctx:{}:{id}", scope.key())
+}
+
+/// What every memory entry key of a tenant starts with; the entry is this and its key.
+pub(crate) fn memory_prefix(ns: &str, scope: &Scope) -> String {
+    format!("{ns}:mem:{}:", scope.key())
+}
+
+/// The hash of one memory entry: [`memory_prefix`] followed by `key`.
+pub(crate) fn memory(ns: &str, scope: &Scope, key: &str) -> String {
+    format!("{ns}:mem:{}:{key}", scope.key())
+}
+
+/// The sorted-set index of a tenant's memory keys.
+pub(crate) fn memory_index(ns: &str, scope: &Scope) -> String {
+    format!("{ns}:memidx:{}", scope.key())
 }
 
 /// Percent-encodes `%` and `:`, so an escaped value never contains the separator.
@@ -66,5 +102,21 @@ mod tests {
             artifacts("p", &Scope::org(999), "s")
         );
         assert!(artifacts("p", &Scope::org(1), "s")[0].starts_with("p:art:org1:domNone:s:"));
+    }
+
+    #[test]
+    fn durable_keys_keep_their_layout() {
+        let s = Scope::org(1);
+        assert_eq!(
+            context("llmctx", &s, "root"),
+            "llmctx:ctx:org1:domNone:root"
+        );
+        assert_eq!(memory_prefix("llmctx", &s), "llmctx:mem:org1:domNone:");
+        assert_eq!(memory_index("llmctx", &s), "llmctx:memidx:org1:domNone");
+        // The listing script reads an entry as the prefix and the key it finds in the index.
+        assert_eq!(
+            memory("llmctx", &s, "user/lang"),
+            format!("{}user/lang", memory_prefix("llmctx", &s))
+        );
     }
 }

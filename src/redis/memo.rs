@@ -5,11 +5,12 @@ use std::sync::Arc;
 use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use llm_context_layers::memo::{MemoKey, MemoStore};
-use llm_context_layers::{ChatResponse, StoreError, StoreErrorKind};
+use llm_context_layers::{ChatResponse, StoreError};
 
 use super::error::store_error;
 use super::keys;
 use super::options::{RedisOptions, millis};
+use super::{decode_json, encode_bounded};
 
 /// A [`MemoStore`] on Redis: one key per response, `SET … PX ttl`, named by tenant
 /// (`{prefix}:memo:{scope key}:{digest}`).
@@ -66,34 +67,13 @@ impl MemoStore for RedisMemoStore {
             .query_async(&mut conn)
             .await
             .map_err(|e| self.error("memo get", &e))?;
-        match bytes {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                StoreError::new(
-                    StoreErrorKind::Corrupt,
-                    format!("redis memo entry for {key} does not decode: {e}"),
-                )
-            }),
-        }
+        bytes
+            .map(|bytes| decode_json(&bytes, format_args!("memo entry for {key}")))
+            .transpose()
     }
 
     async fn put(&self, key: &MemoKey, response: &ChatResponse) -> Result<(), StoreError> {
-        let value = serde_json::to_vec(response).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Other,
-                format!("cannot encode a response: {e}"),
-            )
-        })?;
-        if value.len() > self.options.max_memo_bytes() {
-            return Err(StoreError::new(
-                StoreErrorKind::TooLarge,
-                format!(
-                    "a {} byte response is over the memo bound of {} bytes",
-                    value.len(),
-                    self.options.max_memo_bytes()
-                ),
-            ));
-        }
+        let value = encode_bounded(response, "response", "memo", self.options.max_memo_bytes())?;
         let mut conn = self.conn.clone();
         ::redis::cmd("SET")
             .arg(keys::memo(self.options.key_prefix(), key))

@@ -40,7 +40,7 @@
 
 mod artifacts;
 mod error;
-mod keys;
+pub(crate) mod keys;
 mod memo;
 mod options;
 
@@ -48,12 +48,15 @@ use std::sync::Arc;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use llm_context_layers::{StoreError, StoreErrorKind};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 pub use artifacts::{RedisArtifactStore, SessionUsage};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
 
-use error::{redact_url, store_error, url_password};
+pub(crate) use error::store_error;
+use error::{redact_url, url_password};
 
 /// Reconnection tries after a lost connection, before a command fails; the next command
 /// starts over. Few and short: the memo layer is waiting, bounded by its own timeout.
@@ -80,42 +83,97 @@ impl RedisStores {
     /// Connects with these options. Fails when the URL is not valid or the server cannot
     /// be reached within [`RedisOptions::connect_timeout`].
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
-        let shown = redact_url(url);
-        let secret: Option<Arc<str>> = url_password(url).map(Arc::from);
-        let fail = |what: String, e: &::redis::RedisError| store_error(&what, e, secret.as_deref());
-
-        let client = ::redis::Client::open(url)
-            .map_err(|e| fail(format!("URL {shown} is not valid"), &e))?;
-        // One direct attempt first: its error says why (refused, bad password) instead of
-        // the manager's retries ending in a timeout.
-        let probe = tokio::time::timeout(
-            options.connect_timeout(),
-            client.get_multiplexed_async_connection(),
-        )
-        .await
-        .map_err(|_| timed_out(&shown, &options))?
-        .map_err(|e| fail(format!("cannot connect to {shown}"), &e))?;
-        drop(probe);
-
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout()))
-            .set_response_timeout(Some(options.response_timeout()))
-            .set_number_of_retries(RECONNECT_RETRIES)
-            .set_max_delay(RECONNECT_MAX_DELAY);
-        let conn = tokio::time::timeout(
-            options.connect_timeout(),
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        .map_err(|_| timed_out(&shown, &options))?
-        .map_err(|e| fail(format!("cannot connect to {shown}"), &e))?;
-
+        let (conn, secret) = open(url, &options).await?;
         let options = Arc::new(options);
         Ok(Self {
             memo: RedisMemoStore::with_secret(conn.clone(), Arc::clone(&options), secret.clone()),
             artifacts: RedisArtifactStore::with_secret(conn, options, secret),
         })
     }
+}
+
+/// Opens a multiplexed connection to `url` that reconnects by itself, with the timeouts
+/// of `options`; returns it with the URL's password, which the stores scrub from their
+/// errors. A direct probe comes first, so that a refused connection or a bad password is
+/// reported as such rather than as the manager's retries timing out. Errors never show
+/// the password; an unreadable URL is [`StoreErrorKind::Invalid`].
+pub(crate) async fn open(
+    url: &str,
+    options: &RedisOptions,
+) -> Result<(ConnectionManager, Option<Arc<str>>), StoreError> {
+    let shown = redact_url(url);
+    let secret: Option<Arc<str>> = url_password(url).map(Arc::from);
+    let fail = |what: String, e: &::redis::RedisError| store_error(&what, e, secret.as_deref());
+
+    let client = ::redis::Client::open(url).map_err(|e| {
+        let mut error = fail(format!("URL {shown} is not valid"), &e);
+        error.kind = StoreErrorKind::Invalid;
+        error
+    })?;
+    // One direct attempt first: its error says why (refused, bad password) instead of
+    // the manager's retries ending in a timeout.
+    let probe = tokio::time::timeout(
+        options.connect_timeout(),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .map_err(|_| timed_out(&shown, options))?
+    .map_err(|e| fail(format!("cannot connect to {shown}"), &e))?;
+    drop(probe);
+
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout()))
+        .set_response_timeout(Some(options.response_timeout()))
+        .set_number_of_retries(RECONNECT_RETRIES)
+        .set_max_delay(RECONNECT_MAX_DELAY);
+    let conn = tokio::time::timeout(
+        options.connect_timeout(),
+        ConnectionManager::new_with_config(client, config),
+    )
+    .await
+    .map_err(|_| timed_out(&shown, options))?
+    .map_err(|e| fail(format!("cannot connect to {shown}"), &e))?;
+    Ok((conn, secret))
+}
+
+/// `value` as JSON, unless it is over `max` bytes ([`StoreErrorKind::TooLarge`]). `what`
+/// names the value (`"artifact"`) and `bound` the limit (`"session"`) in the error.
+pub(crate) fn encode_bounded<T: Serialize + ?Sized>(
+    value: &T,
+    what: &str,
+    bound: &str,
+    max: usize,
+) -> Result<Vec<u8>, StoreError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| {
+        StoreError::new(
+            StoreErrorKind::Other,
+            format!("cannot encode the {what}: {e}"),
+        )
+    })?;
+    if bytes.len() > max {
+        return Err(StoreError::new(
+            StoreErrorKind::TooLarge,
+            format!(
+                "a {} byte {what} is over the {bound} bound of {max} bytes",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A value read back from its JSON; [`StoreErrorKind::Corrupt`] when it does not decode.
+/// `what` names it in the error (`"artifact 42"`).
+pub(crate) fn decode_json<T: DeserializeOwned>(
+    bytes: &[u8],
+    what: impl std::fmt::Display,
+) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        StoreError::new(
+            StoreErrorKind::Corrupt,
+            format!("redis {what} does not decode: {e}"),
+        )
+    })
 }
 
 fn timed_out(shown: &str, options: &RedisOptions) -> StoreError {

@@ -278,15 +278,23 @@ impl Compactor {
             .block
             .clone()
             .ok_or(CompactError::EmptySummary)?;
-        let mut out = record.clone();
         let head = fold_start(&record.messages);
         debug_assert_eq!(head, plan.fold.start);
-        out.messages = record.messages[..head]
-            .iter()
-            .chain(&record.messages[plan.fold.end..])
-            .cloned()
-            .collect();
-        out.summary = Some(block);
+        // Field by field, so that the folded messages are never copied (and a new field
+        // of the record cannot be forgotten here).
+        let mut out = ContextRecord {
+            version: record.version,
+            prefix: record.prefix.clone(),
+            messages: record.messages[..head]
+                .iter()
+                .chain(&record.messages[plan.fold.end..])
+                .cloned()
+                .collect(),
+            summary: Some(block),
+            scratchpad: record.scratchpad.clone(),
+            journal: record.journal.clone(),
+            token_estimate: 0,
+        };
         out.refresh_estimate();
         Ok(out)
     }

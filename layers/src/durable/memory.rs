@@ -39,6 +39,42 @@ impl MemoryEntry {
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at_ms.is_some_and(|exp| exp <= now_ms)
     }
+
+    /// The value as a backend stores it: compact JSON. Its length is what
+    /// [`MemoryLimits::max_value_bytes`] bounds.
+    ///
+    /// ```
+    /// use llm_context_layers::durable::MemoryEntry;
+    /// use serde_json::json;
+    ///
+    /// let entry = MemoryEntry::new("user/tz", json!({"tz": "Europe/Paris"}), Some(60_000));
+    /// let bytes = entry.encode_value();
+    /// assert_eq!(bytes, br#"{"tz":"Europe/Paris"}"#);
+    /// assert_eq!(MemoryEntry::decode("user/tz", &bytes, Some(60_000))?, entry);
+    /// # Ok::<(), llm_context_layers::StoreError>(())
+    /// ```
+    pub fn encode_value(&self) -> Vec<u8> {
+        // A JSON value has string keys and finite numbers: serialising cannot fail.
+        serde_json::to_vec(&self.value).expect("a JSON value serialises")
+    }
+
+    /// An entry read back from [`encode_value`](Self::encode_value)'s bytes, with its
+    /// key and expiry as the backend kept them; [`StoreErrorKind::Corrupt`] when the
+    /// bytes are not JSON.
+    pub fn decode(
+        key: impl Into<String>,
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> Result<Self, StoreError> {
+        let key = key.into();
+        match serde_json::from_slice(value) {
+            Ok(value) => Ok(Self::new(key, value, expires_at_ms)),
+            Err(e) => Err(StoreError::new(
+                StoreErrorKind::Corrupt,
+                format!("memory entry {key:?} does not decode: {e}"),
+            )),
+        }
+    }
 }
 
 /// Where memory entries are kept: in memory, in SQLite or in Redis. The rules (keys,
@@ -212,7 +248,9 @@ impl Memory {
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
         self.check_key(key)?;
-        let bytes = serde_json::to_vec(&value).map_or(usize::MAX, |b| b.len());
+        let mut entry = MemoryEntry::new(key, value, None);
+        // Measured as the backend will store it.
+        let bytes = entry.encode_value().len();
         if bytes > self.limits.max_value_bytes {
             return Err(StoreError::new(
                 StoreErrorKind::TooLarge,
@@ -222,7 +260,7 @@ impl Memory {
                 ),
             ));
         }
-        let expires_at_ms = match ttl {
+        entry.expires_at_ms = match ttl {
             Some(ttl) if ttl.is_zero() => {
                 return Err(StoreError::new(
                     StoreErrorKind::Invalid,
@@ -235,9 +273,7 @@ impl Memory {
             }
             None => None,
         };
-        self.store
-            .put(scope, MemoryEntry::new(key, value, expires_at_ms))
-            .await
+        self.store.put(scope, entry).await
     }
 
     /// The entry under `key`, unless absent or expired.
