@@ -36,7 +36,7 @@ fn encode_only(bencher: divan::Bencher<'_, '_>) {
 
 #[divan::bench(args = ["normal", "full"])]
 fn save(bencher: divan::Bencher<'_, '_>, sync: &str) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let synchronous = if sync == "full" {
         Synchronous::Full
     } else {
@@ -64,7 +64,7 @@ fn save(bencher: divan::Bencher<'_, '_>, sync: &str) {
 
 #[divan::bench]
 fn load(bencher: divan::Bencher<'_, '_>) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let store = SqliteStore::open(dir.path().join("bench.db")).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -55,12 +55,16 @@ fn poll_now<F: Future>(f: F) -> F::Output {
 
 const SIZES: [usize; 3] = [100, 1_000, 10_000];
 
-#[divan::bench(args = SIZES)]
+// Every benchmark here times one input per sample (`sample_size = 1`): divan makes all of
+// a sample's inputs before timing it, so with several the first timed would have been
+// made longest ago, and "just cloned" or "evicted" would not hold for it.
+
+#[divan::bench(args = SIZES, sample_size = 1)]
 fn tight(bencher: divan::Bencher<'_, '_>, n: usize) {
     run(bencher, n, true);
 }
 
-#[divan::bench(args = SIZES)]
+#[divan::bench(args = SIZES, sample_size = 1)]
 fn loose(bencher: divan::Bencher<'_, '_>, n: usize) {
     run(bencher, n, false);
 }
@@ -68,13 +72,13 @@ fn loose(bencher: divan::Bencher<'_, '_>, n: usize) {
 /// `tight` with the input evicted from the core's private caches before each call: a
 /// 730 KB transcript just cloned sits in L2 while a 7.3 MB one cannot, so growth across
 /// sizes is compared here, with every size read from the shared cache.
-#[divan::bench(args = SIZES)]
+#[divan::bench(args = SIZES, sample_size = 1)]
 fn tight_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
     run_with(bencher, n, true, true);
 }
 
 /// `loose` with the input evicted from the core's private caches (see `tight_cold`).
-#[divan::bench(args = SIZES)]
+#[divan::bench(args = SIZES, sample_size = 1)]
 fn loose_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
     run_with(bencher, n, false, true);
 }
@@ -139,14 +143,14 @@ fn run_with(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool, cold: bool) 
 /// message's text read once, nothing else), over the same inputs. Any preparation that
 /// reports `before_tokens` must do at least this, so its growth from 1,000 to 10,000
 /// messages is what reading the transcript alone costs on this machine.
-#[divan::bench(args = SIZES)]
+#[divan::bench(args = SIZES, sample_size = 1)]
 fn estimate_only(bencher: divan::Bencher<'_, '_>, n: usize) {
     floor(bencher, n, false);
 }
 
 /// `estimate_only` with the input evicted from the core's private caches (see
 /// `tight_cold`).
-#[divan::bench(args = SIZES)]
+#[divan::bench(args = SIZES, sample_size = 1)]
 fn estimate_only_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
     floor(bencher, n, true);
 }

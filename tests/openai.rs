@@ -224,6 +224,7 @@ async fn a_conversation_keeps_a_byte_identical_prefix() {
     }
     let sent = bodies(&server).await;
     assert_eq!(sent.len(), 4);
+    check_body(&serde_json::from_str(&sent[0]).unwrap());
     for pair in sent.windows(2) {
         let a: RawBody<'_> = serde_json::from_str(&pair[0]).unwrap();
         let b: RawBody<'_> = serde_json::from_str(&pair[1]).unwrap();

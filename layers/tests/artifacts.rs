@@ -112,6 +112,17 @@ async fn at_or_under_the_threshold_passes_byte_for_byte() {
                 .unwrap(),
             None
         );
+        // And nothing at all, under any id.
+        let own = Arc::new(InMemoryArtifactStore::new(ArtifactLimits::default()));
+        let layer = ContextPolicyLayer::new(policy.clone())
+            .unwrap()
+            .with_artifact_store(own.clone());
+        layer
+            .layer(MockModel::echo())
+            .oneshot(request(text))
+            .await
+            .unwrap();
+        assert!(own.is_empty());
     }
 }
 

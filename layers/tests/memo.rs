@@ -235,7 +235,10 @@ impl Slow {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The single-flight tests run on paused time: it moves only when every task is parked,
+// so all callers have joined the flight before the provider answers (ordering by the
+// clock, not by wall-clock luck).
+#[tokio::test(start_paused = true)]
 async fn single_flight_one_inner_call_for_100_concurrent_requests() {
     let provider = Slow::new(Duration::from_millis(300), false);
     let model = MemoLayer::new(memory()).layer(provider.service());
@@ -252,7 +255,7 @@ async fn single_flight_one_inner_call_for_100_concurrent_requests() {
     assert_eq!(hits, 99, "every request but the one that called is flagged");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn single_flight_is_per_tenant() {
     let provider = Slow::new(Duration::from_millis(200), false);
     let model = MemoLayer::new(memory()).layer(provider.service());
@@ -265,7 +268,7 @@ async fn single_flight_is_per_tenant() {
     assert_eq!(provider.calls(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_failed_call_fails_every_waiter_and_is_not_memoized() {
     let provider = Slow::new(Duration::from_millis(300), true);
     let model = MemoLayer::new(memory()).layer(provider.service());

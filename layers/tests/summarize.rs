@@ -170,6 +170,15 @@ async fn every_fold_keeps_pairing_and_the_newest_messages_verbatim() {
             let planned = plan_fold(&messages, keep_last);
             let Some(fold) = planned else {
                 assert_eq!(sent.messages, messages, "len {len} keep_last {keep_last}");
+                // No fold, by the definition rather than the planner: no cut after the
+                // head that the definition allows leaves `keep_last` messages.
+                let start = fold_start(&messages);
+                assert!(
+                    (start + 1..=len)
+                        .filter(|&b| allowed_by_definition(&messages, start, b))
+                        .all(|b| len - b < keep_last),
+                    "a fold was possible: len {len} keep_last {keep_last}"
+                );
                 continue;
             };
             folds += 1;

@@ -63,13 +63,9 @@ fn cert_transcript() -> Vec<Message> {
 
 #[test]
 fn a_cached_prefix_costs_a_seventh_over_thirty_turns() {
-    // claude-sonnet-4-6, $ per Mtok: input 3.00, output 15.00, cache read 0.30.
-    fn cost(u: Usage) -> f64 {
-        (u.input_tokens as f64 * 3.00
-            + u.output_tokens as f64 * 15.00
-            + u.cache_read_tokens as f64 * 0.30)
-            / 1e6
-    }
+    // claude-sonnet-4-6, $ per Mtok: input 3.00, output 15.00, cache read 0.30; priced
+    // by the library's catalog.
+    let cost = |u: Usage| llm_context_layers::catalog::cost("claude-sonnet-4-6", &u).unwrap();
     let round4 = |x: f64| (x * 10_000.0).round() / 10_000.0;
     let fresh = Usage::new(20_000, 200, 0, 0);
     let cached = Usage::new(0, 200, 20_000, 0);

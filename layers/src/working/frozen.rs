@@ -197,8 +197,9 @@ mod tests {
     #[test]
     fn rehydrating_gives_a_writable_top_level() {
         let snap = nested().freeze();
-        let mut pad = snap.scratchpad().clone();
-        pad.get_mut("plan").unwrap()["steps"] = json!([]);
+        let mut live = snap.clone().thaw();
+        live.get_mut("plan").unwrap()["steps"] = json!([]);
+        assert_eq!(live.get("plan"), Some(&json!({"steps": []})));
         assert_eq!(snap.get("plan"), Some(&json!({"steps": ["a", "b"]})));
     }
 
