@@ -16,7 +16,7 @@ use super::{decode_json, encode_bounded};
 /// (`{prefix}:memo:{scope key}:{digest}`).
 ///
 /// Entries expire after [`RedisOptions::memo_ttl`]; a response larger than
-/// [`RedisOptions::max_memo_bytes`] is not stored ([`StoreErrorKind::TooLarge`], which the
+/// [`RedisOptions::max_memo_bytes`] is not stored ([`StoreErrorKind::TooLarge`](llm_context_layers::StoreErrorKind::TooLarge), which the
 /// memo layer logs at debug level). The total is bounded by the server: give it a
 /// `maxmemory` with a `volatile-lru` or `allkeys-lru` policy. Clones share one
 /// connection, which reconnects by itself.
