@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use divan::Bencher;
-use llm_context::memo::{InMemoryMemoStore, MemoKey, MemoLayer, MemoStore};
+use llm_context::memo::{LocalMemoStore, MemoKey, MemoLayer, MemoStore};
 use llm_context::mock::MockModel;
 use llm_context::{
     BoxError, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer, Message, PrefixContext,
@@ -110,7 +110,7 @@ fn bench_hits(bencher: Bencher<'_, '_>, rt: &Runtime, store: Arc<dyn MemoStore>,
 #[divan::bench(args = SIZES)]
 fn hit_in_memory(bencher: Bencher<'_, '_>, n: usize) {
     let rt = runtime();
-    bench_hits(bencher, &rt, Arc::new(InMemoryMemoStore::default()), n);
+    bench_hits(bencher, &rt, Arc::new(LocalMemoStore::default()), n);
 }
 
 #[cfg(feature = "redis")]

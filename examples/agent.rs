@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use llm_context::durable::{Compactor, ContextRecord, ContextStore, InMemoryContextStore};
+use llm_context::durable::{Compactor, ContextRecord, ContextStore, LocalContextStore};
 use llm_context::mock::{MockModel, MockReply};
 use llm_context::summarize::{SummarizeConfig, is_summary_request};
 use llm_context::{
@@ -65,7 +65,7 @@ fn args() -> Result<Args, String> {
 /// The store named by `--store`, or one in memory.
 fn open_store(spec: Option<&str>) -> Result<Arc<dyn ContextStore>, String> {
     let Some(spec) = spec else {
-        return Ok(Arc::new(InMemoryContextStore::new()));
+        return Ok(Arc::new(LocalContextStore::new()));
     };
     match spec.split_once(':') {
         #[cfg(feature = "sqlite")]

@@ -5,12 +5,12 @@ mod contract;
 use std::sync::Arc;
 
 use contract::Backend;
-use llm_context::durable::{InMemoryContextStore, InMemoryMemoryStore};
+use llm_context::durable::{LocalContextStore, LocalMemoryStore};
 
 async fn backend() -> Backend {
     Backend {
-        contexts: Arc::new(InMemoryContextStore::new()),
-        memory: Arc::new(InMemoryMemoryStore::new()),
+        contexts: Arc::new(LocalContextStore::new()),
+        memory: Arc::new(LocalMemoryStore::new()),
         guard: Box::new(()),
     }
 }

@@ -37,15 +37,15 @@ use std::sync::Arc;
 use tower::ServiceBuilder;
 use tower::layer::util::Stack;
 
-use crate::clear::ClearLayer;
+use crate::artifact::ArtifactStore;
 use crate::context_policy::ContextPolicyLayer;
+use crate::fit::ClearLayer;
+use crate::fit::PruneLayer;
 use crate::memo::{MemoLayer, MemoStore};
+use crate::model::PrefixContext;
 use crate::offload::OffloadLayer;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prefix::PrefixLayer;
-use crate::prefix_context::PrefixContext;
-use crate::prune::PruneLayer;
-use crate::store::ArtifactStore;
 use crate::summarize::{SummarizeConfig, SummarizeLayer};
 use crate::usage::{UsageLayer, UsageMeter};
 

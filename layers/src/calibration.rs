@@ -32,8 +32,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::report::PreparationReport;
-use crate::request::{ChatResponse, Usage};
+use crate::model::PreparationReport;
+use crate::model::{ChatResponse, Usage};
 
 /// Per-model ratios of provider-counted to estimated prompt tokens; a cloneable handle.
 #[derive(Clone, Debug, Default)]
@@ -133,7 +133,7 @@ pub(crate) fn divide(tokens: usize, factor: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Message;
+    use crate::model::Message;
 
     #[test]
     fn the_ratio_follows_observations_and_the_factor_only_tightens() {

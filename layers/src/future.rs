@@ -8,8 +8,8 @@ use pin_project_lite::pin_project;
 
 use crate::BoxError;
 use crate::calibration::Calibration;
-use crate::report::PreparationReport;
-use crate::request::ChatResponse;
+use crate::model::ChatResponse;
+use crate::model::PreparationReport;
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, BoxError>> + Send>>;
 

@@ -21,7 +21,7 @@
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::message::{Content, ContentPart, Message};
+use crate::model::{Content, ContentPart, Message};
 
 /// An incremental stable hasher (XXH3-128) with domain separation.
 #[derive(Clone)]
@@ -148,14 +148,9 @@ impl std::io::Write for HashWriter<'_> {
     }
 }
 
-/// Writes `value` as canonical JSON: object keys sorted by their UTF-8 bytes, no
-/// whitespace, strings escaped as `serde_json` escapes them.
-pub fn write_canonical_json(value: &Value, out: &mut Vec<u8>) {
-    write_canonical(value, out);
-}
-
-/// [`write_canonical_json`] into a writer that cannot fail (a `Vec` or the hash), which
-/// is why write results are not checked.
+/// Writes `value` as canonical JSON (object keys sorted by their UTF-8 bytes, no
+/// whitespace, strings escaped as `serde_json` escapes them) into a writer that cannot
+/// fail (a `Vec` or the hash), which is why write results are not checked.
 fn write_canonical<W: std::io::Write>(value: &Value, out: &mut W) {
     match value {
         Value::Object(map) => {
@@ -230,7 +225,7 @@ mod tests {
     #[test]
     fn canonical_json_sorts_keys() {
         let mut out = Vec::new();
-        write_canonical_json(
+        write_canonical(
             &json!({"b": 1, "a": [true, null, {"d": "x", "c": 2.5}]}),
             &mut out,
         );

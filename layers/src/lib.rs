@@ -29,51 +29,50 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod builder;
+#[macro_use]
+mod macros;
+
+// What every step works on and obeys, from the plainest up.
 pub mod calibration;
 pub mod catalog;
-pub mod clear;
-pub mod context_policy;
-pub mod cut;
-pub mod durable;
 mod error;
-pub mod fit;
 mod future;
 pub mod hash;
-pub mod memo;
-pub mod message;
-pub mod mock;
-pub mod offload;
+mod model;
 pub mod policy;
-pub mod prefix;
-mod prefix_context;
-pub mod prune;
-mod report;
-pub mod request;
-mod scope;
 pub mod store;
-pub mod summarize;
 pub mod tokens;
+// The artifact format the steps share.
+pub mod artifact;
+// The steps, in the order a request meets them.
+pub mod context_policy;
+pub mod fit;
+pub mod memo;
+pub mod offload;
+pub mod prefix;
+// Around the path.
+pub mod builder;
+pub mod durable;
+pub mod mock;
+pub mod summarize;
 pub mod usage;
 pub mod working;
 
+pub use artifact::{Artifact, ArtifactStore};
 pub use builder::ServiceBuilderExt;
 pub use calibration::Calibration;
 pub use catalog::{Catalog, CatalogError};
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
-pub use cut::{Cut, CutStore, InMemoryCutStore};
 pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
-pub use message::{Content, ContentPart, Message, Role, ToolCall, ToolSpec};
+pub use fit::{Cut, CutStore, LocalCutStore};
+pub use model::{
+    CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,
+    FinishReason, GenerationParams, MemoHint, Message, PrefixContext, PreparationReport, Role,
+    Scope, ToolCall, ToolSpec, Usage,
+};
 pub use policy::{ContextPolicy, PolicyError};
 pub use prefix::PrefixLayer;
-pub use prefix_context::PrefixContext;
-pub use report::PreparationReport;
-pub use request::{
-    CacheHints, CacheTtl, ChatRequest, ChatResponse, FinishReason, GenerationParams, MemoHint,
-    Usage,
-};
-pub use scope::Scope;
-pub use store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};
+pub use store::{StoreError, StoreErrorKind};
 pub use summarize::{SummarizeLayer, SummaryBlock};
 pub use usage::{UsageLayer, UsageMeter};
 pub use working::{

@@ -30,9 +30,9 @@ use std::task::{Context, Poll};
 
 use tower::Service;
 
-use crate::message::{Message, ToolCall};
-use crate::request::{ChatRequest, ChatResponse, Usage};
-use crate::tokens::{estimate_message_tokens, estimate_request_tokens};
+use crate::model::{ChatRequest, ChatResponse, Usage};
+use crate::model::{Message, ToolCall};
+use crate::tokens::estimate_message_tokens;
 
 /// One scripted reply.
 #[derive(Clone, Debug, PartialEq)]
@@ -168,7 +168,7 @@ impl Service<ChatRequest> for MockModel {
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         let reply = self.reply(&req);
-        let input = estimate_request_tokens(&req);
+        let input = req.estimate_tokens();
         self.lock_seen().push(req);
         let message = match reply {
             MockReply::Text(text) => Message::assistant(text),

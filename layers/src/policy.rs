@@ -26,7 +26,8 @@ pub const DEFAULT_MAX_TOKENS: usize = 32_000;
 
 /// What the model gets to see.
 ///
-/// The fields and defaults of ProtoLink's `ContextPolicy`, plus knobs it lacks: how many
+/// How many tokens may be sent and how to get there: the window, the reserve, the turns
+/// and tool results that are protected, the offload thresholds, plus how many
 /// newest tool results are never cleared, whether clearing runs before pruning, and tools
 /// whose results are never cleared. Build with [`Default`] and the `with_*` setters, or
 /// read one from JSON or TOML; call [`validate`](Self::validate) (the layers do) before use.
@@ -51,8 +52,8 @@ pub struct ContextPolicy {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preserve_tool_results: Option<usize>,
     /// Clear old tool results before dropping whole turns (keeps more of the
-    /// conversation, loses detail of old observations). Default `false`: ProtoLink's
-    /// order, prune turns first.
+    /// conversation, loses detail of old observations). Default `false`: prune
+    /// turns first.
     pub clear_before_prune: bool,
     /// Tools whose results are never cleared (for example a `plan` or `memory` tool).
     pub never_clear: BTreeSet<String>,

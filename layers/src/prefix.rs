@@ -62,10 +62,10 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use crate::catalog::Catalog;
-use crate::message::Message;
+use crate::model::Message;
+use crate::model::PrefixContext;
+use crate::model::{CacheHints, CacheTtl, ChatRequest};
 use crate::policy::PolicyError;
-use crate::prefix_context::PrefixContext;
-use crate::request::{CacheHints, CacheTtl, ChatRequest};
 use crate::tokens::{estimate_message_tokens, estimate_one, estimate_tool_tokens};
 
 /// Injects a prefix and marks cache breakpoints. See the [module docs](self).
@@ -155,7 +155,7 @@ impl PrefixLayer {
         let min = self.catalog.cache_min_tokens(&req.model);
         req.cache = plan_breakpoints(req, self.breakpoints, min);
         tracing::debug!(
-            target: "llm_context",
+            event = "cache_breakpoints",
             model = %req.model,
             tools = ?req.cache.tools,
             prefix = ?req.cache.prefix,
@@ -190,20 +190,7 @@ impl<S> Prefix<S> {
         layer.layer(inner)
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming the wrapper.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!(inner);
 }
 
 impl<S> Service<ChatRequest> for Prefix<S>
@@ -227,7 +214,11 @@ where
 /// The breakpoints to send for `req`: those of `wanted` whose part is present and whose
 /// cached prefix (everything up to the breakpoint, in the order tools → prefix →
 /// history) is at least `min_tokens` by the crate's estimate.
-pub fn plan_breakpoints(req: &ChatRequest, wanted: CacheHints, min_tokens: usize) -> CacheHints {
+pub(crate) fn plan_breakpoints(
+    req: &ChatRequest,
+    wanted: CacheHints,
+    min_tokens: usize,
+) -> CacheHints {
     let head_end = leading_system_end(&req.messages);
     let tools = estimate_tool_tokens(&req.tools);
     let prefix = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
@@ -259,7 +250,7 @@ pub fn plan_breakpoints(req: &ChatRequest, wanted: CacheHints, min_tokens: usize
     out
 }
 
-pub use crate::message::leading_system_end;
+pub use crate::model::leading_system_end;
 
 /// The end (exclusive) of the stable history: the index of the newest real user request,
 /// when at least one message after the leading system messages comes before it. The
@@ -273,9 +264,9 @@ pub fn stable_history_end(messages: &[Message]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolSpec;
     use crate::mock::MockModel;
-    use crate::request::ChatResponse;
+    use crate::model::ChatResponse;
+    use crate::model::ToolSpec;
     use serde_json::json;
     use tower::ServiceExt;
     use tower_test::{assert_request_eq, mock};

@@ -1,27 +1,27 @@
-//! Store traits: where artifacts (and memoized responses) are kept; durable contexts and
-//! memory are in [`durable`](crate::durable). In-memory defaults live beside their
-//! layers; `llm-context` adds SQLite and Redis.
+//! For store implementors: the error every store returns, and the helpers every backend
+//! of a store trait shares.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use llm_context_layers::{Artifact, ArtifactStore, Scope};
+//! use llm_context_layers::store::{check_context_id, StoreError, StoreErrorKind};
 //!
-//! fn takes_any_store(_store: Arc<dyn ArtifactStore>) {}
-//! let artifact = Artifact::new("the full text", 1_000_000);
-//! assert!(!artifact.truncated);
+//! fn save(id: &str) -> Result<(), StoreError> {
+//!     check_context_id(id)?; // the same rule on every backend
+//!     Err(StoreError::new(StoreErrorKind::Unavailable, "the backend is down"))
+//! }
+//! assert_eq!(save("").unwrap_err().kind, StoreErrorKind::Invalid);
+//! assert_eq!(save("root").unwrap_err().kind, StoreErrorKind::Unavailable);
 //! ```
 //!
-//! Every method takes the tenant [`Scope`] and the session: a store never answers for
-//! another tenant or session, whatever id it is asked for.
+//! The store traits themselves live beside what they store:
+//! [`ArtifactStore`](crate::artifact::ArtifactStore), [`MemoStore`](crate::memo::MemoStore),
+//! [`CutStore`](crate::fit::CutStore), and the durable
+//! [`ContextStore`](crate::durable::ContextStore) and
+//! [`MemoryStore`](crate::durable::MemoryStore). Every method of each takes the tenant
+//! [`Scope`](crate::Scope): a store never answers for another tenant, whatever id it is
+//! asked for. `llm-context` implements them on SQLite and Redis; a backend of your own
+//! uses the helpers here so that it keeps the same rules.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-
-use crate::offload::cut_chars;
-use crate::scope::Scope;
-use crate::tokens::char_count;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What kind of store failure this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,59 +64,44 @@ impl StoreError {
     }
 }
 
-/// A stored tool result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Artifact {
-    /// The stored text (at most `artifact_max_chars` characters).
-    pub text: Arc<str>,
-    /// Characters in the original result.
-    pub original_chars: usize,
-    /// Whether `text` was cut short of the original.
-    pub truncated: bool,
+/// The longest context id, in bytes.
+pub const MAX_CONTEXT_ID_BYTES: usize = 512;
+
+/// Fails unless `id` is a usable context id: 1 to [`MAX_CONTEXT_ID_BYTES`] bytes, no
+/// control characters. Every backend checks it, so an id works on all or on none.
+pub fn check_context_id(id: &str) -> Result<(), StoreError> {
+    if id.is_empty() || id.len() > MAX_CONTEXT_ID_BYTES {
+        return Err(StoreError::new(
+            StoreErrorKind::Invalid,
+            format!(
+                "a context id must be 1 to {MAX_CONTEXT_ID_BYTES} bytes, got {}",
+                id.len()
+            ),
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(StoreError::new(
+            StoreErrorKind::Invalid,
+            format!("context id {id:?} contains a control character"),
+        ));
+    }
+    Ok(())
 }
 
-impl Artifact {
-    /// An artifact for `original`, cut to `max_chars` characters on a character boundary.
-    pub fn new(original: &str, max_chars: usize) -> Self {
-        Self::counted(original, char_count(original), max_chars)
-    }
-
-    /// [`Artifact::new`] for an `original` of `original_chars` characters, counted already.
-    pub(crate) fn counted(original: &str, original_chars: usize, max_chars: usize) -> Self {
-        let text = cut_chars(original, max_chars);
-        Self {
-            text: Arc::from(text),
-            original_chars,
-            truncated: original_chars > max_chars,
-        }
-    }
-
-    /// Characters stored.
-    pub fn stored_chars(&self) -> usize {
-        self.original_chars.min(char_count(&self.text))
-    }
+/// The error of a write against a stale version.
+pub fn version_conflict(id: &str, expected: u64, found: u64) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Conflict,
+        format!(
+            "context {id:?} is at version {found}, not {expected}: another writer committed \
+             first; reload it and apply the change again"
+        ),
+    )
 }
 
-/// Where offloaded and cleared tool results are kept, per (scope, session).
-#[async_trait]
-pub trait ArtifactStore: Send + Sync + 'static {
-    /// Stores `artifact` under `id`. Storing an id that is already there keeps one copy
-    /// (ids are content-addressed) and counts as a use for eviction.
-    async fn put(
-        &self,
-        scope: &Scope,
-        session: &str,
-        id: &str,
-        artifact: Artifact,
-    ) -> Result<(), StoreError>;
-
-    /// The artifact `id` of this scope and session, or `None` (unknown, evicted, or
-    /// another tenant's or session's).
-    async fn get(
-        &self,
-        scope: &Scope,
-        session: &str,
-        id: &str,
-    ) -> Result<Option<Artifact>, StoreError>;
+/// Milliseconds since the Unix epoch, by the system clock.
+pub fn system_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -33,8 +33,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::BoxError;
-use crate::message::{Content, ContentPart, Message, ToolSpec};
-use crate::request::ChatRequest;
+use crate::model::{Content, ContentPart, Message, ToolSpec};
 
 /// The fixed estimate for one image part, in tokens.
 ///
@@ -52,33 +51,9 @@ pub fn estimate_message_tokens(messages: &[Message]) -> usize {
     messages.iter().map(estimate_one).sum()
 }
 
-/// The estimated prompt tokens of a whole request: its prefix, tool schemas and messages.
-pub fn estimate_request_tokens(req: &ChatRequest) -> usize {
-    req.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
-        + estimate_tool_tokens(&req.tools)
-        + estimate_message_tokens(&req.messages)
-}
-
 /// The estimated tokens of one message.
 pub fn estimate_one(message: &Message) -> usize {
     MessageSize::of(message).tokens()
-}
-
-/// The estimated tokens of `message` if its content were the plain text `text`.
-pub fn estimate_with_text(message: &Message, text: &str) -> usize {
-    estimate_with_content_chars(message, char_count(text))
-}
-
-/// The estimated tokens of `message` if its content were plain text of `content_chars`
-/// characters (everything else — name, call id, tool calls — as it is).
-pub fn estimate_with_content_chars(message: &Message, content_chars: usize) -> usize {
-    MessageSize::of(message).tokens_with_content(content_chars)
-}
-
-/// The Unicode scalar values of everything a message sends as text, and its image count.
-pub fn message_chars(message: &Message) -> (usize, usize) {
-    let sizes = MessageSize::of(message);
-    (sizes.content_chars + sizes.other_chars, sizes.images)
 }
 
 /// One measurement of a message, from which its estimate, and its estimate with other
@@ -161,6 +136,19 @@ pub fn char_count(s: &str) -> usize {
     // Every byte of the transcript passes through here once per request: count the
     // non-continuation bytes with SIMD where the CPU has it.
     bytecount::num_chars(s.as_bytes())
+}
+
+/// The first `max_chars` characters of `text`, cut on a character boundary.
+pub(crate) fn truncate_chars(text: &str, max_chars: usize) -> &str {
+    // Tool output is mostly ASCII, where characters are bytes: no walk needed.
+    let head = &text.as_bytes()[..max_chars.min(text.len())];
+    if head.is_ascii() {
+        return &text[..head.len()];
+    }
+    match text.char_indices().nth(max_chars) {
+        Some((byte, _)) => &text[..byte],
+        None => text,
+    }
 }
 
 /// The Unicode scalar values of `value` written as JSON with `", "` and `": "` separators
@@ -348,7 +336,7 @@ mod exact {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolCall;
+    use crate::model::ToolCall;
     use serde_json::json;
 
     fn seed() -> Vec<Message> {
@@ -364,6 +352,14 @@ mod tests {
             ),
             Message::tool_result("c1", "openssl", "notAfter=2026-08-01"),
         ]
+    }
+
+    #[test]
+    fn cut_never_splits_a_character() {
+        let text = "a🎉b中e\u{301}";
+        assert_eq!(truncate_chars(text, 2), "a🎉");
+        assert_eq!(truncate_chars(text, 5), "a🎉b中e");
+        assert_eq!(truncate_chars(text, 99), text);
     }
 
     #[test]

@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use tower::{Layer, Service};
 
 use crate::catalog::Catalog;
-use crate::request::{ChatRequest, ChatResponse, Usage};
-use crate::scope::Scope;
+use crate::model::Scope;
+use crate::model::{ChatRequest, ChatResponse, Usage};
 
 /// Totals for one scope.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -192,20 +192,7 @@ impl<S> UsageService<S> {
         &self.meter
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming the wrapper.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!(inner);
 }
 
 impl<S> Service<ChatRequest> for UsageService<S>
@@ -269,7 +256,7 @@ where
         {
             r.meter.record(&r.scope, &r.model, &response.usage);
             tracing::debug!(
-                target: "llm_context",
+                event = "usage",
                 scope = %r.scope.key(),
                 model = %r.model,
                 input_tokens = response.usage.input_tokens,
@@ -286,8 +273,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Message;
-    use crate::report::PreparationReport;
+    use crate::model::Message;
+    use crate::model::PreparationReport;
     use tower_test::{assert_request_eq, mock};
 
     #[tokio::test]

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use llm_context_layers::clear::is_stub;
-use llm_context_layers::mock::{MockModel, MockReply};
-use llm_context_layers::offload::{
-    ArtifactLimits, ArtifactReader, InMemoryArtifactStore, OffloadLayer, READ_ARTIFACT_TOOL,
-    artifact_id, is_preview, read_artifact_tool,
+use llm_context_layers::artifact::{
+    ArtifactLimits, ArtifactReader, LocalArtifactStore, READ_ARTIFACT_TOOL, artifact_id,
+    is_preview, is_stub, read_artifact_tool,
 };
+use llm_context_layers::mock::{MockModel, MockReply};
+use llm_context_layers::offload::OffloadLayer;
 use llm_context_layers::{
     Artifact, ArtifactStore, ChatRequest, ContextPolicy, ContextPolicyLayer, Message, Scope,
     StoreError, StoreErrorKind, ToolCall, ToolConflictError, ToolSpec,
@@ -113,7 +113,7 @@ async fn at_or_under_the_threshold_passes_byte_for_byte() {
             None
         );
         // And nothing at all, under any id.
-        let own = Arc::new(InMemoryArtifactStore::new(ArtifactLimits::default()));
+        let own = Arc::new(LocalArtifactStore::new(ArtifactLimits::default()));
         let layer = ContextPolicyLayer::new(policy.clone())
             .unwrap()
             .with_artifact_store(own.clone());
@@ -160,7 +160,7 @@ async fn artifact_max_chars_cuts_on_characters() {
 async fn the_same_transcript_twice_gives_the_same_bytes_and_one_copy() {
     let big = "log line\n".repeat(2_000);
     let layer = ContextPolicyLayer::new(ContextPolicy::default()).unwrap();
-    let store = Arc::new(InMemoryArtifactStore::default());
+    let store = Arc::new(LocalArtifactStore::default());
     let layer = layer.with_artifact_store(store.clone());
     let model = MockModel::echo();
     let stack = layer.layer(model.clone());
@@ -181,7 +181,7 @@ async fn the_same_transcript_twice_gives_the_same_bytes_and_one_copy() {
 
 #[tokio::test]
 async fn eviction_is_least_recently_used_per_session() {
-    let store = InMemoryArtifactStore::new(ArtifactLimits::default().with_per_session(3));
+    let store = LocalArtifactStore::new(ArtifactLimits::default().with_per_session(3));
     let scope = Scope::org(1);
     for id in ["a", "b", "c"] {
         store
@@ -209,7 +209,7 @@ async fn eviction_is_least_recently_used_per_session() {
 
 #[tokio::test]
 async fn at_most_128_sessions_the_least_recently_used_goes_whole() {
-    let store = InMemoryArtifactStore::default();
+    let store = LocalArtifactStore::default();
     let scope = Scope::org(1);
     for s in 0..128 {
         for id in ["x", "y"] {
@@ -237,7 +237,7 @@ async fn at_most_128_sessions_the_least_recently_used_goes_whole() {
 
 #[tokio::test]
 async fn the_byte_bound_holds() {
-    let store = InMemoryArtifactStore::new(ArtifactLimits::default().with_total_bytes(1_000));
+    let store = LocalArtifactStore::new(ArtifactLimits::default().with_total_bytes(1_000));
     let scope = Scope::org(1);
     for i in 0..10 {
         store
@@ -262,7 +262,7 @@ async fn the_byte_bound_holds() {
 
 #[tokio::test]
 async fn other_tenants_and_sessions_get_a_readable_error() {
-    let store: Arc<dyn ArtifactStore> = Arc::new(InMemoryArtifactStore::default());
+    let store: Arc<dyn ArtifactStore> = Arc::new(LocalArtifactStore::default());
     let owner = Scope::org("acme");
     store
         .put(&owner, "s1", "art_x", Artifact::new("secret", 100))
@@ -317,7 +317,7 @@ async fn paging_100_000_characters_to_the_end() {
     let text: String = (0..100_000)
         .map(|i| if i % 7 == 0 { '中' } else { 'a' })
         .collect();
-    let store: Arc<dyn ArtifactStore> = Arc::new(InMemoryArtifactStore::default());
+    let store: Arc<dyn ArtifactStore> = Arc::new(LocalArtifactStore::default());
     let scope = Scope::org(1);
     store
         .put(&scope, "s", "art_big", Artifact::new(&text, 1_000_000))
@@ -347,7 +347,7 @@ async fn paging_100_000_characters_to_the_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_requests_over_50_sessions_lose_nothing() {
-    let store = Arc::new(InMemoryArtifactStore::default());
+    let store = Arc::new(LocalArtifactStore::default());
     let layer = ContextPolicyLayer::new(ContextPolicy::default())
         .unwrap()
         .with_artifact_store(store.clone());

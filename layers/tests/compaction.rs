@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use llm_context_layers::durable::{
-    CompactError, Compactor, ContextRecord, ContextStore, InMemoryContextStore,
+    CompactError, Compactor, ContextRecord, ContextStore, LocalContextStore,
 };
 use llm_context_layers::mock::{MockModel, MockReply};
 use llm_context_layers::summarize::{SummarizeConfig, SummaryBlock, is_summary_request};
@@ -39,7 +39,7 @@ fn compactor() -> Compactor {
     Compactor::new(SummarizeConfig::new(100_000).with_keep_last(4)).unwrap()
 }
 
-async fn stored(store: &InMemoryContextStore, scope: &Scope, turns: usize) -> ContextRecord {
+async fn stored(store: &LocalContextStore, scope: &Scope, turns: usize) -> ContextRecord {
     let mut r = record(turns);
     r.version = store.save(scope, "root", &r).await.unwrap();
     r
@@ -47,7 +47,7 @@ async fn stored(store: &InMemoryContextStore, scope: &Scope, turns: usize) -> Co
 
 #[tokio::test]
 async fn apply_refuses_a_record_that_changed_since_the_plan() {
-    let (store, scope) = (InMemoryContextStore::new(), Scope::org("acme"));
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
     let base = stored(&store, &scope, 10).await;
     let compactor = compactor();
     let plan = compactor.plan(&scope, "root", &base).unwrap();
@@ -87,7 +87,7 @@ async fn apply_refuses_a_record_that_changed_since_the_plan() {
 
 #[tokio::test]
 async fn a_commit_during_summarization_makes_compact_refuse() {
-    let store = Arc::new(InMemoryContextStore::new());
+    let store = Arc::new(LocalContextStore::new());
     let scope = Scope::org("acme");
     let base = stored(&store, &scope, 10).await;
     // The summarizer is slow: while it works, the agent checkpoints a new turn.
@@ -132,7 +132,7 @@ async fn a_commit_during_summarization_makes_compact_refuse() {
 
 #[tokio::test]
 async fn an_empty_summary_is_refused_and_the_record_stays() {
-    let (store, scope) = (InMemoryContextStore::new(), Scope::org("acme"));
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
     let base = stored(&store, &scope, 10).await;
     let mut model = MockModel::scripted([MockReply::text(
         r#"{"goals": [], "decisions": [], "open": [], "facts": [], "narrative": "  "}"#,
@@ -147,7 +147,7 @@ async fn an_empty_summary_is_refused_and_the_record_stays() {
 
 #[tokio::test]
 async fn fallbacks_are_added_after_earlier_ones_never_over_them() {
-    let (store, scope) = (InMemoryContextStore::new(), Scope::org("acme"));
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
     stored(&store, &scope, 10).await;
     let compactor = compactor();
     let mut failing = MockModel::scripted([MockReply::Error("overloaded".into())]);
@@ -230,7 +230,7 @@ async fn fallbacks_are_added_after_earlier_ones_never_over_them() {
 
 #[tokio::test]
 async fn only_due_records_compact_unless_asked() {
-    let (store, scope) = (InMemoryContextStore::new(), Scope::org("acme"));
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
     let base = stored(&store, &scope, 10).await;
     let tight =
         Compactor::new(SummarizeConfig::new(base.token_estimate).with_keep_last(4)).unwrap();
@@ -264,7 +264,7 @@ async fn only_due_records_compact_unless_asked() {
 
 #[tokio::test]
 async fn a_replanned_fold_reuses_the_cached_summary() {
-    let (store, scope) = (InMemoryContextStore::new(), Scope::org("acme"));
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
     let base = stored(&store, &scope, 10).await;
     let compactor = compactor();
     let mut model = MockModel::scripted([summary("once")]);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use llm_context_layers::mock::MockModel;
 use llm_context_layers::{
     BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
-    ContextPolicyService, Cut, CutStore, InMemoryCutStore, Message, Scope,
+    ContextPolicyService, Cut, CutStore, LocalCutStore, Message, Scope,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -32,7 +32,7 @@ fn question(turn: usize) -> Message {
 }
 
 /// An agent with cache-aware pruning whose cuts go to `store`.
-fn agent_with_store(store: Arc<InMemoryCutStore>) -> (Agent, MockModel) {
+fn agent_with_store(store: Arc<LocalCutStore>) -> (Agent, MockModel) {
     let model = MockModel::echo();
     let agent = ContextPolicyLayer::new(policy().with_low_water_tokens(500))
         .unwrap()
@@ -120,7 +120,7 @@ async fn cuts_are_kept_per_tenant_and_session() {
         .expect("a cut is remembered");
     assert_eq!(
         Some(remembered.position),
-        turns.last().unwrap().1.report.cut
+        turns.last().unwrap().1.report.history_start
     );
     assert!(cuts.get(&Scope::default(), "s2").is_none());
     assert!(cuts.get(&Scope::org(7), "s1").is_none());
@@ -159,7 +159,7 @@ async fn a_cut_whose_neighbours_changed_is_not_reused() {
     let (mut agent, model, _) = agent(policy().with_low_water_tokens(500));
     let turns = converse(&mut agent, &model, "s1", 10).await;
     let (_, reply) = turns.last().unwrap();
-    let cut = reply.report.cut.unwrap();
+    let cut = reply.report.history_start.unwrap();
     assert!(reply.report.pruned_turns > 0);
 
     // Rebuild the history as received on the last turn, then edit the message just
@@ -186,7 +186,7 @@ async fn a_cut_whose_neighbours_changed_is_not_reused() {
 async fn a_cut_is_found_where_the_caller_moved_it() {
     let (mut agent, model, _) = agent(policy().with_low_water_tokens(500));
     let turns = converse(&mut agent, &model, "s1", 10).await;
-    let cut = turns.last().unwrap().1.report.cut.unwrap();
+    let cut = turns.last().unwrap().1.report.history_start.unwrap();
     // The caller drops its two oldest messages itself: positions shift, the cut's
     // neighbours are the same.
     let mut history = next_request(&turns[..turns.len() - 1]);
@@ -198,12 +198,12 @@ async fn a_cut_is_found_where_the_caller_moved_it() {
     .await
     .unwrap();
     assert!(reply.report.cut_reused, "{:?}", reply.report);
-    assert_eq!(reply.report.cut, Some(cut - 2));
+    assert_eq!(reply.report.history_start, Some(cut - 2));
 }
 
 #[tokio::test]
 async fn a_remembered_cut_never_reaches_into_protected_turns() {
-    let store = Arc::new(InMemoryCutStore::default());
+    let store = Arc::new(LocalCutStore::default());
     let (mut agent, model) = agent_with_store(store.clone());
     let mut history = vec![Message::system("You answer briefly.")];
     for turn in 0..3 {
@@ -247,7 +247,7 @@ async fn a_request_that_cannot_fit_remembers_no_cut() {
 
 #[tokio::test]
 async fn a_custom_store_receives_the_cuts() {
-    let store = Arc::new(InMemoryCutStore::default());
+    let store = Arc::new(LocalCutStore::default());
     let (mut agent, model) = agent_with_store(store.clone());
     converse(&mut agent, &model, "s1", 10).await;
     assert_eq!(store.len(), 1);

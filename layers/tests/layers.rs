@@ -4,8 +4,8 @@
 mod common;
 
 use common::{assert_pairing, tool_turn};
-use llm_context_layers::clear::{ClearLayer, is_stub};
-use llm_context_layers::prune::PruneLayer;
+use llm_context_layers::artifact::is_stub;
+use llm_context_layers::fit::{ClearLayer, PruneLayer};
 use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
 use llm_context_layers::{
     BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
@@ -77,7 +77,10 @@ async fn prune_drops_oldest_turns_and_keeps_system_and_recent() {
     );
     assert!(resp.report.pruned_turns >= 1);
     // Each turn is four messages: request, call, result, answer.
-    assert_eq!(resp.report.cut, Some(1 + 4 * resp.report.pruned_turns));
+    assert_eq!(
+        resp.report.history_start,
+        Some(1 + 4 * resp.report.pruned_turns)
+    );
     assert_pairing(&messages, &seen.messages);
 }
 
@@ -219,7 +222,7 @@ async fn never_clear_tools_and_unseen_results_are_kept() {
     assert_eq!(seen.messages, messages);
 }
 
-// ProtoLink 0.8.3's bugs, each as a test of the fixed behaviour.
+// Known failure modes of context managers, each as a test of the fixed behaviour.
 
 #[tokio::test]
 async fn user_role_tool_results_keep_the_question_and_the_pairing() {
@@ -430,4 +433,59 @@ async fn the_models_window_is_the_ceiling_when_the_policy_sets_none() {
         .downcast_ref::<llm_context_layers::PolicyError>()
         .expect("a policy error");
     assert_eq!(policy_err.field(), Some("context_window"));
+}
+
+#[tokio::test]
+async fn standalone_prune_and_the_composite_plan_with_the_same_budget() {
+    use llm_context_layers::mock::MockModel;
+    use tower::{Layer, ServiceExt};
+
+    // A catalog model (200,000-token window) and a policy that sets no `max_tokens`: both
+    // must plan to the model's window, not to the 32,000-token fallback. Plain text only,
+    // so the composite has nothing to clear or offload and only pruning differs.
+    let policy = ContextPolicy::default();
+    let mut messages = vec![Message::system("You are terse.")];
+    for i in 0..60 {
+        messages.push(Message::user(format!(
+            "question {i} {}",
+            "détail ".repeat(2_000)
+        )));
+        messages.push(Message::assistant(format!(
+            "answer {i} {}",
+            "réponse ".repeat(2_000)
+        )));
+    }
+    let request = ChatRequest::new("claude-sonnet-4", messages);
+
+    let alone = MockModel::echo();
+    let reply = PruneLayer::new(policy.clone())
+        .unwrap()
+        .layer(alone.clone())
+        .oneshot(request.clone())
+        .await
+        .unwrap();
+    let composite = MockModel::echo();
+    let composite_reply = ContextPolicyLayer::new(policy)
+        .unwrap()
+        .layer(composite.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+
+    assert!(
+        reply.report.pruned_turns > 0,
+        "the transcript must need pruning"
+    );
+    assert!(
+        reply.report.after_tokens > 100_000,
+        "planned to the model's window"
+    );
+    assert_eq!(
+        reply.report.prompt_allowance,
+        composite_reply.report.prompt_allowance
+    );
+    assert_eq!(
+        alone.last_request().unwrap().messages,
+        composite.last_request().unwrap().messages
+    );
 }

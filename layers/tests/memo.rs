@@ -1,5 +1,4 @@
-//! The memo layer's promises, through the public API: tenant isolation (the agentkit
-//! seed's check), what is memoized, single flight, and degrading when the store fails.
+//! The memo layer's promises, through the public API: tenant isolation, what is memoized, single flight, and degrading when the store fails.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -7,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use llm_context_layers::memo::{
-    FlightError, InMemoryMemoStore, MemoHint, MemoKey, MemoLayer, MemoStore,
+    FlightError, LocalMemoStore, MemoHint, MemoKey, MemoLayer, MemoStore,
 };
 use llm_context_layers::mock::MockModel;
 use llm_context_layers::{
@@ -17,7 +16,7 @@ use llm_context_layers::{
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 fn memory() -> Arc<dyn MemoStore> {
-    Arc::new(InMemoryMemoStore::default())
+    Arc::new(LocalMemoStore::default())
 }
 
 fn question(scope: Scope) -> ChatRequest {
@@ -39,7 +38,7 @@ fn stack(
 
 #[tokio::test]
 async fn seed_two_tenants_make_two_provider_calls() {
-    // agentkit: ONE store, deliberately shared, and the same question from org 1 and
+    // ONE store, deliberately shared, and the same question from org 1 and
     // org 999 — one provider call per tenant.
     let llm = MockModel::from_fn(|_| llm_context_layers::mock::MockReply::text("tenant-1 secret"));
     let store = memory();
@@ -465,7 +464,7 @@ async fn an_unreachable_store_is_skipped_for_the_backoff() {
 
 /// An in-memory store whose first lookup reports a corrupt entry.
 struct CorruptOnce {
-    inner: InMemoryMemoStore,
+    inner: LocalMemoStore,
     corrupt: std::sync::atomic::AtomicBool,
 }
 
@@ -487,7 +486,7 @@ impl MemoStore for CorruptOnce {
 async fn a_corrupt_entry_is_replaced_and_does_not_trip_the_backoff() {
     let llm = MockModel::echo();
     let model = MemoLayer::new(Arc::new(CorruptOnce {
-        inner: InMemoryMemoStore::default(),
+        inner: LocalMemoStore::default(),
         corrupt: true.into(),
     }))
     .layer(llm.clone());
@@ -536,7 +535,7 @@ async fn builder_extension_adds_the_memo() {
 /// `ContextPolicyLayer::with_memo`, with the preparation report kept on hits.
 #[tokio::test]
 async fn the_composite_memoizes_per_tenant() {
-    use llm_context_layers::memo::{InMemoryMemoStore, MemoLayer};
+    use llm_context_layers::memo::{LocalMemoStore, MemoLayer};
     use llm_context_layers::{ContextPolicy, ContextPolicyLayer};
     use tower::{Layer, ServiceExt};
 
@@ -544,7 +543,7 @@ async fn the_composite_memoizes_per_tenant() {
     let layer = ContextPolicyLayer::new(ContextPolicy::default())
         .unwrap()
         .with_memo(MemoLayer::new(std::sync::Arc::new(
-            InMemoryMemoStore::default(),
+            LocalMemoStore::default(),
         )));
     let stack = layer.layer(model.clone());
     let ask = |org: u32| {

@@ -8,8 +8,8 @@ use llm_context_layers::mock::MockModel;
 use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
 use std::sync::Arc;
 
-use llm_context_layers::clear::is_stub;
-use llm_context_layers::offload::{READ_ARTIFACT_TOOL, is_preview};
+use llm_context_layers::artifact::is_stub;
+use llm_context_layers::artifact::{READ_ARTIFACT_TOOL, is_preview};
 use llm_context_layers::{
     ArtifactStore, BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
     ContextPolicyLayer, Message, Role, ToolCall, ToolSpec,

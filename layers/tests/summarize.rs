@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use llm_context_layers::artifact::{ArtifactReader, LocalArtifactStore, READ_ARTIFACT_TOOL};
 use llm_context_layers::mock::{MockModel, MockReply};
-use llm_context_layers::offload::{ArtifactReader, InMemoryArtifactStore, READ_ARTIFACT_TOOL};
 use llm_context_layers::summarize::{
     MAX_SUMMARY_ATTEMPTS, SummarizeConfig, SummarizeLayer, SummaryBlock, fold_points, fold_start,
     is_summary_message, is_summary_request, plan_fold,
@@ -352,7 +352,7 @@ async fn a_request_under_the_threshold_goes_untouched() {
 #[tokio::test(flavor = "current_thread")]
 async fn the_block_sits_right_after_the_prefix_and_names_its_artifact() {
     let inner = model(|_| MockReply::text(summary("folded")));
-    let store = Arc::new(InMemoryArtifactStore::default());
+    let store = Arc::new(LocalArtifactStore::default());
     let layer = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(2))
         .unwrap()
         .with_artifact_store(store.clone());
@@ -390,7 +390,7 @@ async fn identifiers_are_kept_without_the_model_and_the_span_is_pageable() {
             .to_string(),
         )
     });
-    let store = Arc::new(InMemoryArtifactStore::default());
+    let store = Arc::new(LocalArtifactStore::default());
     let layer = SummarizeLayer::new(SummarizeConfig::new(1_000_000).with_keep_last(1))
         .unwrap()
         .with_artifact_store(store.clone());

@@ -1,7 +1,7 @@
-//! The agentkit `WorkingContext` page, example by example, through the public API.
+//! The `WorkingContext` specification, example by example, through the public API.
 //!
-//! Every expected value is the value the page prints; where the page describes a Python
-//! failure mode it fixed, a test shows the Rust port cannot reach it.
+//! Every expected value is the specification's own figure; where it describes a failure
+//! mode of a dynamic-language design, a test shows this crate cannot reach it.
 
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use llm_context_layers::tokens::{ApproxTokenCounter, TokenCounter, estimate_message_tokens};
 use llm_context_layers::working::{
-    AllOf, AnyOf, ContextScope, LastNTurns, MergeMode, Not, RoleFilter, Since, Tagged,
+    AllOf, AnyOf, ContextSelection, LastNTurns, MergeMode, Not, RoleFilter, Since, Tagged,
 };
 use llm_context_layers::{
     FrozenContext, Message, MutationJournal, PrefixContext, Role, Scope, SharedContext, ToolCall,
@@ -230,7 +230,7 @@ fn the_built_in_scopes_keep_what_the_table_says() {
     let mut ctx = house_rules();
     ctx.append(Message::tool_result("c1", "lookup", "hit"));
     // 0 sys, 1 q0, 2 a0, 3 q1, 4 a1, 5 q2, 6 a2, 7 tool
-    let kept = |scope: &dyn ContextScope| -> Vec<usize> {
+    let kept = |scope: &dyn ContextSelection| -> Vec<usize> {
         scope
             .surviving_indices(ctx.messages())
             .into_iter()

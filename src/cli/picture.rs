@@ -2,8 +2,8 @@
 
 use std::fmt::Write;
 
-use llm_context::clear::is_stub;
-use llm_context::offload::is_preview;
+use llm_context::artifact::is_preview;
+use llm_context::artifact::is_stub;
 use llm_context::tokens::{estimate_one, estimate_tool_tokens};
 use llm_context::{ChatRequest, ContextLimitError, PreparationReport};
 
@@ -28,7 +28,7 @@ fn parts(req: &ChatRequest, after_tokens: usize) -> Parts {
         tools: estimate_tool_tokens(&req.tools),
         ..Parts::default()
     };
-    let head_end = llm_context::message::leading_system_end(&req.messages);
+    let head_end = llm_context::prefix::leading_system_end(&req.messages);
     p.head += req.messages[..head_end]
         .iter()
         .map(estimate_one)
@@ -137,7 +137,7 @@ pub(crate) fn render(
         n(report.cleared_observations),
         n(report.offloaded_results)
     );
-    if let Some(cut) = report.cut {
+    if let Some(cut) = report.history_start {
         let _ = writeln!(
             out,
             "history now starts at message {} of the request",

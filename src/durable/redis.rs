@@ -4,10 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use llm_context_layers::Scope;
-use llm_context_layers::durable::{
-    ContextRecord, ContextStore, MemoryEntry, MemoryStore, check_context_id, version_conflict,
-};
-use llm_context_layers::store::{StoreError, StoreErrorKind};
+use llm_context_layers::durable::{ContextRecord, ContextStore, MemoryEntry, MemoryStore};
+use llm_context_layers::store::{StoreError, StoreErrorKind, check_context_id, version_conflict};
 use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 

@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use llm_context_layers::Scope;
-use llm_context_layers::durable::{
-    ContextRecord, ContextStore, MemoryEntry, MemoryStore, check_context_id, version_conflict,
-};
-use llm_context_layers::store::{StoreError, StoreErrorKind};
+use llm_context_layers::durable::{ContextRecord, ContextStore, MemoryEntry, MemoryStore};
+use llm_context_layers::store::{StoreError, StoreErrorKind, check_context_id, version_conflict};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 /// How hard SQLite works to make a commit survive a power loss.
@@ -283,7 +281,7 @@ impl MemoryStore for SqliteStore {
         let exp = entry.expires_at_ms.map_or(NEVER, to_i64);
         let v = entry.encode_value();
         let purge = to_i64(self.options.purge_batch);
-        let now = to_i64(llm_context_layers::durable::system_now_ms());
+        let now = to_i64(llm_context_layers::store::system_now_ms());
         self.with_conn(move |conn| {
             // One transaction, taking the write lock at once (waiting `busy_timeout` for
             // it) rather than upgrading from a read.

@@ -139,7 +139,8 @@ fn same_message(orig: &Message, new: &Message) -> bool {
         && orig.tool_calls == new.tool_calls
         && (orig.content == new.content
             || new.content.as_str().is_some_and(|t| {
-                llm_context_layers::clear::is_stub(t) || llm_context_layers::offload::is_preview(t)
+                llm_context_layers::artifact::is_stub(t)
+                    || llm_context_layers::artifact::is_preview(t)
             }))
 }
 

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use llm_context::durable::{
-    ContextRecord, ContextStore, Memory, MemoryEntry, MemoryLimits, MemoryStore, system_now_ms,
+    ContextRecord, ContextStore, Memory, MemoryEntry, MemoryLimits, MemoryStore,
 };
+use llm_context::store::system_now_ms;
 use llm_context::summarize::SummaryBlock;
 use llm_context::{Message, PrefixContext, Scope, StoreErrorKind, ToolCall};
 use serde_json::json;

@@ -45,7 +45,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::request::Usage;
+use crate::model::Usage;
 
 pub use file::CatalogError;
 
@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn seed_cost_figures() {
-        // The agentkit seed: 30 turns of a 20k-token prefix with 200 output tokens on
+        // 30 turns of a 20k-token prefix with 200 output tokens on
         // claude-sonnet-4-6 ($3 input, $15 output, $0.30 cache read per Mtok).
         let fresh = Usage::new(20_000, 200, 0, 0);
         let cached = Usage::new(0, 200, 20_000, 0);

@@ -2,15 +2,16 @@ use std::sync::Arc;
 
 use tower::Layer;
 
+use super::service::ContextPolicyService;
+use super::steps::Composite;
+use crate::artifact::ArtifactStore;
+use crate::artifact::{ArtifactLimits, ArtifactReader, LocalArtifactStore};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
-use crate::context_policy::service::{ContextPolicyService, Shared};
-use crate::cut::{CutStore, InMemoryCutStore};
+use crate::fit::{CutStore, LocalCutStore};
 use crate::memo::{DefaultPredicate, MemoLayer};
-use crate::offload::{ArtifactLimits, ArtifactReader, InMemoryArtifactStore};
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prefix::PrefixLayer;
-use crate::store::ArtifactStore;
 
 /// The auto-resolve rounds of [`ContextPolicyLayer::with_auto_resolve`].
 pub const DEFAULT_RESOLVE_ROUNDS: usize = 4;
@@ -21,7 +22,7 @@ pub const DEFAULT_RESOLVE_ROUNDS: usize = 4;
 /// [`with_memo`](Self::with_memo).
 #[derive(Clone)]
 pub struct ContextPolicyLayer<P = DefaultPredicate> {
-    shared: Arc<Shared>,
+    shared: Arc<Composite>,
     memo: MemoLayer<P>,
 }
 
@@ -41,16 +42,16 @@ impl ContextPolicyLayer {
     pub fn new(policy: ContextPolicy) -> Result<Self, PolicyError> {
         policy.validate()?;
         let limits = ArtifactLimits::default().with_per_session(policy.max_artifacts);
-        let store: Arc<dyn ArtifactStore> = Arc::new(InMemoryArtifactStore::new(limits));
+        let store: Arc<dyn ArtifactStore> = Arc::new(LocalArtifactStore::new(limits));
         Ok(Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Composite {
                 reader: ArtifactReader::new(store.clone()),
                 store,
                 policy,
                 prefix: PrefixLayer::new(),
                 catalog: Catalog::builtin(),
                 auto_resolve: None,
-                cuts: Arc::new(InMemoryCutStore::default()),
+                cuts: Arc::new(LocalCutStore::default()),
                 calibration: None,
             }),
             memo: MemoLayer::disabled(),
@@ -144,8 +145,8 @@ impl<P> ContextPolicyLayer<P> {
         self.shared.reader.clone()
     }
 
-    fn with_shared(self, f: impl FnOnce(&mut Shared)) -> Self {
-        let mut shared = Shared::clone(&self.shared);
+    fn with_shared(self, f: impl FnOnce(&mut Composite)) -> Self {
+        let mut shared = Composite::clone(&self.shared);
         f(&mut shared);
         Self {
             shared: Arc::new(shared),

@@ -58,7 +58,9 @@
 //! place.
 
 mod layer;
+mod resolve;
 mod service;
+mod steps;
 
 pub use layer::{ContextPolicyLayer, DEFAULT_RESOLVE_ROUNDS};
 pub use service::ContextPolicyService;

@@ -9,13 +9,14 @@ use tower::Service;
 use super::context_store::ContextStore;
 use super::record::ContextRecord;
 use crate::BoxError;
+use crate::artifact::ArtifactStore;
+use crate::artifact::LocalArtifactStore;
 use crate::hash::StableHasher;
-use crate::message::Message;
-use crate::offload::InMemoryArtifactStore;
+use crate::model::Message;
+use crate::model::Scope;
+use crate::model::{ChatRequest, ChatResponse};
 use crate::policy::PolicyError;
-use crate::request::{ChatRequest, ChatResponse};
-use crate::scope::Scope;
-use crate::store::{ArtifactStore, StoreError, StoreErrorKind};
+use crate::store::{StoreError, StoreErrorKind};
 use crate::summarize::{
     SummarizeConfig, Summarized, SummaryBlock, SummaryCache, ask, fold_block, fold_start,
     plan_fold, store_span, summary_request,
@@ -96,13 +97,13 @@ pub struct CompactReport {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use llm_context_layers::durable::{Compactor, ContextRecord, ContextStore, InMemoryContextStore};
+/// use llm_context_layers::durable::{Compactor, ContextRecord, ContextStore, LocalContextStore};
 /// use llm_context_layers::mock::{MockModel, MockReply};
 /// use llm_context_layers::summarize::SummarizeConfig;
 /// use llm_context_layers::{Message, Scope};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let store = InMemoryContextStore::new();
+/// let store = LocalContextStore::new();
 /// let scope = Scope::org("acme");
 /// let mut record = ContextRecord::new();
 /// for turn in 0..10 {
@@ -151,7 +152,7 @@ impl Compactor {
         config.validate()?;
         Ok(Self {
             config,
-            store: Arc::new(InMemoryArtifactStore::default()),
+            store: Arc::new(LocalArtifactStore::default()),
             cache: SummaryCache::default(),
         })
     }
@@ -227,7 +228,7 @@ impl Compactor {
         let (outcome, calls) = ask(summarizer, request).await;
         if let Summarized::Failed(why) = &outcome {
             tracing::warn!(
-                target: "llm_context",
+                event = "summary_fallback",
                 scope = %scope.key(),
                 context = %id,
                 reason = %why,

@@ -6,11 +6,8 @@ use std::sync::{Mutex, PoisonError};
 use async_trait::async_trait;
 
 use super::record::ContextRecord;
-use crate::scope::Scope;
-use crate::store::{StoreError, StoreErrorKind};
-
-/// The longest context id, in bytes.
-pub const MAX_CONTEXT_ID_BYTES: usize = 512;
+use crate::model::Scope;
+use crate::store::{StoreError, check_context_id, version_conflict};
 
 /// Durable, versioned context records, per tenant.
 ///
@@ -22,11 +19,11 @@ pub const MAX_CONTEXT_ID_BYTES: usize = 512;
 /// answers for another tenant, whatever id it is asked for.
 ///
 /// ```
-/// use llm_context_layers::durable::{ContextRecord, ContextStore, InMemoryContextStore};
+/// use llm_context_layers::durable::{ContextRecord, ContextStore, LocalContextStore};
 /// use llm_context_layers::{Message, Scope, StoreErrorKind};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context_layers::StoreError> {
-/// let store = InMemoryContextStore::new();
+/// let store = LocalContextStore::new();
 /// let acme = Scope::org("acme");
 /// let mut record = ContextRecord::new();
 /// record.messages.push(Message::user("hello"));
@@ -61,45 +58,13 @@ pub trait ContextStore: Send + Sync + 'static {
     async fn delete(&self, scope: &Scope, id: &str) -> Result<bool, StoreError>;
 }
 
-/// Fails unless `id` is a usable context id: 1 to [`MAX_CONTEXT_ID_BYTES`] bytes, no
-/// control characters. Every backend checks it, so an id works on all or on none.
-pub fn check_context_id(id: &str) -> Result<(), StoreError> {
-    if id.is_empty() || id.len() > MAX_CONTEXT_ID_BYTES {
-        return Err(StoreError::new(
-            StoreErrorKind::Invalid,
-            format!(
-                "a context id must be 1 to {MAX_CONTEXT_ID_BYTES} bytes, got {}",
-                id.len()
-            ),
-        ));
-    }
-    if id.chars().any(char::is_control) {
-        return Err(StoreError::new(
-            StoreErrorKind::Invalid,
-            format!("context id {id:?} contains a control character"),
-        ));
-    }
-    Ok(())
-}
-
-/// The error of a write against a stale version.
-pub fn version_conflict(id: &str, expected: u64, found: u64) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Conflict,
-        format!(
-            "context {id:?} is at version {found}, not {expected}: another writer committed \
-             first; reload it and apply the change again"
-        ),
-    )
-}
-
 /// Context records in memory; they disappear when the process exits.
 #[derive(Debug, Default)]
-pub struct InMemoryContextStore {
+pub struct LocalContextStore {
     records: Mutex<HashMap<(String, String), ContextRecord>>,
 }
 
-impl InMemoryContextStore {
+impl LocalContextStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -122,7 +87,7 @@ impl InMemoryContextStore {
 }
 
 #[async_trait]
-impl ContextStore for InMemoryContextStore {
+impl ContextStore for LocalContextStore {
     async fn load(&self, scope: &Scope, id: &str) -> Result<Option<ContextRecord>, StoreError> {
         check_context_id(id)?;
         Ok(self.lock().get(&(scope.key(), id.to_owned())).cloned())

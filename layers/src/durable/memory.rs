@@ -1,15 +1,15 @@
 //! Agent memory: a tenant-scoped JSON key/value space with TTL, key rules, a value size
-//! cap and prefix listing (agentd's `memory.*`).
+//! cap and prefix listing.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::scope::Scope;
-use crate::store::{StoreError, StoreErrorKind};
+use crate::model::Scope;
+use crate::store::{StoreError, StoreErrorKind, system_now_ms};
 
 /// One memory entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,12 +157,12 @@ type Clock = dyn Fn() -> u64 + Send + Sync;
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use llm_context_layers::durable::{InMemoryMemoryStore, Memory};
+/// use llm_context_layers::durable::{LocalMemoryStore, Memory};
 /// use llm_context_layers::{Scope, StoreErrorKind};
 /// use serde_json::json;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context_layers::StoreError> {
-/// let memory = Memory::new(Arc::new(InMemoryMemoryStore::new()));
+/// let memory = Memory::new(Arc::new(LocalMemoryStore::new()));
 /// let acme = Scope::org("acme");
 /// memory.put(&acme, "user/lang", json!("fr"), None).await?;
 /// memory.put(&acme, "user/tz", json!("Europe/Paris"), Some(Duration::from_secs(3600))).await?;
@@ -196,13 +196,6 @@ impl std::fmt::Debug for Memory {
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
-}
-
-/// Milliseconds since the Unix epoch, by the system clock.
-pub fn system_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Memory {
@@ -354,15 +347,7 @@ impl Memory {
 /// is code point order, so `[prefix, prefix_end(prefix))` is exactly the strings with that
 /// prefix.
 ///
-/// ```
-/// use llm_context_layers::durable::prefix_end;
-///
-/// assert_eq!(prefix_end("user/").as_deref(), Some("user0"));
-/// assert_eq!(prefix_end("a\u{10FFFF}").as_deref(), Some("b"));
-/// assert_eq!(prefix_end("\u{D7FF}").as_deref(), Some("\u{E000}")); // over the surrogates
-/// assert_eq!(prefix_end(""), None);
-/// ```
-pub fn prefix_end(prefix: &str) -> Option<String> {
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();
     while let Some(last) = chars.pop() {
         let next = match last {
@@ -375,4 +360,17 @@ pub fn prefix_end(prefix: &str) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_is_the_first_string_past_the_prefix() {
+        assert_eq!(prefix_end("user/").as_deref(), Some("user0"));
+        assert_eq!(prefix_end("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("\u{D7FF}").as_deref(), Some("\u{E000}")); // over the surrogates
+        assert_eq!(prefix_end(""), None);
+    }
 }

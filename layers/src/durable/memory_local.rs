@@ -7,17 +7,17 @@ use std::sync::{Mutex, PoisonError};
 use async_trait::async_trait;
 
 use super::memory::{MemoryEntry, MemoryStore};
-use crate::scope::Scope;
+use crate::model::Scope;
 use crate::store::StoreError;
 
 /// Memory entries in process memory, ordered per tenant; they disappear when the
 /// process exits. Expired entries are dropped when a read or a listing meets them.
 #[derive(Debug, Default)]
-pub struct InMemoryMemoryStore {
+pub struct LocalMemoryStore {
     tenants: Mutex<HashMap<String, BTreeMap<String, MemoryEntry>>>,
 }
 
-impl InMemoryMemoryStore {
+impl LocalMemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -40,7 +40,7 @@ impl InMemoryMemoryStore {
 }
 
 #[async_trait]
-impl MemoryStore for InMemoryMemoryStore {
+impl MemoryStore for LocalMemoryStore {
     async fn put(&self, scope: &Scope, entry: MemoryEntry) -> Result<(), StoreError> {
         self.lock()
             .entry(scope.key())

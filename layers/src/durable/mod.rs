@@ -2,11 +2,11 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use llm_context_layers::durable::{ContextRecord, ContextStore, InMemoryContextStore};
+//! use llm_context_layers::durable::{ContextRecord, ContextStore, LocalContextStore};
 //! use llm_context_layers::{Message, Scope, WorkingContext};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context_layers::StoreError> {
-//! let store: Arc<dyn ContextStore> = Arc::new(InMemoryContextStore::new());
+//! let store: Arc<dyn ContextStore> = Arc::new(LocalContextStore::new());
 //! let scope = Scope::org("acme");
 //!
 //! // Resume (or start), work a turn, checkpoint.
@@ -27,12 +27,12 @@
 //! - [`Compactor`]: the explicit `compact` of a record — plan, summarize, apply —
 //!   refusing when the record changed since the plan, and never applying an empty
 //!   summary.
-//! - [`Memory`] over a [`MemoryStore`]: agentd's `memory.*`, a tenant-scoped JSON
+//! - [`Memory`] over a [`MemoryStore`]: the agent's tenant-scoped JSON
 //!   key/value space with TTL (enforced on read and on listing), key rules, a value size
 //!   cap and prefix listing with a limit.
 //!
-//! This crate has the in-memory backends ([`InMemoryContextStore`],
-//! [`InMemoryMemoryStore`]); `llm-context` adds SQLite (embedded, durable across
+//! This crate has the in-memory backends ([`LocalContextStore`],
+//! [`LocalMemoryStore`]); `llm-context` adds SQLite (embedded, durable across
 //! crashes) and Redis (shared by replicas), which pass the same contract tests.
 
 mod compact;
@@ -42,9 +42,7 @@ mod memory_local;
 mod record;
 
 pub use compact::{CompactError, CompactReport, CompactionPlan, Compactor, Summarization};
-pub use context_store::{
-    ContextStore, InMemoryContextStore, MAX_CONTEXT_ID_BYTES, check_context_id, version_conflict,
-};
-pub use memory::{Memory, MemoryEntry, MemoryLimits, MemoryStore, prefix_end, system_now_ms};
-pub use memory_local::InMemoryMemoryStore;
+pub use context_store::{ContextStore, LocalContextStore};
+pub use memory::{Memory, MemoryEntry, MemoryLimits, MemoryStore};
+pub use memory_local::LocalMemoryStore;
 pub use record::ContextRecord;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::Message;
-use crate::prefix_context::PrefixContext;
-use crate::request::ChatRequest;
+use crate::model::ChatRequest;
+use crate::model::Message;
+use crate::model::PrefixContext;
 use crate::store::{StoreError, StoreErrorKind};
 use crate::summarize::{SummaryBlock, fold_start, is_summary_message};
 use crate::tokens::estimate_message_tokens;

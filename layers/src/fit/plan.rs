@@ -1,35 +1,58 @@
 //! The linear planner: which messages stay, which are cleared, which go.
 
-use crate::clear::{is_stub, stub_text};
-use crate::cut::Cut;
-use crate::error::{ContextLimitError, LimitBreakdown};
-use crate::fit::turns::Layout;
-use crate::message::{Content, Message};
-use crate::offload::preview_chars;
-use crate::offload::{
-    Displaced, READ_ARTIFACT_TOOL, artifact_id, is_preview, preview_info, read_artifact_tool_tokens,
+use crate::artifact::{
+    Artifact, Displaced, READ_ARTIFACT_TOOL, REFERS, STUB, artifact_id, is_artifact_stub, mark,
+    offloadable_text, preview_chars, preview_info, read_artifact_tool_tokens, stub_text,
 };
+use crate::error::{ContextLimitError, LimitBreakdown};
+use crate::fit::Cut;
+use crate::fit::turns::Layout;
+use crate::model::ChatRequest;
+use crate::model::PreparationReport;
+use crate::model::{Content, Message};
 use crate::policy::ContextPolicy;
-use crate::report::PreparationReport;
-use crate::request::ChatRequest;
-use crate::store::Artifact;
 use crate::tokens::{MessageSize, char_count, estimate_tool_tokens};
 
-/// Which reductions a planner may make, and whether it must make the request fit.
+/// Which reductions a planner may make, and whether it must make the request fit: one
+/// variant per layer that plans, since only these combinations are meaningful.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Stages {
-    /// Drop whole old turns.
-    pub(crate) prune: bool,
-    /// Clear old tool results in place.
-    pub(crate) clear: bool,
-    /// Drop old tool rounds inside kept turns (only after clearing, when clearing is on).
-    pub(crate) rounds: bool,
-    /// Size tool results as the offload layer will send them.
-    pub(crate) offload_sizing: bool,
-    /// Fail with `ContextLimitError` when the request still does not fit.
-    pub(crate) enforce: bool,
-    /// Clear stubs name an artifact holding the content (a store keeps it).
-    pub(crate) clear_artifacts: bool,
+pub(crate) enum Stages {
+    /// [`PruneLayer`](super::PruneLayer): drop old turns, then old rounds of kept turns;
+    /// fail with `ContextLimitError` when that is not enough.
+    Prune,
+    /// [`ClearLayer`](super::ClearLayer): clear old tool results in place; never fail.
+    Clear,
+    /// The composite: everything, sized as offloading will send it, with cleared
+    /// contents kept as artifacts.
+    All,
+}
+
+impl Stages {
+    /// Drops whole old turns.
+    fn prunes(self) -> bool {
+        matches!(self, Self::Prune | Self::All)
+    }
+
+    /// Clears old tool results in place.
+    fn clears(self) -> bool {
+        matches!(self, Self::Clear | Self::All)
+    }
+
+    /// Drops old tool rounds inside kept turns (after clearing, when clearing is on).
+    fn drops_rounds(self) -> bool {
+        self.prunes()
+    }
+
+    /// Fails with `ContextLimitError` when the request still does not fit.
+    fn enforces(self) -> bool {
+        self.prunes()
+    }
+
+    /// Sizes tool results as the offload step will send them, and names an artifact
+    /// holding each cleared content in its stub (a store keeps it).
+    fn offloads(self) -> bool {
+        self == Self::All
+    }
 }
 
 /// What planning takes besides the request, the policy and the stages.
@@ -44,15 +67,6 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// The policy's own budget for a model of `model_window`.
-    pub(crate) fn new(model_window: Option<usize>) -> Self {
-        Self {
-            model_window,
-            previous_cut: None,
-            factor: 1.0,
-        }
-    }
-
     /// `tokens` of the provider's counting in estimated tokens.
     fn calibrate(&self, tokens: usize) -> usize {
         crate::calibration::divide(tokens, self.factor)
@@ -205,30 +219,6 @@ struct Decision<'a> {
     actions: &'a mut Vec<Action>,
 }
 
-/// The content is an offload preview.
-const PREVIEW: u8 = 1;
-/// The content is a clear stub.
-const STUB: u8 = 2;
-/// The content refers to an artifact (a preview, or a stub naming one).
-const REFERS: u8 = 4;
-
-/// Whether a message points at an artifact (a preview, or a stub naming one).
-pub(crate) fn refers_to_artifact(m: &Message) -> bool {
-    mark(m) & REFERS != 0
-}
-
-fn mark(m: &Message) -> u8 {
-    if !m.is_tool_result() {
-        return 0;
-    }
-    match m.content.as_str() {
-        Some(t) if is_preview(t) => PREVIEW | REFERS,
-        Some(t) if is_artifact_stub(t) => STUB | REFERS,
-        Some(t) if is_stub(t) => STUB,
-        _ => 0,
-    }
-}
-
 /// Plans the preparation of `req` under `policy`. Linear in the transcript: every
 /// message's cost is computed once, and each stage walks the list once with a running
 /// total.
@@ -265,7 +255,7 @@ pub(crate) fn plan(
         let mark = mark(m);
         original_tokens += cost;
         marks.push(mark);
-        if !stages.offload_sizing {
+        if !stages.offloads() {
             sent.push(cost);
             continue;
         }
@@ -282,7 +272,7 @@ pub(crate) fn plan(
     }
     layout.fill(msgs);
     clear_order.clear();
-    if stages.clear {
+    if stages.clears() {
         clearable(msgs, policy, marks, clear_order);
     }
     let measured = Measured {
@@ -302,14 +292,13 @@ pub(crate) fn plan(
         prune_target: budget.calibrate(policy.prune_target(budget.model_window)),
     };
     let mut out = Decision { cost, actions };
-    let may_add_tool =
-        stages.offload_sizing && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
+    let may_add_tool = stages.offloads() && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
     let tool_cost = read_artifact_tool_tokens();
     if may_add_tool && refers_already {
         return decide(&measured, policy, tool_cost, &mut out);
     }
     let plan = decide(&measured, policy, 0, &mut out)?;
-    if may_add_tool && stages.clear_artifacts && plan.report.cleared_observations > 0 {
+    if may_add_tool && stages.offloads() && plan.report.cleared_observations > 0 {
         return decide(&measured, policy, tool_cost, &mut out);
     }
     Ok(plan)
@@ -346,7 +335,7 @@ fn decide(
     // Cache-aware pruning: drop what was dropped last time, so the history starts where
     // it started then. Turns the stages below drop come after these.
     let mut first_prunable = 0;
-    if stages.prune
+    if stages.prunes()
         && let Some(k) = m.previous_cut
         && k <= prunable_turns
     {
@@ -363,14 +352,14 @@ fn decide(
 
     if total > allowance {
         let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
-            if stages.clear {
+            if stages.clears() {
                 clear_until_fit(m, actions, &mut clears, cost, total);
             }
         };
         if policy.clear_before_prune {
             clear(actions, cost, &mut total);
         }
-        if stages.prune && total > allowance {
+        if stages.prunes() && total > allowance {
             // Down to the low-water mark when one is set, so the next requests fit
             // without moving the cut again.
             for turn in &layout.turns[first_prunable..prunable_turns] {
@@ -388,7 +377,7 @@ fn decide(
         if !policy.clear_before_prune {
             clear(actions, cost, &mut total);
         }
-        if stages.rounds && total > allowance {
+        if stages.drops_rounds() && total > allowance {
             let rounds: Vec<_> = layout
                 .units
                 .iter()
@@ -406,7 +395,7 @@ fn decide(
                 report.dropped_rounds += 1;
             }
         }
-        if stages.enforce && total > allowance {
+        if stages.enforces() && total > allowance {
             let kept_turns = &layout.turns[prunable_turns..];
             let turn_cost = |t: &crate::fit::turns::Turn| -> usize {
                 t.range
@@ -449,7 +438,7 @@ fn decide(
     clears.retain(|c| actions[c.index] == Action::Clear);
     refers |= clears.iter().any(|c| is_artifact_stub(&c.stub));
     if report.removed_messages > 0 {
-        report.cut = (layout.head_end..cost.len()).find(|&i| actions[i] != Action::Drop);
+        report.history_start = (layout.head_end..cost.len()).find(|&i| actions[i] != Action::Drop);
     }
     // Turns are pruned oldest first, so the first kept turn follows the pruned ones.
     let cut = match report.pruned_turns {
@@ -481,11 +470,6 @@ fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
     turns.iter().position(|t| cut.is_at(msgs, t.range.start))
 }
 
-/// Whether `text` is a clear stub that names an artifact.
-pub(crate) fn is_artifact_stub(text: &str) -> bool {
-    is_stub(text) && text.contains("\"context_artifact\":")
-}
-
 /// The cost of a tool result once offloaded, or `None` when offloading leaves it alone.
 fn offloaded_cost(m: &Message, size: &MessageSize, policy: &ContextPolicy) -> Option<usize> {
     let text = offloadable_text(m, policy)?;
@@ -501,20 +485,6 @@ fn offloaded_cost(m: &Message, size: &MessageSize, policy: &ContextPolicy) -> Op
         policy.artifact_max_chars,
     );
     Some(size.tokens_with_content(preview))
-}
-
-/// The text of a tool result that offloading may replace: plain text that is not already
-/// a preview or a stub.
-pub(crate) fn offloadable_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Option<&'a str> {
-    if !m.is_tool_result() {
-        return None;
-    }
-    let text = m.content.as_str()?;
-    // A byte length at or under the limit is a char count at or under it: skip counting.
-    if text.len() <= policy.tool_result_max_chars || is_preview(text) || is_stub(text) {
-        return None;
-    }
-    Some(text)
 }
 
 /// Tool results that may be cleared, oldest first: not already a stub, not among the
@@ -586,7 +556,7 @@ fn clear_until_fit(
         // A preview already names a stored artifact: point the stub at it.
         let (id, store, original_chars) = match preview_info(&text) {
             Some((id, original)) => (Some(id), None, original),
-            None if stages.clear_artifacts => {
+            None if stages.offloads() => {
                 let id = artifact_id(&req.scope, &req.session, &text);
                 (Some(id.clone()), Some(id), size.content_chars)
             }
@@ -615,7 +585,18 @@ mod tests {
     fn plan_of(messages: Vec<Message>, scratch: &mut Scratch) {
         let req = ChatRequest::new("m", messages);
         let policy = ContextPolicy::default().with_max_tokens(100_000_000);
-        plan(&req, &policy, Stages::ALL, Budget::new(None), scratch).unwrap();
+        plan(
+            &req,
+            &policy,
+            Stages::All,
+            Budget {
+                model_window: None,
+                previous_cut: None,
+                factor: 1.0,
+            },
+            scratch,
+        )
+        .unwrap();
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use crate::message::Message;
+use crate::model::Message;
 
 /// A unit of a turn that moves as a whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl Layout {
         let (turns, units) = (&mut self.turns, &mut self.units);
         turns.clear();
         units.clear();
-        self.head_end = crate::message::leading_system_end(messages);
+        self.head_end = crate::model::leading_system_end(messages);
         let mut i = self.head_end;
         while i < messages.len() {
             let start = i;
@@ -91,7 +91,7 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Message, ToolCall};
+    use crate::model::{Message, ToolCall};
     use serde_json::json;
 
     #[test]

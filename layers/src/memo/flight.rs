@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 
 use super::key::MemoKey;
-use crate::request::ChatResponse;
+use crate::model::ChatResponse;
 
 /// What a leader publishes: the response, or the error's text (errors are not `Clone`).
 pub(crate) type Outcome = Result<ChatResponse, Arc<str>>;

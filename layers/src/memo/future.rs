@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 
 use crate::BoxError;
-use crate::request::ChatResponse;
+use crate::model::ChatResponse;
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, BoxError>> + Send>>;
 

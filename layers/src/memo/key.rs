@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::hash::StableHasher;
-use crate::request::ChatRequest;
+use crate::model::ChatRequest;
 
 /// Bump when the digest's inputs change, so old entries are never read with new meaning.
 const DOMAIN: &str = "llm-context/memo/v1";
@@ -113,7 +113,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::request::{CacheHints, CacheTtl, GenerationParams, MemoHint};
+    use crate::model::{CacheHints, CacheTtl, GenerationParams, MemoHint};
     use crate::{Message, PrefixContext, Scope, ToolSpec};
 
     fn base() -> ChatRequest {

@@ -20,13 +20,13 @@ pub const DEFAULT_STORE_BACKOFF: Duration = Duration::from_secs(1);
 /// Tenant-scoped memoization. See the [module docs](super).
 #[derive(Clone)]
 pub struct MemoLayer<P = DefaultPredicate> {
-    pub(crate) shared: Option<Arc<Shared>>,
+    pub(crate) shared: Option<Arc<MemoState>>,
     pub(crate) predicate: P,
 }
 
 /// What every service of one layer shares: the store, the timeout and the flights in
 /// progress (so clones of a service, e.g. behind a `Buffer`, single-flight together).
-pub(crate) struct Shared {
+pub(crate) struct MemoState {
     pub(crate) store: Arc<dyn MemoStore>,
     pub(crate) timeout: Duration,
     pub(crate) backoff: Duration,
@@ -34,7 +34,7 @@ pub(crate) struct Shared {
     pub(crate) flights: Arc<Flights>,
 }
 
-impl Shared {
+impl MemoState {
     fn new(store: Arc<dyn MemoStore>, timeout: Duration, backoff: Duration) -> Self {
         Self {
             store,
@@ -56,7 +56,7 @@ impl<P> std::fmt::Debug for MemoLayer<P> {
 pub(crate) fn debug_memo(
     f: &mut std::fmt::Formatter<'_>,
     name: &str,
-    shared: Option<&Shared>,
+    shared: Option<&MemoState>,
     inner: Option<&dyn std::fmt::Debug>,
 ) -> std::fmt::Result {
     let mut d = f.debug_struct(name);
@@ -75,7 +75,7 @@ impl MemoLayer {
     /// Memoizes in `store` the requests the [`DefaultPredicate`] allows.
     pub fn new(store: Arc<dyn MemoStore>) -> Self {
         Self {
-            shared: Some(Arc::new(Shared::new(
+            shared: Some(Arc::new(MemoState::new(
                 store,
                 DEFAULT_STORE_TIMEOUT,
                 DEFAULT_STORE_BACKOFF,
@@ -96,7 +96,7 @@ impl MemoLayer {
 
 impl<P> MemoLayer<P> {
     /// Replaces what may be memoized (a [`MemoPredicate`] or a closure). Requests that opt
-    /// out with [`MemoHint::Never`](crate::request::MemoHint::Never) stay out.
+    /// out with [`MemoHint::Never`](crate::model::MemoHint::Never) stay out.
     pub fn predicate<Q: MemoPredicate>(self, predicate: Q) -> MemoLayer<Q> {
         MemoLayer {
             shared: self.shared,
@@ -122,10 +122,10 @@ impl<P> MemoLayer<P> {
     /// This layer with its shared state built anew (same store, fresh breaker and
     /// flights) around the `(timeout, backoff)` that `settings` picks; a disabled layer
     /// stays disabled.
-    fn rebuild(mut self, settings: impl FnOnce(&Shared) -> (Duration, Duration)) -> Self {
+    fn rebuild(mut self, settings: impl FnOnce(&MemoState) -> (Duration, Duration)) -> Self {
         if let Some(s) = &self.shared {
             let (timeout, backoff) = settings(s);
-            self.shared = Some(Arc::new(Shared::new(
+            self.shared = Some(Arc::new(MemoState::new(
                 Arc::clone(&s.store),
                 timeout,
                 backoff,

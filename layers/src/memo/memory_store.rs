@@ -9,13 +9,13 @@ use moka::future::Cache;
 
 use super::key::MemoKey;
 use super::store::MemoStore;
-use crate::request::ChatResponse;
+use crate::model::ChatResponse;
 use crate::store::StoreError;
 
-/// Bytes kept by [`InMemoryMemoStore::default`].
+/// Bytes kept by [`LocalMemoStore::default`].
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
-/// How long [`InMemoryMemoStore::default`] keeps an entry.
+/// How long [`LocalMemoStore::default`] keeps an entry.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60 * 60);
 
 /// A memo store in this process, bounded by bytes and by age.
@@ -26,21 +26,21 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(60 * 60);
 ///
 /// ```
 /// use std::time::Duration;
-/// use llm_context_layers::memo::InMemoryMemoStore;
+/// use llm_context_layers::memo::LocalMemoStore;
 ///
-/// let store = InMemoryMemoStore::new(8 * 1024 * 1024, Duration::from_secs(600));
+/// let store = LocalMemoStore::new(8 * 1024 * 1024, Duration::from_secs(600));
 /// assert_eq!(store.max_bytes(), 8 * 1024 * 1024);
 /// ```
 #[derive(Clone)]
-pub struct InMemoryMemoStore {
+pub struct LocalMemoStore {
     cache: Cache<MemoKey, Arc<ChatResponse>>,
     max_bytes: u64,
     ttl: Duration,
 }
 
-impl std::fmt::Debug for InMemoryMemoStore {
+impl std::fmt::Debug for LocalMemoStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InMemoryMemoStore")
+        f.debug_struct("LocalMemoStore")
             .field("max_bytes", &self.max_bytes)
             .field("ttl", &self.ttl)
             .field("entries", &self.cache.entry_count())
@@ -48,14 +48,14 @@ impl std::fmt::Debug for InMemoryMemoStore {
     }
 }
 
-impl Default for InMemoryMemoStore {
+impl Default for LocalMemoStore {
     /// [`DEFAULT_MAX_BYTES`] and [`DEFAULT_TTL`].
     fn default() -> Self {
         Self::new(DEFAULT_MAX_BYTES, DEFAULT_TTL)
     }
 }
 
-impl InMemoryMemoStore {
+impl LocalMemoStore {
     /// A store keeping at most `max_bytes`, each entry for at most `ttl`.
     pub fn new(max_bytes: u64, ttl: Duration) -> Self {
         let cache = Cache::builder()
@@ -115,7 +115,7 @@ impl io::Write for ByteCounter {
 }
 
 #[async_trait]
-impl MemoStore for InMemoryMemoStore {
+impl MemoStore for LocalMemoStore {
     async fn get(&self, key: &MemoKey) -> Result<Option<ChatResponse>, StoreError> {
         Ok(self.cache.get(key).await.map(|r| (*r).clone()))
     }
@@ -143,7 +143,7 @@ mod tests {
 
     #[tokio::test]
     async fn keeps_tenants_apart() {
-        let store = InMemoryMemoStore::default();
+        let store = LocalMemoStore::default();
         store
             .put(&key("q", Scope::org(1)), &response(3))
             .await
@@ -154,7 +154,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_byte_bound_holds() {
-        let store = InMemoryMemoStore::new(100_000, DEFAULT_TTL);
+        let store = LocalMemoStore::new(100_000, DEFAULT_TTL);
         for i in 0..100 {
             store
                 .put(&key(&i.to_string(), Scope::org(1)), &response(10_000))
@@ -172,7 +172,7 @@ mod tests {
     #[tokio::test]
     async fn entries_expire() {
         // moka keeps time with its own clock, so this sleeps for real (briefly).
-        let store = InMemoryMemoStore::new(DEFAULT_MAX_BYTES, Duration::from_millis(150));
+        let store = LocalMemoStore::new(DEFAULT_MAX_BYTES, Duration::from_millis(150));
         let k = key("q", Scope::org(1));
         store.put(&k, &response(3)).await.unwrap();
         assert!(store.get(&k).await.unwrap().is_some());

@@ -3,14 +3,14 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use llm_context_layers::memo::{InMemoryMemoStore, MemoLayer};
+//! use llm_context_layers::memo::{LocalMemoStore, MemoLayer};
 //! use llm_context_layers::mock::MockModel;
 //! use llm_context_layers::{ChatRequest, Message, Scope};
 //! use tower::{Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context_layers::BoxError> {
 //! let provider = MockModel::echo();
-//! let model = MemoLayer::new(Arc::new(InMemoryMemoStore::default())).layer(provider.clone());
+//! let model = MemoLayer::new(Arc::new(LocalMemoStore::default())).layer(provider.clone());
 //! let ask = |org: u32| {
 //!     ChatRequest::new("mock", vec![Message::user("what is the number?")])
 //!         .with_scope(Scope::org(org))
@@ -33,8 +33,8 @@
 //!
 //! **What may be memoized** is a [`MemoPredicate`]. The [`DefaultPredicate`] memoizes
 //! requests with `temperature` 0 and requests that opt in with
-//! [`MemoHint::Always`](crate::request::MemoHint); a request opts out with
-//! [`MemoHint::Never`](crate::request::MemoHint) whatever the predicate says (set it with
+//! [`MemoHint::Always`](crate::model::MemoHint); a request opts out with
+//! [`MemoHint::Never`](crate::model::MemoHint) whatever the predicate says (set it with
 //! [`ChatRequest::with_memo`](crate::ChatRequest::with_memo); it is never sent to the
 //! provider). Errors are never memoized.
 //!
@@ -54,7 +54,7 @@
 //! is skipped for [`MemoLayer::store_backoff`], so an outage does not add the timeout to
 //! every request.
 //!
-//! Stores: [`InMemoryMemoStore`] (bounded by bytes and age) here; `llm-context` adds a
+//! Stores: [`LocalMemoStore`] (bounded by bytes and age) here; `llm-context` adds a
 //! Redis store so that many replicas share one memo. In [`ContextPolicyLayer`] this is the
 //! innermost step, so the key is computed over the request as it will be sent.
 //!
@@ -74,12 +74,12 @@ pub use flight::FlightError;
 pub use future::ResponseFuture;
 pub use key::MemoKey;
 pub use layer::{DEFAULT_STORE_BACKOFF, DEFAULT_STORE_TIMEOUT, MemoLayer};
-pub use memory_store::{DEFAULT_MAX_BYTES, DEFAULT_TTL, InMemoryMemoStore};
+pub use memory_store::{DEFAULT_MAX_BYTES, DEFAULT_TTL, LocalMemoStore};
 pub use predicate::{DefaultPredicate, MemoPredicate};
 pub use service::Memo;
 pub use store::MemoStore;
 
-pub use crate::request::MemoHint;
+pub use crate::model::MemoHint;
 
 #[cfg(test)]
 mod tests;

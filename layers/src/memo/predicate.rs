@@ -1,6 +1,6 @@
 //! What may be memoized: a strategy trait, its closure impl and the default.
 
-use crate::request::{ChatRequest, MemoHint};
+use crate::model::{ChatRequest, MemoHint};
 
 /// Decides whether a request may be answered from the memo and its answer stored.
 ///
@@ -10,11 +10,11 @@ use crate::request::{ChatRequest, MemoHint};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use llm_context_layers::memo::{InMemoryMemoStore, MemoLayer};
+/// use llm_context_layers::memo::{LocalMemoStore, MemoLayer};
 /// use llm_context_layers::ChatRequest;
 ///
 /// // Memoize only one model's calls, whatever their temperature.
-/// let layer = MemoLayer::new(Arc::new(InMemoryMemoStore::default()))
+/// let layer = MemoLayer::new(Arc::new(LocalMemoStore::default()))
 ///     .predicate(|req: &ChatRequest| req.model == "gpt-5.4-mini");
 /// # let _ = layer;
 /// ```

@@ -9,19 +9,19 @@ use tower::{Service, ServiceExt};
 use super::flight::{FlightError, Join, follow};
 use super::future::ResponseFuture;
 use super::key::MemoKey;
-use super::layer::{MemoLayer, Shared, debug_memo};
+use super::layer::{MemoLayer, MemoState, debug_memo};
 use super::predicate::{DefaultPredicate, MemoPredicate};
 use super::store::MemoStore;
 use crate::BoxError;
-use crate::report::PreparationReport;
-use crate::request::{ChatRequest, ChatResponse, MemoHint};
+use crate::model::PreparationReport;
+use crate::model::{ChatRequest, ChatResponse, MemoHint};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// The service of [`MemoLayer`]. See the [module docs](super).
 #[derive(Clone)]
 pub struct Memo<S, P = DefaultPredicate> {
-    inner: S,
-    shared: Option<Arc<Shared>>,
+    pub(crate) inner: S,
+    shared: Option<Arc<MemoState>>,
     predicate: P,
 }
 
@@ -47,7 +47,7 @@ impl<S> Memo<S> {
 }
 
 impl<S, P> Memo<S, P> {
-    pub(crate) fn from_parts(inner: S, shared: Option<Arc<Shared>>, predicate: P) -> Self {
+    pub(crate) fn from_parts(inner: S, shared: Option<Arc<MemoState>>, predicate: P) -> Self {
         Self {
             inner,
             shared,
@@ -55,20 +55,7 @@ impl<S, P> Memo<S, P> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming the wrapper.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!(inner);
 }
 
 impl<S, P> Service<ChatRequest> for Memo<S, P>
@@ -107,7 +94,7 @@ async fn memoized<S>(
     mut inner: S,
     req: ChatRequest,
     key: MemoKey,
-    shared: Arc<Shared>,
+    shared: Arc<MemoState>,
 ) -> Result<ChatResponse, BoxError>
 where
     S: Service<ChatRequest, Response = ChatResponse> + Clone,
@@ -180,7 +167,7 @@ enum Lookup {
     Failed(StoreErrorKind),
 }
 
-async fn lookup(shared: &Shared, key: &MemoKey) -> Lookup {
+async fn lookup(shared: &MemoState, key: &MemoKey) -> Lookup {
     if let Some(reason) = shared.breaker.skipped_for() {
         degraded("get", key, &skipped(shared, &reason));
         return Lookup::Failed(reason.kind);
@@ -201,12 +188,11 @@ async fn lookup(shared: &Shared, key: &MemoKey) -> Lookup {
     Lookup::Failed(error.kind)
 }
 
-async fn save(shared: &Shared, key: &MemoKey, response: &ChatResponse) {
+async fn save(shared: &MemoState, key: &MemoKey, response: &ChatResponse) {
     match tokio::time::timeout(shared.timeout, shared.store.put(key, response)).await {
         Ok(Ok(())) => {}
         // A response over the store's size bound is policy, not an outage.
         Ok(Err(error)) if error.kind == StoreErrorKind::TooLarge => tracing::debug!(
-            target: "llm_context",
             event = "memo_not_stored",
             scope = %key.scope_key(),
             reason = %error,
@@ -224,7 +210,7 @@ async fn save(shared: &Shared, key: &MemoKey, response: &ChatResponse) {
     }
 }
 
-fn skipped(shared: &Shared, reason: &StoreError) -> StoreError {
+fn skipped(shared: &MemoState, reason: &StoreError) -> StoreError {
     StoreError::new(
         reason.kind,
         format!(
@@ -234,7 +220,7 @@ fn skipped(shared: &Shared, reason: &StoreError) -> StoreError {
     )
 }
 
-fn timed_out(shared: &Shared) -> StoreError {
+fn timed_out(shared: &MemoState) -> StoreError {
     StoreError::new(
         StoreErrorKind::Timeout,
         format!("no answer within {:?}", shared.timeout),
@@ -247,7 +233,6 @@ fn degraded(op: &'static str, key: &MemoKey, error: &StoreError) {
         _ => "the response is served but not memoized",
     };
     tracing::warn!(
-        target: "llm_context",
         event = "memo_store_degraded",
         op,
         scope = %key.scope_key(),

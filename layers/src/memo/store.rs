@@ -5,11 +5,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::key::MemoKey;
-use crate::request::ChatResponse;
+use crate::model::ChatResponse;
 use crate::store::StoreError;
 
 /// Where memoized responses are kept. Object-safe, so the store can be chosen at run
-/// time (`Arc<dyn MemoStore>`): [`InMemoryMemoStore`](super::InMemoryMemoStore) here,
+/// time (`Arc<dyn MemoStore>`): [`LocalMemoStore`](super::LocalMemoStore) here,
 /// a Redis store in `llm-context` for a fleet of replicas.
 ///
 /// An implementation keeps entries apart by the **whole** key, scope included; the
@@ -20,11 +20,11 @@ use crate::store::StoreError;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use llm_context_layers::memo::{InMemoryMemoStore, MemoKey, MemoStore};
+/// use llm_context_layers::memo::{LocalMemoStore, MemoKey, MemoStore};
 /// use llm_context_layers::{ChatRequest, ChatResponse, Message};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context_layers::StoreError> {
-/// let store: Arc<dyn MemoStore> = Arc::new(InMemoryMemoStore::default());
+/// let store: Arc<dyn MemoStore> = Arc::new(LocalMemoStore::default());
 /// let key = MemoKey::for_request(&ChatRequest::new("m", vec![Message::user("hi")]));
 /// store.put(&key, &ChatResponse::new(Message::assistant("hello"))).await?;
 /// assert_eq!(store.get(&key).await?.unwrap().message.text(), "hello");

@@ -11,7 +11,7 @@ use crate::{ChatRequest, ChatResponse, Message, Scope};
 type Handle = mock::Handle<ChatRequest, ChatResponse>;
 
 fn layer() -> MemoLayer {
-    MemoLayer::new(Arc::new(InMemoryMemoStore::default()))
+    MemoLayer::new(Arc::new(LocalMemoStore::default()))
 }
 
 fn request(text: &str) -> ChatRequest {

@@ -3,15 +3,11 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
+use super::{ResponseFuture, offload_request};
 use crate::BoxError;
-use crate::offload::ResponseFuture;
-use crate::offload::prepare::{offload_request, store_all};
-use crate::offload::read_artifact_tool_tokens;
+use crate::artifact::{ArtifactStore, read_artifact_tool_tokens, store_all};
+use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 use crate::policy::{ContextPolicy, PolicyError};
-use crate::report::PreparationReport;
-use crate::request::{ChatRequest, ChatResponse};
-use crate::store::ArtifactStore;
-use crate::tokens::estimate_request_tokens;
 
 /// Offloads oversized tool results into an artifact store. See the
 /// [module docs](crate::offload).
@@ -65,20 +61,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Offload<S> {
 }
 
 impl<S> Offload<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming the wrapper.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!(inner);
 }
 
 impl<S> Service<ChatRequest> for Offload<S>
@@ -96,7 +79,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let before = estimate_request_tokens(&req);
+        let before = req.estimate_tokens();
         let tools = req.tools.len();
         let report = PreparationReport {
             before_tokens: before,

@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use llm_context_layers::mock::MockModel;
-//! use llm_context_layers::offload::{is_preview, READ_ARTIFACT_TOOL};
+//! use llm_context_layers::artifact::{is_preview, READ_ARTIFACT_TOOL};
 //! use llm_context_layers::{ChatRequest, ContextPolicy, ContextPolicyLayer, Message, Scope, ToolCall};
 //! use serde_json::{json, Value};
 //! use tower::{Layer, ServiceExt};
@@ -44,38 +44,26 @@
 //! preview: `context_artifact` (the id), `preview` (its first `tool_result_max_chars`
 //! characters, cut on a character boundary), `preview_truncated`, `original_chars`,
 //! `stored_chars`, `artifact_truncated` and `instructions`. The full text, cut to
-//! `artifact_max_chars`, goes to an [`ArtifactStore`](crate::ArtifactStore) under the
+//! `artifact_max_chars`, goes to an [`ArtifactStore`](crate::artifact::ArtifactStore) under the
 //! (tenant, session). Results at or under the threshold pass through byte for byte.
 //!
-//! Ids are content-addressed ([`artifact_id`]): the same transcript sent again, as an agent
+//! Ids are content-addressed ([`artifact_id`](crate::artifact::artifact_id)): the same transcript sent again, as an agent
 //! loop does every turn, gives the same bytes (the provider's prompt cache survives) and
 //! stores one copy. The planner sizes every tool result as it will be sent, so a result
 //! that offloading shrinks is never the reason a turn is pruned.
 //!
 //! The model reads artifacts back with the `read_context_artifact` tool
-//! ([`read_artifact_tool`]), which the stack adds to a request whenever something in it
-//! refers to an artifact. An agent loop answers those calls with an [`ArtifactReader`], or
+//! ([`read_artifact_tool`](crate::artifact::read_artifact_tool)), which the stack adds to a request whenever something in it
+//! refers to an artifact. An agent loop answers those calls with an [`ArtifactReader`](crate::artifact::ArtifactReader), or
 //! lets the stack answer them itself
 //! ([`ContextPolicyLayer::with_auto_resolve`](crate::ContextPolicyLayer::with_auto_resolve)).
 //! An unknown, evicted or other tenant's id is an error *result* the model can read,
 //! never a failed run. A store that is down is logged and the preview is sent anyway.
 
 mod layer;
-mod memory;
-pub(crate) mod prepare;
-mod preview;
+mod prepare;
 mod rewrite;
-mod tool;
 
 pub use crate::future::ResponseFuture;
 pub use layer::{Offload, OffloadLayer};
-pub use memory::{ArtifactLimits, InMemoryArtifactStore};
-pub use preview::{
-    ARTIFACT_ID_LEN, ARTIFACT_ID_PREFIX, OFFLOAD_INSTRUCTIONS, artifact_id, cut_chars, is_preview,
-    preview_chars, preview_info, render_preview,
-};
-pub(crate) use rewrite::Displaced;
-pub(crate) use tool::read_artifact_tool_tokens;
-pub use tool::{
-    ArtifactReader, DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, READ_ARTIFACT_TOOL, read_artifact_tool,
-};
+pub(crate) use prepare::{Prepared, offload_request};

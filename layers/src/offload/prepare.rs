@@ -1,16 +1,12 @@
 //! Offloading a whole request: previews, the read tool, and what to store.
 
+use super::rewrite::offload_messages;
 use crate::BoxError;
-use crate::error::ToolConflictError;
-use crate::fit::refers_to_artifact;
-use crate::offload::rewrite::{Displaced, offload_messages};
-use crate::offload::tool::{
-    READ_ARTIFACT_TOOL, read_artifact_tool, read_artifact_tool_ref, read_artifact_tool_tokens,
+use crate::artifact::{
+    Displaced, check_read_tool, read_artifact_tool, read_artifact_tool_tokens, refers_to_artifact,
 };
+use crate::model::{ChatRequest, PreparationReport};
 use crate::policy::ContextPolicy;
-use crate::report::PreparationReport;
-use crate::request::ChatRequest;
-use crate::store::ArtifactStore;
 
 /// A request ready for the inner service, and what must be stored first.
 pub(crate) struct Prepared {
@@ -20,18 +16,6 @@ pub(crate) struct Prepared {
     /// The estimated tokens of the offloaded results, before and after (already in
     /// `report` when a planner sized the request as offloaded).
     pub(crate) rewritten_tokens: (usize, usize),
-}
-
-/// Fails when the request defines a different tool under the read tool's name; tells
-/// whether it already has the stack's own definition.
-pub(crate) fn check_read_tool(req: &ChatRequest) -> Result<bool, ToolConflictError> {
-    match req.tools.iter().find(|t| t.name == READ_ARTIFACT_TOOL) {
-        None => Ok(false),
-        Some(t) if t == read_artifact_tool_ref() => Ok(true),
-        Some(_) => Err(ToolConflictError {
-            name: READ_ARTIFACT_TOOL.to_owned(),
-        }),
-    }
 }
 
 /// Offloads oversized results of an already fitted request, and adds the read tool when
@@ -70,25 +54,4 @@ pub(crate) fn offload_request(
         to_store,
         rewritten_tokens,
     })
-}
-
-/// Stores every displaced result. A failure is logged and skipped: the preview (or stub)
-/// is still sent, so the budget holds, and a later read of that id answers the model
-/// with an `unknown_artifact` result it can recover from.
-pub(crate) async fn store_all(store: &dyn ArtifactStore, req: &ChatRequest, items: Vec<Displaced>) {
-    for item in items {
-        if let Err(e) = store
-            .put(&req.scope, &req.session, &item.id, item.artifact)
-            .await
-        {
-            tracing::warn!(
-                target: "llm_context",
-                error = %e,
-                artifact = %item.id,
-                scope = %req.scope.key(),
-                session = %req.session,
-                "could not store an artifact; the model gets the preview only"
-            );
-        }
-    }
 }

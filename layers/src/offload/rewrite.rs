@@ -1,20 +1,10 @@
 //! Replacing oversized tool results with previews: the part of offloading that needs no
 //! store, shared by the offload layer and the composite.
 
-use crate::fit::offloadable_text;
-use crate::message::{Content, Message};
-use crate::offload::preview::{artifact_id, render_counted};
+use crate::artifact::{Artifact, Displaced, artifact_id, offloadable_text, render_counted};
+use crate::model::{Content, Message, Scope};
 use crate::policy::ContextPolicy;
-use crate::scope::Scope;
-use crate::store::Artifact;
 use crate::tokens::{MessageSize, char_count};
-
-/// An artifact to store: the full text a preview or a stub stands for.
-#[derive(Clone, Debug)]
-pub(crate) struct Displaced {
-    pub(crate) id: String,
-    pub(crate) artifact: Artifact,
-}
 
 /// Offloads every oversized tool result of `messages` in place; returns what to store and
 /// the estimated tokens of the replaced results, before and after (a preview can cost

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{Message, Role};
+use crate::model::{Message, Role};
 
 /// The `name` of the system message that carries a summary block.
 pub const SUMMARY_NAME: &str = "context_summary";

@@ -8,8 +8,8 @@ use lru::LruCache;
 
 use super::block::SummaryBlock;
 use crate::hash::StableHasher;
-use crate::message::Message;
-use crate::scope::Scope;
+use crate::model::Message;
+use crate::model::Scope;
 
 /// A bounded cache of summary blocks, keyed by a stable hash (XXH3-128) of the tenant,
 /// the session and every message from the fold's start to its end.

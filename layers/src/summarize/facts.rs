@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::message::Message;
+use crate::model::Message;
 
 // One alternation, leftmost-first: at any position a URL wins over the path inside it,
 // and a path over the words inside it.

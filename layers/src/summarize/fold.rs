@@ -8,11 +8,11 @@ use super::cache::{SummaryCache, point_keys};
 use super::config::SummarizeConfig;
 use super::plan::{fold_points, fold_start};
 use crate::BoxError;
-use crate::message::Message;
-use crate::offload::prepare::check_read_tool;
-use crate::offload::{read_artifact_tool, read_artifact_tool_tokens};
-use crate::report::PreparationReport;
-use crate::request::ChatRequest;
+use crate::artifact::check_read_tool;
+use crate::artifact::{read_artifact_tool, read_artifact_tool_tokens};
+use crate::model::ChatRequest;
+use crate::model::Message;
+use crate::model::PreparationReport;
 use crate::tokens::{estimate_one, estimate_tool_tokens};
 
 /// What to do with a request.

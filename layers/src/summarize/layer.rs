@@ -7,19 +7,19 @@ use tower::Layer;
 use super::cache::SummaryCache;
 use super::config::SummarizeConfig;
 use super::service::Summarize;
-use crate::offload::InMemoryArtifactStore;
+use crate::artifact::ArtifactStore;
+use crate::artifact::LocalArtifactStore;
 use crate::policy::PolicyError;
-use crate::store::ArtifactStore;
 
 /// Folds old history into a summary written by the inner model. See the
 /// [module docs](crate::summarize).
 #[derive(Clone)]
 pub struct SummarizeLayer {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<SummarizeState>,
 }
 
 /// What every service of one layer shares.
-pub(crate) struct Shared {
+pub(crate) struct SummarizeState {
     pub(crate) config: SummarizeConfig,
     pub(crate) cache: SummaryCache,
     pub(crate) store: Arc<dyn ArtifactStore>,
@@ -41,10 +41,10 @@ impl SummarizeLayer {
     pub fn new(config: SummarizeConfig) -> Result<Self, PolicyError> {
         config.validate()?;
         Ok(Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(SummarizeState {
                 config,
                 cache: SummaryCache::default(),
-                store: Arc::new(InMemoryArtifactStore::default()),
+                store: Arc::new(LocalArtifactStore::default()),
             }),
         })
     }
@@ -76,8 +76,8 @@ impl SummarizeLayer {
         self.shared.store.clone()
     }
 
-    fn with_shared(self, f: impl FnOnce(&mut Shared)) -> Self {
-        let mut shared = Shared {
+    fn with_shared(self, f: impl FnOnce(&mut SummarizeState)) -> Self {
+        let mut shared = SummarizeState {
             config: self.shared.config.clone(),
             cache: self.shared.cache.clone(),
             store: self.shared.store.clone(),

@@ -40,8 +40,8 @@
 //!
 //! A fold happens when the request's estimate reaches `compact_at × window` (0.7 by
 //! default), or when asked ([`Summarize::compact`], and
-//! [`Compactor`](crate::durable::Compactor) for durable records). It runs as agentd's
-//! does, plan → summarize → apply:
+//! [`Compactor`](crate::durable::Compactor) for durable records). It runs in three
+//! steps, plan → summarize → apply:
 //!
 //! - **Plan.** The fold starts after the leading system messages and ends right before a
 //!   real user request, never between a tool call and any of its results and never past

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::message::Message;
+use crate::model::Message;
 
 /// Where foldable history starts: after the leading system messages (the prefix part of
 /// the tail, and any summary block already there).
 pub fn fold_start(messages: &[Message]) -> usize {
-    crate::message::leading_system_end(messages)
+    crate::model::leading_system_end(messages)
 }
 
 /// Every index `end` at which `messages[start..end]` may be folded, ascending.
@@ -104,7 +104,7 @@ pub fn plan_fold(messages: &[Message], keep_last: usize) -> Option<Range<usize>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolCall;
+    use crate::model::ToolCall;
     use serde_json::json;
 
     fn call(id: &str) -> Message {

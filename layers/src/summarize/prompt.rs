@@ -4,10 +4,10 @@ use serde_json::Value;
 
 use super::block::SummaryBlock;
 use super::config::SummarizeConfig;
-use crate::message::{Message, Role};
-use crate::offload::cut_chars;
-use crate::request::ChatRequest;
+use crate::model::ChatRequest;
+use crate::model::{Message, Role};
 use crate::tokens::char_count;
+use crate::tokens::truncate_chars;
 
 /// The `name` of the system message that opens every summarizer request.
 pub const SUMMARIZER_NAME: &str = "context_summarizer";
@@ -113,7 +113,7 @@ pub(crate) fn render_line(m: &Message, clip: usize) -> String {
         body.push_str(&format!(" → calls {} {}", call.name, call.arguments));
     }
     let total = char_count(&body);
-    line.push_str(cut_chars(&body, clip));
+    line.push_str(truncate_chars(&body, clip));
     if total > clip {
         line.push_str(&format!(" … [{} more characters]", total - clip));
     }

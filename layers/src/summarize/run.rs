@@ -8,10 +8,10 @@ use super::config::SummarizeConfig;
 use super::facts::{merge_facts, span_identifiers};
 use super::prompt::{parse_summary, render_line, retry_request};
 use crate::BoxError;
-use crate::message::Message;
-use crate::offload::cut_chars;
-use crate::request::{ChatRequest, ChatResponse};
+use crate::model::Message;
+use crate::model::{ChatRequest, ChatResponse};
 use crate::tokens::char_count;
+use crate::tokens::truncate_chars;
 
 /// The most requests one summary costs: the first, and two more when the answers are
 /// not valid.
@@ -144,7 +144,7 @@ fn append_fallback(fallback: &mut String, span: &[Message], config: &SummarizeCo
     if used > 0 {
         fallback.push('\n');
     }
-    fallback.push_str(cut_chars(&piece, room));
+    fallback.push_str(truncate_chars(&piece, room));
 }
 
 /// The folded span as kept in an artifact: one JSON message a line, exactly as it was.

@@ -7,15 +7,16 @@ use tower::Service;
 
 use super::config::SummarizeConfig;
 use super::fold::{FoldWork, Step, plan};
-use super::layer::{Shared, SummarizeLayer};
+use super::layer::{SummarizeLayer, SummarizeState};
 use super::prompt::summary_request;
 use super::run::{Summarized, ask, call, fold_block, span_text};
 use crate::BoxError;
-use crate::offload::{ResponseFuture, artifact_id};
+use crate::artifact::artifact_id;
+use crate::artifact::{Artifact, ArtifactStore};
+use crate::model::PreparationReport;
+use crate::model::{ChatRequest, ChatResponse};
+use crate::offload::ResponseFuture;
 use crate::policy::PolicyError;
-use crate::report::PreparationReport;
-use crate::request::{ChatRequest, ChatResponse};
-use crate::store::{Artifact, ArtifactStore};
 
 /// The service of [`SummarizeLayer`].
 #[derive(Clone)]
@@ -44,20 +45,7 @@ impl<S> Summarize<S> {
         SummarizeLayer::new(config)
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming the wrapper.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!(inner);
 }
 
 impl<S> Summarize<S>
@@ -125,7 +113,7 @@ where
 /// block and composes the request. An empty summary folds nothing.
 async fn fold<S>(
     mut inner: S,
-    shared: &Arc<Shared>,
+    shared: &Arc<SummarizeState>,
     work: FoldWork,
 ) -> Result<(ChatRequest, PreparationReport, S), BoxError>
 where
@@ -139,7 +127,7 @@ where
     let (req, mut report) = match &outcome {
         Summarized::Empty => {
             tracing::warn!(
-                target: "llm_context",
+                event = "summary_empty",
                 scope = %work.req.scope.key(),
                 session = %work.req.session,
                 "the summarizer returned an empty summary; nothing was folded"
@@ -149,7 +137,7 @@ where
         outcome => {
             if let Summarized::Failed(why) = outcome {
                 tracing::warn!(
-                    target: "llm_context",
+                    event = "summary_fallback",
                     scope = %work.req.scope.key(),
                     session = %work.req.session,
                     reason = %why,
@@ -172,7 +160,7 @@ where
 pub(crate) async fn store_span(
     store: &dyn ArtifactStore,
     req: &ChatRequest,
-    span: &[crate::message::Message],
+    span: &[crate::model::Message],
     config: &SummarizeConfig,
 ) -> Option<String> {
     let text = span_text(span);
@@ -189,7 +177,7 @@ pub(crate) async fn store_span(
         Ok(()) => Some(id),
         Err(e) => {
             tracing::warn!(
-                target: "llm_context",
+                event = "summary_span_not_stored",
                 error = %e,
                 scope = %req.scope.key(),
                 session = %req.session,

@@ -40,12 +40,12 @@ use serde_json::Value;
 use super::diff::ContextDiff;
 use super::frozen::FrozenContext;
 use super::journal::MutationJournal;
-use super::scope::ContextScope;
+use super::selection::ContextSelection;
 use crate::BoxError;
-use crate::message::Message;
-use crate::prefix_context::PrefixContext;
-use crate::request::ChatRequest;
-use crate::scope::Scope;
+use crate::model::ChatRequest;
+use crate::model::Message;
+use crate::model::PrefixContext;
+use crate::model::Scope;
 use crate::tokens::{ApproxTokenCounter, TokenCounter};
 
 /// How [`WorkingContext::merge`] combines the other context's tail with this one.
@@ -292,7 +292,7 @@ impl<J> WorkingContext<J> {
 
     /// A narrowed copy keeping only the messages `scope` keeps, in order. Everything else
     /// (prefix, scratchpad, journal, counter, limit, scope, session) is inherited.
-    pub fn slice<S: ContextScope + ?Sized>(&self, scope: &S) -> Self
+    pub fn slice<S: ContextSelection + ?Sized>(&self, scope: &S) -> Self
     where
         J: Clone,
     {
@@ -408,6 +408,14 @@ impl<J> WorkingContext<J> {
     }
 }
 
+// Thawing lives beside the live context so that the snapshot's module need not know it.
+impl<J> FrozenContext<J> {
+    /// A live, writable context again (see [`WorkingContext::from`]).
+    pub fn thaw(self) -> WorkingContext<J> {
+        WorkingContext::from(self)
+    }
+}
+
 impl<J> From<FrozenContext<J>> for WorkingContext<J> {
     /// Thaws a snapshot into a live, writable context; its journal entries start
     /// committed. The counter, limit, scope and session are the defaults.
@@ -426,7 +434,7 @@ impl<J> From<FrozenContext<J>> for WorkingContext<J> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolCall;
+    use crate::model::ToolCall;
     use crate::working::RoleFilter;
     use serde_json::json;
 
@@ -580,7 +588,7 @@ mod tests {
     #[test]
     fn a_scope_naming_indices_past_the_end_does_not_panic() {
         struct Wild;
-        impl ContextScope for Wild {
+        impl ContextSelection for Wild {
             fn surviving_indices(&self, _: &[Message]) -> std::collections::BTreeSet<usize> {
                 [1, 7, usize::MAX].into_iter().collect()
             }

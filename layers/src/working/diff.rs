@@ -41,8 +41,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::Message;
-use crate::prefix_context::PrefixContext;
+use crate::model::Message;
+use crate::model::PrefixContext;
 
 /// What one context has that another lacks: `self - other`.
 ///

@@ -49,13 +49,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::context::WorkingContext;
 use super::diff::ContextDiff;
 use crate::hash::StableHasher;
-use crate::message::Message;
-use crate::prefix_context::PrefixContext;
+use crate::model::Message;
+use crate::model::PrefixContext;
 
-/// An immutable snapshot of a [`WorkingContext`]: its prefix, tail, scratchpad (ordered
+/// An immutable snapshot of a [`WorkingContext`](super::WorkingContext): its prefix, tail, scratchpad (ordered
 /// by key) and journal entries. Hand one across an agent boundary to brief a child
 /// without letting its writes leak back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,11 +137,6 @@ impl<J> FrozenContext<J> {
             (&other.prefix, &other.messages, &other.scratchpad),
         )
     }
-
-    /// A live, writable context again (see [`WorkingContext::from`]).
-    pub fn thaw(self) -> WorkingContext<J> {
-        WorkingContext::from(self)
-    }
 }
 
 impl<J> Hash for FrozenContext<J> {
@@ -162,7 +156,8 @@ impl<J> Hash for FrozenContext<J> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolCall;
+    use crate::model::ToolCall;
+    use crate::working::WorkingContext;
     use serde_json::json;
     use std::collections::HashSet;
     use std::hash::DefaultHasher;

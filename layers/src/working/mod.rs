@@ -57,7 +57,7 @@
 //! assert_eq!(parent.get("owner").and_then(|v| v.as_str()), Some("me"));
 //! ```
 //!
-//! [`slice`](WorkingContext::slice) narrows the tail with a scope (see [`ContextScope`]);
+//! [`slice`](WorkingContext::slice) narrows the tail with a scope (see [`ContextSelection`]);
 //! [`freeze`](WorkingContext::freeze) takes an immutable, hashable snapshot
 //! ([`FrozenContext`]); [`diff`](WorkingContext::diff) says what changed
 //! ([`ContextDiff`]).
@@ -96,15 +96,15 @@ mod context;
 mod diff;
 mod frozen;
 mod journal;
-mod scope;
+mod selection;
 mod shared;
 
 pub use context::{MergeMode, WorkingContext};
 pub use diff::ContextDiff;
 pub use frozen::FrozenContext;
 pub use journal::MutationJournal;
-pub use scope::{
-    AllOf, AnyOf, ContextScope, LastNTurns, MessageScope, Not, PositionalScopeError, RoleFilter,
-    ScopeList, Since, Tagged,
+pub use selection::{
+    AllOf, AnyOf, ContextSelection, LastNTurns, MessageSelection, Not, PositionalSelectionError,
+    RoleFilter, SelectionList, Since, Tagged,
 };
 pub use shared::{LockedFuture, SharedContext};

@@ -51,8 +51,8 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::context::WorkingContext;
 use super::frozen::FrozenContext;
-use crate::message::Message;
-use crate::request::ChatRequest;
+use crate::model::ChatRequest;
+use crate::model::Message;
 
 /// The future an [`apply_locked_async`](SharedContext::apply_locked_async) closure
 /// returns: it borrows the locked context for `'a`.

@@ -21,8 +21,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::message::{Message, Role};
 use crate::hash::StableHasher;
-use crate::message::{Message, Role};
 
 /// The frozen prefix: system prompt, grounding messages and an optional schema block.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::message::{Message, ToolCall, ToolSpec};
-use crate::scope::Scope;
-use crate::store::ArtifactStore;
+use super::store::ArtifactStore;
+use crate::error::ToolConflictError;
+use crate::model::Scope;
+use crate::model::{ChatRequest, Message, ToolCall, ToolSpec};
 use crate::tokens::char_count;
 
 /// The tool's name.
@@ -54,16 +55,28 @@ fn build_read_artifact_tool() -> ToolSpec {
     )
 }
 
+/// Fails when the request defines a different tool under the read tool's name; tells
+/// whether it already has the stack's own definition.
+pub(crate) fn check_read_tool(req: &ChatRequest) -> Result<bool, ToolConflictError> {
+    match req.tools.iter().find(|t| t.name == READ_ARTIFACT_TOOL) {
+        None => Ok(false),
+        Some(t) if t == read_artifact_tool_ref() => Ok(true),
+        Some(_) => Err(ToolConflictError {
+            name: READ_ARTIFACT_TOOL.to_owned(),
+        }),
+    }
+}
+
 /// Answers `read_context_artifact` calls from a store, for one tenant and session.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use llm_context_layers::offload::{ArtifactReader, InMemoryArtifactStore};
+/// use llm_context_layers::artifact::{ArtifactReader, LocalArtifactStore};
 /// use llm_context_layers::{Artifact, ArtifactStore, Scope};
 /// use serde_json::json;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let store = Arc::new(InMemoryArtifactStore::default());
+/// let store = Arc::new(LocalArtifactStore::default());
 /// let scope = Scope::org("acme");
 /// store.put(&scope, "s1", "art_1", Artifact::new("0123456789", 100)).await.unwrap();
 /// let reader = ArtifactReader::new(store);
@@ -168,7 +181,7 @@ impl ArtifactReader {
                 );
             }
             Err(e) => {
-                tracing::warn!(target: "llm_context", error = %e, "artifact store failed during a read");
+                tracing::warn!(event = "artifact_read_failed", error = %e, "artifact store failed during a read");
                 return error(
                     "store_unavailable",
                     "the artifact store is unavailable; try again later",

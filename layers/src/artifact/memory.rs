@@ -5,10 +5,11 @@ use std::sync::{Mutex, PoisonError};
 use async_trait::async_trait;
 use lru::LruCache;
 
-use crate::scope::Scope;
-use crate::store::{Artifact, ArtifactStore, StoreError, StoreErrorKind};
+use super::store::{Artifact, ArtifactStore};
+use crate::model::Scope;
+use crate::store::{StoreError, StoreErrorKind};
 
-/// Bounds of an [`InMemoryArtifactStore`].
+/// Bounds of an [`LocalArtifactStore`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ArtifactLimits {
@@ -60,11 +61,11 @@ struct Inner {
 /// A bounded in-memory artifact store; artifacts disappear when the process exits.
 ///
 /// ```
-/// use llm_context_layers::offload::{ArtifactLimits, InMemoryArtifactStore};
+/// use llm_context_layers::artifact::{ArtifactLimits, LocalArtifactStore};
 /// use llm_context_layers::{Artifact, ArtifactStore, Scope};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let store = InMemoryArtifactStore::new(ArtifactLimits::default().with_per_session(2));
+/// let store = LocalArtifactStore::new(ArtifactLimits::default().with_per_session(2));
 /// let acme = Scope::org("acme");
 /// for id in ["a", "b", "c"] {
 ///     store.put(&acme, "s1", id, Artifact::new(id, 100)).await.unwrap();
@@ -82,15 +83,15 @@ struct Inner {
 /// when the session is full; past `sessions`, the least recently used session goes whole;
 /// past `total_bytes`, artifacts of the least recently used sessions go until the total
 /// fits. A read counts as a use.
-pub struct InMemoryArtifactStore {
+pub struct LocalArtifactStore {
     limits: ArtifactLimits,
     inner: Mutex<Inner>,
 }
 
-impl std::fmt::Debug for InMemoryArtifactStore {
+impl std::fmt::Debug for LocalArtifactStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = self.lock();
-        f.debug_struct("InMemoryArtifactStore")
+        f.debug_struct("LocalArtifactStore")
             .field("limits", &self.limits)
             .field("sessions", &inner.sessions.len())
             .field("bytes", &inner.bytes)
@@ -98,13 +99,13 @@ impl std::fmt::Debug for InMemoryArtifactStore {
     }
 }
 
-impl Default for InMemoryArtifactStore {
+impl Default for LocalArtifactStore {
     fn default() -> Self {
         Self::new(ArtifactLimits::default())
     }
 }
 
-impl InMemoryArtifactStore {
+impl LocalArtifactStore {
     /// A store with these bounds.
     pub fn new(limits: ArtifactLimits) -> Self {
         Self {
@@ -148,7 +149,7 @@ impl InMemoryArtifactStore {
 }
 
 #[async_trait]
-impl ArtifactStore for InMemoryArtifactStore {
+impl ArtifactStore for LocalArtifactStore {
     async fn put(
         &self,
         scope: &Scope,

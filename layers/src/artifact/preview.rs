@@ -3,8 +3,8 @@
 use serde::Serialize;
 
 use crate::hash::StableHasher;
-use crate::scope::Scope;
-use crate::tokens::{char_count, decimal_digits, json_string_chars};
+use crate::model::Scope;
+use crate::tokens::{decimal_digits, json_string_chars, truncate_chars};
 
 /// Every artifact id starts with this.
 pub const ARTIFACT_ID_PREFIX: &str = "art_";
@@ -20,7 +20,7 @@ Call read_context_artifact with this artifact_id (and offset/max_chars, in chara
 /// session: `art_` and 32 hex characters of XXH3-128 over (scope key, session, content).
 ///
 /// ```
-/// use llm_context_layers::offload::artifact_id;
+/// use llm_context_layers::artifact::artifact_id;
 /// use llm_context_layers::Scope;
 ///
 /// let a = artifact_id(&Scope::org(1), "s1", "big result");
@@ -54,7 +54,7 @@ pub fn is_preview(text: &str) -> bool {
 }
 
 /// The artifact id and original length named by a preview, when `text` is one.
-pub fn preview_info(text: &str) -> Option<(String, usize)> {
+pub(crate) fn preview_info(text: &str) -> Option<(String, usize)> {
     if !is_preview(text) {
         return None;
     }
@@ -64,30 +64,13 @@ pub fn preview_info(text: &str) -> Option<(String, usize)> {
     Some((id, original))
 }
 
-/// The first `max_chars` characters of `text`, cut on a character boundary.
-pub fn cut_chars(text: &str, max_chars: usize) -> &str {
-    // Tool output is mostly ASCII, where characters are bytes: no walk needed.
-    let head = &text.as_bytes()[..max_chars.min(text.len())];
-    if head.is_ascii() {
-        return &text[..head.len()];
-    }
-    match text.char_indices().nth(max_chars) {
-        Some((byte, _)) => &text[..byte],
-        None => text,
-    }
-}
-
 /// The preview JSON for an offloaded `text` with artifact `id`.
-pub fn render_preview(
-    id: &str,
-    text: &str,
-    preview_chars: usize,
-    artifact_max_chars: usize,
-) -> String {
+#[cfg(test)]
+fn render_preview(id: &str, text: &str, preview_chars: usize, artifact_max_chars: usize) -> String {
     render_counted(
         id,
         text,
-        char_count(text),
+        crate::tokens::char_count(text),
         preview_chars,
         artifact_max_chars,
     )
@@ -103,7 +86,7 @@ pub(crate) fn render_counted(
 ) -> String {
     let json = PreviewJson {
         context_artifact: id,
-        preview: cut_chars(text, preview_chars),
+        preview: truncate_chars(text, preview_chars),
         preview_truncated: original > preview_chars,
         original_chars: original,
         stored_chars: original.min(artifact_max_chars),
@@ -114,13 +97,13 @@ pub(crate) fn render_counted(
 }
 
 /// The characters [`render_preview`] would produce, without building it.
-pub fn preview_chars(
+pub(crate) fn preview_chars(
     text: &str,
     original_chars: usize,
     preview_chars: usize,
     artifact_max_chars: usize,
 ) -> usize {
-    let preview = cut_chars(text, preview_chars);
+    let preview = truncate_chars(text, preview_chars);
     let truncated = original_chars > preview_chars;
     let art_truncated = original_chars > artifact_max_chars;
     // {"context_artifact":"<id>","preview":<s>,"preview_truncated":<b>,"original_chars":<n>,
@@ -144,6 +127,7 @@ fn bool_len(b: bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokens::char_count;
 
     #[test]
     fn predicted_length_matches_rendering() {
@@ -165,13 +149,5 @@ mod tests {
                 assert!(is_preview(&rendered));
             }
         }
-    }
-
-    #[test]
-    fn cut_never_splits_a_character() {
-        let text = "a🎉b中e\u{301}";
-        assert_eq!(cut_chars(text, 2), "a🎉");
-        assert_eq!(cut_chars(text, 5), "a🎉b中e");
-        assert_eq!(cut_chars(text, 99), text);
     }
 }

@@ -1,7 +1,7 @@
 //! Cache-aware pruning: prune in rarer, larger steps and keep the cut where it was.
 //!
-//! A provider's prompt cache holds the longest prefix sent before (reads at a tenth of the
-//! input price, see `FACTS.md`). Pruning the minimum each turn moves the start of the
+//! A provider's prompt cache holds the longest prefix sent before (Anthropic and the GPT-5
+//! family bill reads at a tenth of the input price). Pruning the minimum each turn moves the start of the
 //! history on every call, so that cache is written again every turn and never read. With
 //! [`ContextPolicy::low_water_tokens`](crate::ContextPolicy::low_water_tokens) set,
 //! [`ContextPolicyLayer`](crate::ContextPolicyLayer) prunes down to the low-water mark when
@@ -44,7 +44,7 @@
 //!
 //! The cut is identified by the messages on either side of it (a stable hash), with the
 //! position as a hint, so a transcript the caller edited never lines up with a stale cut.
-//! [`InMemoryCutStore`] keeps the cuts of the most recently used sessions of one process;
+//! [`LocalCutStore`] keeps the cuts of the most recently used sessions of one process;
 //! a cut lost (another replica, an eviction) costs one cache write, never correctness.
 
 use std::fmt;
@@ -55,8 +55,8 @@ use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
 use crate::hash::StableHasher;
-use crate::message::Message;
-use crate::scope::Scope;
+use crate::model::Message;
+use crate::model::Scope;
 
 /// Where a session's history was cut: the messages before `position` were pruned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -99,11 +99,11 @@ pub trait CutStore: Send + Sync + fmt::Debug {
 }
 
 /// A [`CutStore`] in memory, bounded by sessions (the least recently used is forgotten).
-pub struct InMemoryCutStore {
+pub struct LocalCutStore {
     cuts: Mutex<LruCache<(String, String), Cut>>,
 }
 
-impl InMemoryCutStore {
+impl LocalCutStore {
     /// The default bound: 10,000 sessions (a few hundred kilobytes).
     pub const DEFAULT_SESSIONS: NonZeroUsize = NonZeroUsize::new(10_000).unwrap();
 
@@ -131,21 +131,21 @@ impl InMemoryCutStore {
     }
 }
 
-impl Default for InMemoryCutStore {
+impl Default for LocalCutStore {
     fn default() -> Self {
         Self::new(Self::DEFAULT_SESSIONS)
     }
 }
 
-impl fmt::Debug for InMemoryCutStore {
+impl fmt::Debug for LocalCutStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InMemoryCutStore")
+        f.debug_struct("LocalCutStore")
             .field("sessions", &self.len())
             .finish()
     }
 }
 
-impl CutStore for InMemoryCutStore {
+impl CutStore for LocalCutStore {
     fn get(&self, scope: &Scope, session: &str) -> Option<Cut> {
         self.lock().get(&(scope.key(), session.to_owned())).copied()
     }
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn the_store_is_per_tenant_and_session_and_bounded() {
-        let store = InMemoryCutStore::new(NonZeroUsize::new(2).unwrap());
+        let store = LocalCutStore::new(NonZeroUsize::new(2).unwrap());
         let cut = Cut {
             position: 3,
             hash: 7,

@@ -19,33 +19,33 @@
 //! assert_eq!(texts(&ctx.slice(&inside)), ["q1", "a1", "q2", "a2"]);
 //! ```
 //!
-//! There are two kinds of scope. A *per-message* scope ([`MessageScope`]) decides each
+//! There are two kinds of scope. A *per-message* scope ([`MessageSelection`]) decides each
 //! message from the message and its index alone: [`RoleFilter`], [`Tagged`], [`Since`].
 //! A *positional* scope decides over the whole list, because what it keeps is a property
 //! of the list: [`LastNTurns`] ("the last two turns" says nothing about any one message).
 //!
-//! Every scope answers [`ContextScope::surviving_indices`], and the combinators
+//! Every scope answers [`ContextSelection::surviving_indices`], and the combinators
 //! ([`AllOf`], [`AnyOf`], [`Not`]) compose in that index space — intersection, union,
 //! complement — so a window keeps working at any nesting depth. Asking a positional
-//! scope about one message alone ([`ContextScope::matches`]) is a
-//! [`PositionalScopeError`], never a guess: a guess of "keep" is exactly how a window
+//! scope about one message alone ([`ContextSelection::matches`]) is a
+//! [`PositionalSelectionError`], never a guess: a guess of "keep" is exactly how a window
 //! used to evaporate inside a combinator.
 //!
 //! Scopes are plain values: the built-ins, and combinations of anything that is itself
 //! `Clone`, `Eq`, `Hash` and serde, are all of those too, so a scope can be a cache key
 //! or a line of configuration. Write your own of either kind by implementing
-//! [`MessageScope`] (per message) or [`ContextScope`] (positional).
+//! [`MessageSelection`] (per message) or [`ContextSelection`] (positional).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{Message, Role};
+use crate::model::{Message, Role};
 
 /// A positional scope was asked about one message alone.
 ///
-/// The answer depends on the whole list; use [`ContextScope::surviving_indices`] (which
+/// The answer depends on the whole list; use [`ContextSelection::surviving_indices`] (which
 /// [`WorkingContext::slice`](crate::WorkingContext::slice) does).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -53,12 +53,12 @@ use crate::message::{Message, Role};
      message; use `surviving_indices`"
 )]
 #[non_exhaustive]
-pub struct PositionalScopeError {
+pub struct PositionalSelectionError {
     /// The type name of the scope that refused.
     pub scope: &'static str,
 }
 
-impl PositionalScopeError {
+impl PositionalSelectionError {
     /// The error for scope type `S`.
     pub fn of<S: ?Sized>() -> Self {
         Self {
@@ -70,17 +70,17 @@ impl PositionalScopeError {
 /// Any scope: decides which indices of a message list survive.
 ///
 /// Implement this directly for a positional scope (one that needs the whole list); for a
-/// per-message scope implement [`MessageScope`] instead, which provides this trait.
+/// per-message scope implement [`MessageSelection`] instead, which provides this trait.
 ///
 /// ```
 /// use std::collections::BTreeSet;
-/// use llm_context_layers::working::{ContextScope, PositionalScopeError};
+/// use llm_context_layers::working::{ContextSelection, PositionalSelectionError};
 /// use llm_context_layers::{Message, WorkingContext};
 ///
 /// /// The first `n` messages: positional, since "first" is a property of the list.
 /// struct Head(usize);
 ///
-/// impl ContextScope for Head {
+/// impl ContextSelection for Head {
 ///     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
 ///         (0..self.0.min(messages.len())).collect()
 ///     }
@@ -91,32 +91,32 @@ impl PositionalScopeError {
 /// // The default `matches` refuses rather than guessing.
 /// assert!(Head(1).matches(&Message::user("a"), 0).is_err());
 /// ```
-pub trait ContextScope: Send + Sync {
+pub trait ContextSelection: Send + Sync {
     /// The indices of `messages` this scope keeps.
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize>;
 
     /// Decides one message from itself and its index alone.
     ///
     /// Positional scopes cannot, and the default refuses with a
-    /// [`PositionalScopeError`]; per-message scopes answer through [`MessageScope`].
-    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalScopeError> {
+    /// [`PositionalSelectionError`]; per-message scopes answer through [`MessageSelection`].
+    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalSelectionError> {
         let _ = (message, index);
-        Err(PositionalScopeError::of::<Self>())
+        Err(PositionalSelectionError::of::<Self>())
     }
 }
 
 /// A per-message scope: the decision for a message depends only on it and its index.
 ///
-/// Every `MessageScope` is a [`ContextScope`], so it composes with the built-ins.
+/// Every `MessageSelection` is a [`ContextSelection`], so it composes with the built-ins.
 ///
 /// ```
-/// use llm_context_layers::working::{AllOf, LastNTurns, MessageScope};
+/// use llm_context_layers::working::{AllOf, LastNTurns, MessageSelection};
 /// use llm_context_layers::{Message, WorkingContext};
 ///
 /// /// Messages that mention a word.
 /// struct Mentions(&'static str);
 ///
-/// impl MessageScope for Mentions {
+/// impl MessageSelection for Mentions {
 ///     fn keeps(&self, message: &Message, _index: usize) -> bool {
 ///         message.text().contains(self.0)
 ///     }
@@ -130,12 +130,12 @@ pub trait ContextScope: Send + Sync {
 /// assert_eq!(ctx.slice(&Mentions("cert")).size(), 2);
 /// assert_eq!(ctx.slice(&AllOf((LastNTurns(1), Mentions("cert")))).size(), 0);
 /// ```
-pub trait MessageScope: Send + Sync {
+pub trait MessageSelection: Send + Sync {
     /// Whether the message at `index` is kept.
     fn keeps(&self, message: &Message, index: usize) -> bool;
 }
 
-impl<T: MessageScope + ?Sized> ContextScope for T {
+impl<T: MessageSelection + ?Sized> ContextSelection for T {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
         messages
             .iter()
@@ -145,29 +145,29 @@ impl<T: MessageScope + ?Sized> ContextScope for T {
             .collect()
     }
 
-    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalScopeError> {
+    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalSelectionError> {
         Ok(self.keeps(message, index))
     }
 }
 
 // Forwarding impls so scopes chosen at run time compose too. `Box<S>` for a generic `S`
 // would overlap the blanket impl above (`Box` is fundamental), hence the trait object.
-impl ContextScope for Box<dyn ContextScope> {
+impl ContextSelection for Box<dyn ContextSelection> {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
         (**self).surviving_indices(messages)
     }
 
-    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalScopeError> {
+    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalSelectionError> {
         (**self).matches(message, index)
     }
 }
 
-impl<S: ContextScope + ?Sized> ContextScope for Arc<S> {
+impl<S: ContextSelection + ?Sized> ContextSelection for Arc<S> {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
         (**self).surviving_indices(messages)
     }
 
-    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalScopeError> {
+    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalSelectionError> {
         (**self).matches(message, index)
     }
 }
@@ -180,13 +180,13 @@ impl<S: ContextScope + ?Sized> ContextScope for Arc<S> {
 /// as they do for pruning. With fewer than `n` turns, everything is kept; `LastNTurns(0)`
 /// keeps only the system messages.
 ///
-/// Positional: [`matches`](ContextScope::matches) refuses.
+/// Positional: [`matches`](ContextSelection::matches) refuses.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
 pub struct LastNTurns(pub usize);
 
-impl ContextScope for LastNTurns {
+impl ContextSelection for LastNTurns {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
         // The same turns the pruning layer sees: a turn starts at a real user request,
         // and what comes before the first one (after the system head) is a turn too.
@@ -216,7 +216,7 @@ impl RoleFilter {
     }
 }
 
-impl MessageScope for RoleFilter {
+impl MessageSelection for RoleFilter {
     fn keeps(&self, message: &Message, _index: usize) -> bool {
         self.0.contains(&message.role)
     }
@@ -233,7 +233,7 @@ impl Tagged {
     }
 }
 
-impl MessageScope for Tagged {
+impl MessageSelection for Tagged {
     fn keeps(&self, message: &Message, _index: usize) -> bool {
         message.name.as_deref() == Some(self.0.as_str())
     }
@@ -245,16 +245,16 @@ impl MessageScope for Tagged {
 )]
 pub struct Since(pub usize);
 
-impl MessageScope for Since {
+impl MessageSelection for Since {
     fn keeps(&self, _message: &Message, index: usize) -> bool {
         index >= self.0
     }
 }
 
 /// A list of scopes inside [`AllOf`] or [`AnyOf`]: a tuple of up to eight scopes of any
-/// types, or a `Vec` or array of one type (`Vec<Box<dyn ContextScope>>` for a list chosen
+/// types, or a `Vec` or array of one type (`Vec<Box<dyn ContextSelection>>` for a list chosen
 /// at run time).
-pub trait ScopeList: Send + Sync {
+pub trait SelectionList: Send + Sync {
     /// How many scopes the list holds.
     fn len(&self) -> usize;
 
@@ -264,39 +264,39 @@ pub trait ScopeList: Send + Sync {
     }
 
     /// The scope at `i`, for `i < len()`.
-    fn get(&self, i: usize) -> Option<&dyn ContextScope>;
+    fn get(&self, i: usize) -> Option<&dyn ContextSelection>;
 }
 
-impl<S: ContextScope> ScopeList for Vec<S> {
+impl<S: ContextSelection> SelectionList for Vec<S> {
     fn len(&self) -> usize {
         self.as_slice().len()
     }
 
-    fn get(&self, i: usize) -> Option<&dyn ContextScope> {
-        self.as_slice().get(i).map(|s| s as &dyn ContextScope)
+    fn get(&self, i: usize) -> Option<&dyn ContextSelection> {
+        self.as_slice().get(i).map(|s| s as &dyn ContextSelection)
     }
 }
 
-impl<S: ContextScope, const N: usize> ScopeList for [S; N] {
+impl<S: ContextSelection, const N: usize> SelectionList for [S; N] {
     fn len(&self) -> usize {
         N
     }
 
-    fn get(&self, i: usize) -> Option<&dyn ContextScope> {
-        self.as_slice().get(i).map(|s| s as &dyn ContextScope)
+    fn get(&self, i: usize) -> Option<&dyn ContextSelection> {
+        self.as_slice().get(i).map(|s| s as &dyn ContextSelection)
     }
 }
 
 macro_rules! tuple_scope_list {
     ($len:literal; $($name:ident $idx:tt),+) => {
-        impl<$($name: ContextScope),+> ScopeList for ($($name,)+) {
+        impl<$($name: ContextSelection),+> SelectionList for ($($name,)+) {
             fn len(&self) -> usize {
                 $len
             }
 
-            fn get(&self, i: usize) -> Option<&dyn ContextScope> {
+            fn get(&self, i: usize) -> Option<&dyn ContextSelection> {
                 match i {
-                    $($idx => Some(&self.$idx as &dyn ContextScope),)+
+                    $($idx => Some(&self.$idx as &dyn ContextSelection),)+
                     _ => None,
                 }
             }
@@ -313,7 +313,7 @@ tuple_scope_list!(6; A 0, B 1, C 2, D 3, E 4, F 5);
 tuple_scope_list!(7; A 0, B 1, C 2, D 3, E 4, F 5, G 6);
 tuple_scope_list!(8; A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 
-fn scopes<L: ScopeList + ?Sized>(list: &L) -> impl Iterator<Item = &dyn ContextScope> {
+fn scopes<L: SelectionList + ?Sized>(list: &L) -> impl Iterator<Item = &dyn ContextSelection> {
     (0..list.len()).filter_map(|i| list.get(i))
 }
 
@@ -324,7 +324,7 @@ fn scopes<L: ScopeList + ?Sized>(list: &L) -> impl Iterator<Item = &dyn ContextS
 )]
 pub struct AllOf<L>(pub L);
 
-impl<L: ScopeList> ContextScope for AllOf<L> {
+impl<L: SelectionList> ContextSelection for AllOf<L> {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
         let mut kept: BTreeSet<usize> = (0..messages.len()).collect();
         for scope in scopes(&self.0) {
@@ -339,7 +339,7 @@ impl<L: ScopeList> ContextScope for AllOf<L> {
 
     /// Refuses if any inner scope is positional, whatever the others say: the answer
     /// must not depend on the order of the list.
-    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalScopeError> {
+    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalSelectionError> {
         let mut all = true;
         for scope in scopes(&self.0) {
             all &= scope.matches(message, index)?;
@@ -355,7 +355,7 @@ impl<L: ScopeList> ContextScope for AllOf<L> {
 )]
 pub struct AnyOf<L>(pub L);
 
-impl<L: ScopeList> ContextScope for AnyOf<L> {
+impl<L: SelectionList> ContextSelection for AnyOf<L> {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
         let mut kept = BTreeSet::new();
         for scope in scopes(&self.0) {
@@ -365,7 +365,7 @@ impl<L: ScopeList> ContextScope for AnyOf<L> {
     }
 
     /// Refuses if any inner scope is positional, whatever the others say.
-    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalScopeError> {
+    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalSelectionError> {
         let mut any = false;
         for scope in scopes(&self.0) {
             any |= scope.matches(message, index)?;
@@ -380,13 +380,13 @@ impl<L: ScopeList> ContextScope for AnyOf<L> {
 )]
 pub struct Not<S>(pub S);
 
-impl<S: ContextScope> ContextScope for Not<S> {
+impl<S: ContextSelection> ContextSelection for Not<S> {
     fn surviving_indices(&self, messages: &[Message]) -> BTreeSet<usize> {
         let inner = self.0.surviving_indices(messages);
         (0..messages.len()).filter(|i| !inner.contains(i)).collect()
     }
 
-    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalScopeError> {
+    fn matches(&self, message: &Message, index: usize) -> Result<bool, PositionalSelectionError> {
         self.0.matches(message, index).map(|kept| !kept)
     }
 }
@@ -394,7 +394,7 @@ impl<S: ContextScope> ContextScope for Not<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolCall;
+    use crate::model::ToolCall;
     use serde_json::json;
 
     fn six() -> Vec<Message> {
@@ -414,7 +414,7 @@ mod tests {
         m
     }
 
-    fn kept(scope: &dyn ContextScope, messages: &[Message]) -> Vec<usize> {
+    fn kept(scope: &dyn ContextSelection, messages: &[Message]) -> Vec<usize> {
         scope.surviving_indices(messages).into_iter().collect()
     }
 
@@ -514,12 +514,12 @@ mod tests {
         let m = six();
         assert_eq!(kept(&AllOf(Vec::<Since>::new()), &m).len(), 6);
         assert_eq!(kept(&AnyOf([] as [Since; 0]), &m).len(), 0);
-        let chosen_at_run_time: Vec<Box<dyn ContextScope>> = vec![
+        let chosen_at_run_time: Vec<Box<dyn ContextSelection>> = vec![
             Box::new(LastNTurns(2)),
             Box::new(RoleFilter::new([Role::User])),
         ];
         assert_eq!(kept(&AllOf(chosen_at_run_time), &m), [2, 4]);
-        let shared: Arc<dyn ContextScope> = Arc::new(LastNTurns(1));
+        let shared: Arc<dyn ContextSelection> = Arc::new(LastNTurns(1));
         assert_eq!(kept(&AnyOf(vec![shared.clone()]), &m), [4, 5]);
         assert!(shared.matches(&m[0], 0).is_err());
     }

@@ -19,10 +19,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::{Message, ToolSpec};
-use crate::prefix_context::PrefixContext;
-use crate::report::PreparationReport;
-use crate::scope::Scope;
+use super::message::{Message, ToolSpec};
+use super::prefix_context::PrefixContext;
+use super::report::PreparationReport;
+use super::scope::Scope;
+use crate::tokens;
 
 /// The session used when a request names none.
 pub const DEFAULT_SESSION: &str = "default";
@@ -216,6 +217,15 @@ fn default_session() -> String {
 }
 
 impl ChatRequest {
+    /// The estimated prompt tokens of the whole request: its prefix, tool schemas and
+    /// messages, by the one estimate every step uses
+    /// ([`estimate_message_tokens`](crate::tokens::estimate_message_tokens)).
+    pub fn estimate_tokens(&self) -> usize {
+        self.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
+            + tokens::estimate_tool_tokens(&self.tools)
+            + tokens::estimate_message_tokens(&self.messages)
+    }
+
     /// A request for `model` with a transcript, in the shared scope and default session.
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
         Self {

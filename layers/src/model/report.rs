@@ -36,10 +36,10 @@ pub struct PreparationReport {
     /// Where the history now starts: the index, in the request as received, of the first
     /// message kept after the leading system messages (`None` when nothing was pruned).
     /// A cache-aware policy keeps this cut still across turns.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cut: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none", alias = "cut")]
+    pub history_start: Option<usize>,
     /// The cut is the session's previous one, kept because the rest still fits
-    /// (cache-aware pruning, see [`cut`](crate::cut)): the history starts where it started
+    /// (cache-aware pruning, see [`CutStore`](crate::CutStore)): the history starts where it started
     /// on the last request, so the provider's cached prefix can be read.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cut_reused: bool,
@@ -47,7 +47,7 @@ pub struct PreparationReport {
     /// itself (auto-resolve): the model's calls and their results, in order. An agent loop
     /// appends them to its transcript before the response's message.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub resolved_messages: Vec<crate::message::Message>,
+    pub resolved_messages: Vec<crate::model::Message>,
     /// The response was not produced by a provider call made for this request: it came
     /// from the memo, or from an identical request in flight at the same time. Its `usage`
     /// is the usage of the call that produced it, so cost accounting should skip it.
@@ -111,8 +111,8 @@ impl PreparationReport {
         }
         self.summary_calls += inner.summary_calls;
         self.cut_reused |= inner.cut_reused;
-        if self.cut.is_none() {
-            self.cut = inner.cut;
+        if self.history_start.is_none() {
+            self.history_start = inner.history_start;
         }
         if self.prompt_allowance == 0 {
             self.prompt_allowance = inner.prompt_allowance;

@@ -1,0 +1,95 @@
+//! The [`ArtifactStore`] trait and the [`Artifact`] it keeps.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ChatRequest, Scope};
+use crate::store::StoreError;
+use crate::tokens::{char_count, truncate_chars};
+
+/// A stored tool result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Artifact {
+    /// The stored text (at most `artifact_max_chars` characters).
+    pub text: Arc<str>,
+    /// Characters in the original result.
+    pub original_chars: usize,
+    /// Whether `text` was cut short of the original.
+    pub truncated: bool,
+}
+
+impl Artifact {
+    /// An artifact for `original`, cut to `max_chars` characters on a character boundary.
+    pub fn new(original: &str, max_chars: usize) -> Self {
+        Self::counted(original, char_count(original), max_chars)
+    }
+
+    /// [`Artifact::new`] for an `original` of `original_chars` characters, counted already.
+    pub(crate) fn counted(original: &str, original_chars: usize, max_chars: usize) -> Self {
+        let text = truncate_chars(original, max_chars);
+        Self {
+            text: Arc::from(text),
+            original_chars,
+            truncated: original_chars > max_chars,
+        }
+    }
+
+    /// Characters stored.
+    pub fn stored_chars(&self) -> usize {
+        self.original_chars.min(char_count(&self.text))
+    }
+}
+
+/// Where offloaded and cleared tool results are kept, per (scope, session).
+#[async_trait]
+pub trait ArtifactStore: Send + Sync + 'static {
+    /// Stores `artifact` under `id`. Storing an id that is already there keeps one copy
+    /// (ids are content-addressed) and counts as a use for eviction.
+    async fn put(
+        &self,
+        scope: &Scope,
+        session: &str,
+        id: &str,
+        artifact: Artifact,
+    ) -> Result<(), StoreError>;
+
+    /// The artifact `id` of this scope and session, or `None` (unknown, evicted, or
+    /// another tenant's or session's).
+    async fn get(
+        &self,
+        scope: &Scope,
+        session: &str,
+        id: &str,
+    ) -> Result<Option<Artifact>, StoreError>;
+}
+
+/// An artifact to store: the full text a preview or a stub stands for.
+#[derive(Clone, Debug)]
+pub(crate) struct Displaced {
+    pub(crate) id: String,
+    pub(crate) artifact: Artifact,
+}
+
+/// Stores every displaced result. A failure is logged and skipped: the preview (or stub)
+/// is still sent, so the budget holds, and a later read of that id answers the model
+/// with an `unknown_artifact` result it can recover from.
+pub(crate) async fn store_all(store: &dyn ArtifactStore, req: &ChatRequest, items: Vec<Displaced>) {
+    for item in items {
+        if let Err(e) = store
+            .put(&req.scope, &req.session, &item.id, item.artifact)
+            .await
+        {
+            tracing::warn!(
+                event = "artifact_not_stored",
+                error = %e,
+                artifact = %item.id,
+                scope = %req.scope.key(),
+                session = %req.session,
+                "could not store an artifact; the model gets the preview only"
+            );
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! What the composite is configured with, and the synchronous part of its preparation.
+
+use std::sync::Arc;
+
+use crate::BoxError;
+use crate::artifact::{ArtifactReader, ArtifactStore};
+use crate::calibration::Calibration;
+use crate::catalog::Catalog;
+use crate::fit::{self, CutStore, Scratch, Stages};
+use crate::model::ChatRequest;
+use crate::offload::{Prepared, offload_request};
+use crate::policy::ContextPolicy;
+use crate::prefix::PrefixLayer;
+
+#[derive(Clone)]
+/// The composite's configuration, shared by every service of one layer.
+pub(crate) struct Composite {
+    pub(crate) policy: ContextPolicy,
+    /// Injects the configured prefix (before planning) and marks breakpoints (after).
+    pub(crate) prefix: PrefixLayer,
+    /// Context windows (when the policy sets no ceiling) and cache minimums.
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) store: Arc<dyn ArtifactStore>,
+    pub(crate) reader: ArtifactReader,
+    pub(crate) auto_resolve: Option<usize>,
+    /// Sessions' previous cuts, for cache-aware pruning.
+    pub(crate) cuts: Arc<dyn CutStore>,
+    /// Learns the provider's counting from responses and tightens the budget by it.
+    pub(crate) calibration: Option<Calibration>,
+}
+
+/// The whole synchronous part of preparation: inject the prefix (so the plan counts
+/// it), fit, offload, then mark the cache breakpoints on what will be sent.
+pub(super) fn prepare(
+    mut req: ChatRequest,
+    shared: &Composite,
+    scratch: &mut Scratch,
+) -> Result<Prepared, BoxError> {
+    shared.prefix.inject(&mut req);
+    // Cache-aware pruning only: otherwise no cut is looked up or kept.
+    let cuts = shared.policy.low_water_tokens.map(|_| shared.cuts.as_ref());
+    let previous = cuts.and_then(|c| c.get(&req.scope, &req.session));
+    let budget = fit::budget(
+        &req,
+        &shared.policy,
+        &shared.catalog,
+        shared.calibration.as_ref(),
+        previous,
+    )?;
+    let fitted = fit::prepare(req, &shared.policy, Stages::All, budget, scratch)?;
+    if let (Some(store), Some(cut)) = (cuts, fitted.cut)
+        && Some(cut) != previous
+    {
+        store.put(&fitted.req.scope, &fitted.req.session, cut);
+    }
+    let mut prepared = offload_request(
+        fitted.req,
+        fitted.report,
+        fitted.displaced,
+        &shared.policy,
+        fitted.reserved_tool,
+        Some(fitted.refers),
+    )?;
+    shared.prefix.mark(&mut prepared.req);
+    Ok(prepared)
+}

@@ -1,0 +1,255 @@
+//! Fitting a request: the planner applied, and the service that prune and clear share.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::Service;
+
+use super::cut::Cut;
+use super::plan::{self, Budget, Scratch, Stages};
+use crate::BoxError;
+use crate::artifact::Displaced;
+use crate::calibration::Calibration;
+use crate::catalog::Catalog;
+use crate::error::ContextLimitError;
+use crate::future::{Learn, ResponseFuture};
+use crate::model::{ChatRequest, ChatResponse, PreparationReport};
+use crate::policy::{ContextPolicy, PolicyError};
+
+/// A fitted request.
+pub(crate) struct Fitted {
+    pub(crate) req: ChatRequest,
+    /// Where whole turns were cut (`None` when none were).
+    pub(crate) cut: Option<Cut>,
+    pub(crate) report: PreparationReport,
+    /// Cleared contents to store (empty unless `stages.clear_artifacts`).
+    pub(crate) displaced: Vec<Displaced>,
+    /// Whether the read tool's tokens were counted in the plan.
+    pub(crate) reserved_tool: bool,
+    /// Whether a kept message refers to an artifact.
+    pub(crate) refers: bool,
+}
+
+/// Plans and applies the stages to a request: the pure core of the fitting layers.
+pub(crate) fn prepare(
+    mut req: ChatRequest,
+    policy: &ContextPolicy,
+    stages: Stages,
+    budget: Budget,
+    scratch: &mut Scratch,
+) -> Result<Fitted, ContextLimitError> {
+    let planned = plan::plan(&req, policy, stages, budget, scratch)?;
+    let cut = planned.cut;
+    let reserved_tool = planned.reserved_tool;
+    let refers = planned.refers;
+    let report = planned.report.clone();
+    let mut displaced = Vec::new();
+    if report.removed_messages > 0 || report.cleared_observations > 0 {
+        let messages = std::mem::take(&mut req.messages);
+        (req.messages, displaced) =
+            planned.apply(messages, &scratch.actions, policy.artifact_max_chars);
+        tracing::info!(
+            event = "context_compacted",
+            before_tokens = report.before_tokens,
+            after_tokens = report.after_tokens,
+            removed_messages = report.removed_messages,
+            cleared_observations = report.cleared_observations,
+            pruned_turns = report.pruned_turns,
+            dropped_rounds = report.dropped_rounds,
+            prompt_allowance = report.prompt_allowance,
+            scope = %req.scope.key(),
+            session = %req.session,
+            "context_compacted"
+        );
+    }
+    Ok(Fitted {
+        req,
+        cut,
+        report,
+        displaced,
+        reserved_tool,
+        refers,
+    })
+}
+
+/// What the standalone fitting layers plan with, the same as the composite: the policy,
+/// the catalog's context window when the policy sets none, and a calibration when given.
+#[derive(Clone, Debug)]
+pub(crate) struct FitConfig {
+    pub(crate) policy: ContextPolicy,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) calibration: Option<Calibration>,
+}
+
+impl FitConfig {
+    pub(crate) fn new(policy: ContextPolicy) -> Result<Self, PolicyError> {
+        policy.validate()?;
+        Ok(Self {
+            policy,
+            catalog: Catalog::builtin(),
+            calibration: None,
+        })
+    }
+}
+
+/// The budget of `req` under `policy`: the model's window from `catalog`, the
+/// calibration's factor for the model, and the session's previous cut. Fails when the
+/// policy leaves no room in the model's window.
+pub(crate) fn budget(
+    req: &ChatRequest,
+    policy: &ContextPolicy,
+    catalog: &Catalog,
+    calibration: Option<&Calibration>,
+    previous_cut: Option<Cut>,
+) -> Result<Budget, PolicyError> {
+    let window = catalog.context_window(&req.model);
+    if let Some(window) = window {
+        policy.validate_window(window)?;
+    }
+    Ok(Budget {
+        model_window: window,
+        previous_cut,
+        factor: calibration.map_or(1.0, |c| c.factor(&req.model)),
+    })
+}
+
+/// A service that fits requests with some stages. Rewrite-only: the inner future is
+/// returned wrapped only to attach the report to the response (and teach the
+/// calibration, when there is one).
+#[derive(Clone, Debug)]
+pub(crate) struct Fit<S> {
+    pub(crate) inner: S,
+    config: Arc<FitConfig>,
+    stages: Stages,
+    scratch: Scratch,
+}
+
+impl<S> Fit<S> {
+    pub(crate) fn new(inner: S, config: Arc<FitConfig>, stages: Stages) -> Self {
+        Self {
+            inner,
+            config,
+            stages,
+            scratch: Scratch::default(),
+        }
+    }
+}
+
+impl<S> Service<ChatRequest> for Fit<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse>,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatResponse;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let config = &self.config;
+        let calibration = config.calibration.as_ref();
+        let budget = match budget(&req, &config.policy, &config.catalog, calibration, None) {
+            Ok(budget) => budget,
+            Err(e) => return ResponseFuture::failed(Box::new(e)),
+        };
+        match prepare(req, &config.policy, self.stages, budget, &mut self.scratch) {
+            Ok(fitted) => {
+                let learn = calibration.map(|c| Learn {
+                    calibration: c.clone(),
+                    model: fitted.req.model.clone(),
+                });
+                let future = self.inner.call(fitted.req);
+                ResponseFuture::direct_learning(future, fitted.report, learn)
+            }
+            Err(limit) => ResponseFuture::failed(Box::new(limit)),
+        }
+    }
+}
+
+/// A standalone fitting layer and its service: the same surface for prune and clear,
+/// which differ only in their stages.
+macro_rules! fit_layer {
+    ($(#[$doc:meta])* $layer:ident => $service:ident, $stages:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $layer {
+            config: std::sync::Arc<$crate::fit::FitConfig>,
+        }
+
+        impl $layer {
+            /// A layer for a policy; fails when the policy does not validate. The model's
+            /// window comes from the built-in catalog when the policy sets none, as in
+            /// [`ContextPolicyLayer`](crate::ContextPolicyLayer).
+            pub fn new(
+                policy: $crate::ContextPolicy,
+            ) -> Result<Self, $crate::PolicyError> {
+                Ok(Self {
+                    config: std::sync::Arc::new($crate::fit::FitConfig::new(policy)?),
+                })
+            }
+
+            /// Takes context windows from `catalog` instead of the built-in one.
+            pub fn with_catalog(mut self, catalog: std::sync::Arc<$crate::Catalog>) -> Self {
+                std::sync::Arc::make_mut(&mut self.config).catalog = catalog;
+                self
+            }
+
+            /// Learns the provider's counting from responses and plans to the allowance
+            /// divided by it, as [`ContextPolicyLayer::with_calibration`](crate::ContextPolicyLayer::with_calibration) does.
+            pub fn with_calibration(mut self, calibration: $crate::Calibration) -> Self {
+                std::sync::Arc::make_mut(&mut self.config).calibration = Some(calibration);
+                self
+            }
+        }
+
+        impl<S> tower::Layer<S> for $layer {
+            type Service = $service<S>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                $service {
+                    fit: $crate::fit::Fit::new(inner, self.config.clone(), $stages),
+                }
+            }
+        }
+
+        #[doc = concat!("The service of [`", stringify!($layer), "`].")]
+        #[derive(Clone, Debug)]
+        pub struct $service<S> {
+            fit: $crate::fit::Fit<S>,
+        }
+
+        impl<S> $service<S> {
+            /// Wraps `inner`; fails when the policy does not validate.
+            pub fn new(inner: S, policy: $crate::ContextPolicy) -> Result<Self, $crate::PolicyError> {
+                Ok(tower::Layer::layer(&$layer::new(policy)?, inner))
+            }
+
+            inner_accessors!(fit.inner);
+        }
+
+        impl<S> tower::Service<$crate::ChatRequest> for $service<S>
+        where
+            S: tower::Service<$crate::ChatRequest, Response = $crate::ChatResponse>,
+            S::Error: Into<$crate::BoxError>,
+        {
+            type Response = $crate::ChatResponse;
+            type Error = $crate::BoxError;
+            type Future = $crate::fit::ResponseFuture<S::Future>;
+
+            fn poll_ready(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                self.fit.poll_ready(cx)
+            }
+
+            fn call(&mut self, req: $crate::ChatRequest) -> Self::Future {
+                self.fit.call(req)
+            }
+        }
+    };
+}
+pub(crate) use fit_layer;

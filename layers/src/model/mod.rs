@@ -1,0 +1,19 @@
+//! The plain data every step reads and writes: messages, requests and responses, the
+//! preparation report, the tenant scope and the frozen prefix. Nothing here decides
+//! anything; the types are re-exported at the crate root.
+
+mod message;
+mod prefix_context;
+mod report;
+mod request;
+mod scope;
+
+pub use message::leading_system_end;
+pub use message::{Content, ContentPart, Message, Role, ToolCall, ToolSpec};
+pub use prefix_context::PrefixContext;
+pub use report::PreparationReport;
+pub use request::{
+    CacheHints, CacheTtl, ChatRequest, ChatResponse, DEFAULT_SESSION, FinishReason,
+    GenerationParams, MemoHint, Usage,
+};
+pub use scope::Scope;
