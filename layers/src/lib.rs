@@ -16,13 +16,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This crate has no network and no filesystem: the provider-neutral message model
-//! ([`Message`], [`ChatRequest`], [`ChatResponse`]), the token estimate ([`tokens`]),
-//! [`ContextPolicy`], the tower layers ([`prune`], [`clear`], [`offload`], [`prefix`],
-//! [`memo`], [`usage`], [`summarize`], [`ContextPolicyLayer`]), the model [`catalog`] and
-//! costs, [`WorkingContext`], durable context records and memory with in-memory backends
-//! ([`durable`]), the [`mock`] model, errors and reports. `llm-context` re-exports all of it and adds
-//! provider clients, durable stores and the command-line tool.
+//! This crate has no network and no filesystem. `llm-context` re-exports all of it and adds
+//! provider clients, durable stores and the command-line tool. Its modules, in the order a
+//! request meets them:
+//!
+//! | | modules |
+//! |---|---|
+//! | plain data | [`Message`], [`ChatRequest`], [`ChatResponse`], [`PreparationReport`], [`Scope`], [`PrefixContext`] (at the root) |
+//! | what every step measures and obeys | [`tokens`], [`policy`], [`catalog`], [`hash`], [`calibration`], [`store`] (for store implementors) |
+//! | the format the steps share | [`artifact`]: stores, ids, previews, stubs, the read tool |
+//! | the steps | [`fit`] (prune and clear), [`offload`], [`prefix`], [`memo`], and the composite [`context_policy`] |
+//! | around the path | [`usage`], [`summarize`], [`working`], [`durable`], [`mock`], [`builder`] |
 //!
 //! The request's path, outermost first: (summarize →) prune → clear → offload → prefix →
 //! memo → your model. Every layer can also be used alone (see [`ServiceBuilderExt`]).

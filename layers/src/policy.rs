@@ -64,7 +64,7 @@ pub struct ContextPolicy {
     pub max_artifacts: usize,
     /// The most characters kept per artifact; longer ones are marked truncated.
     pub artifact_max_chars: usize,
-    /// Cache-aware pruning (see [`cut`](crate::cut)): when whole turns must go, prune until
+    /// Cache-aware pruning (see [`cut`](crate::fit::cut)): when whole turns must go, prune until
     /// the request is at or below this many tokens rather than just under the allowance,
     /// and keep that cut on the session's later requests while they fit. `None` (the
     /// default): prune the minimum each time.

@@ -149,8 +149,9 @@ impl PrefixLayer {
         }
     }
 
-    /// Sets the request's breakpoints ([`plan_breakpoints`] with this layer's
-    /// breakpoints and the model's minimum from the catalog), replacing any it had.
+    /// Sets the request's breakpoints, replacing any it had: this layer's breakpoints
+    /// whose part is present and whose cached prefix reaches the model's minimum from the
+    /// catalog.
     pub fn mark(&self, req: &mut ChatRequest) {
         let min = self.catalog.cache_min_tokens(&req.model);
         req.cache = plan_breakpoints(req, self.breakpoints, min);

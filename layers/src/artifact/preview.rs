@@ -47,7 +47,7 @@ struct PreviewJson<'a> {
     instructions: &'static str,
 }
 
-/// Whether `text` is already a preview written by [`render_preview`] (so preparing a
+/// Whether `text` is already a preview written by the offload step (so preparing a
 /// prepared request leaves it alone).
 pub fn is_preview(text: &str) -> bool {
     text.starts_with("{\"context_artifact\":\"art_")

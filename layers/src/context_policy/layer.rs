@@ -112,7 +112,7 @@ impl<P> ContextPolicyLayer<P> {
 
     /// Remembers sessions' cuts in `store` instead of the default in-memory one (10,000
     /// sessions). Consulted only when the policy sets
-    /// [`low_water_tokens`](ContextPolicy::low_water_tokens); see [`cut`](crate::cut).
+    /// [`low_water_tokens`](ContextPolicy::low_water_tokens); see [`cut`](crate::fit::cut).
     pub fn with_cut_store(self, store: Arc<dyn CutStore>) -> Self {
         self.with_shared(|s| s.cuts = store)
     }

@@ -14,7 +14,7 @@ use crate::store::{StoreError, check_context_id, version_conflict};
 /// Every write is a compare-and-set on the version: [`save`](Self::save) commits
 /// `record` only when the stored version is still `record.version` (0: no record yet),
 /// as version `record.version + 1`, which it returns. Against any other version it
-/// fails with [`StoreErrorKind::Conflict`] and changes nothing, so two writers can never
+/// fails with [`StoreErrorKind::Conflict`](crate::StoreErrorKind::Conflict) and changes nothing, so two writers can never
 /// silently overwrite each other: the loser reloads and tries again. A store never
 /// answers for another tenant, whatever id it is asked for.
 ///
@@ -46,7 +46,7 @@ pub trait ContextStore: Send + Sync + 'static {
     async fn load(&self, scope: &Scope, id: &str) -> Result<Option<ContextRecord>, StoreError>;
 
     /// Commits `record` if the stored version is `record.version` (0: absent); returns
-    /// the new version. A stale version fails with [`StoreErrorKind::Conflict`].
+    /// the new version. A stale version fails with [`StoreErrorKind::Conflict`](crate::StoreErrorKind::Conflict).
     async fn save(
         &self,
         scope: &Scope,

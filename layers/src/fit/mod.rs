@@ -1,5 +1,26 @@
-//! The shared fitting pass behind [`prune`](crate::prune), [`clear`](crate::clear) and
-//! [`ContextPolicyLayer`](crate::ContextPolicyLayer).
+//! Fitting a request into the window: the one planner behind [`PruneLayer`],
+//! [`ClearLayer`] and [`ContextPolicyLayer`](crate::ContextPolicyLayer), and the session's
+//! remembered [`cut`].
+//!
+//! ```
+//! use llm_context_layers::fit::PruneLayer;
+//! use llm_context_layers::mock::MockModel;
+//! use llm_context_layers::{ChatRequest, ContextPolicy, Message};
+//! use tower::{Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let mut messages = Vec::new();
+//! for i in 0..40 {
+//!     messages.push(Message::user(format!("question {i}: {}", "why? ".repeat(40))));
+//!     messages.push(Message::assistant(format!("answer {i}: {}", "because ".repeat(40))));
+//! }
+//! let policy = ContextPolicy::default().with_max_tokens(2_000).with_reserve_tokens(500);
+//! let model = PruneLayer::new(policy).unwrap().layer(MockModel::echo());
+//! let reply = model.oneshot(ChatRequest::new("mock", messages)).await.unwrap();
+//! assert!(reply.report.after_tokens <= 1_500);
+//! assert_eq!(reply.report.history_start, Some(2 * reply.report.pruned_turns));
+//! # }
+//! ```
 //!
 //! Pruning and clearing decide together: whether a turn must go depends on how much
 //! clearing (and offloading) will save, and the order of the two is a policy choice. So
@@ -12,10 +33,14 @@
 //! | `ContextPolicyLayer` | all, in the policy's order, sized as offloading will send | yes |
 //!
 //! The plan is computed in one linear pass with a running total; nothing outside the
-//! layer depends on positions.
+//! layer depends on positions. Used alone, [`PruneLayer`] and [`ClearLayer`] plan with the
+//! same budget as the composite: the policy's `max_tokens`, else the model's window from
+//! the catalog ([`with_catalog`](PruneLayer::with_catalog)), divided by a
+//! [`Calibration`](crate::Calibration) factor when given
+//! ([`with_calibration`](PruneLayer::with_calibration)).
 
 mod clear;
-mod cut;
+pub mod cut;
 mod fitting;
 mod plan;
 mod prune;

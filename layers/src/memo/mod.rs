@@ -79,7 +79,5 @@ pub use predicate::{DefaultPredicate, MemoPredicate};
 pub use service::Memo;
 pub use store::MemoStore;
 
-pub use crate::model::MemoHint;
-
 #[cfg(test)]
 mod tests;
