@@ -322,7 +322,24 @@ fn is_context_length(status: u16, err: &ProviderError) -> bool {
     .any(|needle| m.contains(needle))
 }
 
-/// `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date.
+/// The longest wait a response header can ask for. A server may send any number
+/// (`retry-after: 1e30`); a wait is clamped here before it becomes a `Duration`, which
+/// panics on values it cannot hold. `RetryPolicy` refuses to wait past its own, smaller
+/// bound anyway.
+pub(crate) const MAX_HEADER_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `secs` as a wait, clamped to [`MAX_HEADER_WAIT`]; `None` when it is not a wait at all
+/// (negative, NaN).
+fn header_wait(secs: f64) -> Option<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        return None;
+    }
+    // `try_from_secs_f64` fails on +inf and on anything past `Duration::MAX`.
+    Some(Duration::try_from_secs_f64(secs).map_or(MAX_HEADER_WAIT, |d| d.min(MAX_HEADER_WAIT)))
+}
+
+/// `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date, never
+/// more than [`MAX_HEADER_WAIT`].
 pub(crate) fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     let value = |name: &str| {
         headers
@@ -330,20 +347,21 @@ pub(crate) fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
-    if let Some(ms) = value("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+    if let Some(wait) = value("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|ms| header_wait(ms / 1_000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1_000.0));
+        return Some(wait);
     }
     let v = value("retry-after")?;
     if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return header_wait(secs);
     }
     let when = httpdate::parse_http_date(v).ok()?;
     Some(
         when.duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO),
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_HEADER_WAIT),
     )
 }
 
@@ -448,6 +466,50 @@ mod tests {
         );
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
         assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
+    }
+
+    #[test]
+    fn huge_waits_are_clamped_not_a_panic() {
+        for (name, value) in [
+            ("retry-after", "1e30"),
+            ("retry-after", "inf"),
+            ("retry-after", "18446744073709551616"),
+            ("retry-after-ms", "1e300"),
+            ("retry-after-ms", "Infinity"),
+            ("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT"),
+        ] {
+            assert_eq!(
+                retry_after(&headers(&[(name, value)])),
+                Some(MAX_HEADER_WAIT),
+                "{name}: {value}"
+            );
+        }
+        assert_eq!(retry_after(&headers(&[("retry-after-ms", "NaN")])), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_header_value_is_a_bounded_wait_or_none(
+            ms in proptest::option::of("[ -~]{0,40}|[0-9eE+.-]{1,30}"),
+            secs in proptest::option::of("[ -~]{0,40}|[0-9eE+.-]{1,30}"),
+        ) {
+            let mut pairs = Vec::new();
+            if let Some(ms) = ms.as_deref() {
+                pairs.push(("retry-after-ms", ms));
+            }
+            if let Some(secs) = secs.as_deref() {
+                pairs.push(("retry-after", secs));
+            }
+            let mut map = http::HeaderMap::new();
+            for (name, value) in pairs {
+                if let Ok(value) = http::HeaderValue::from_str(value) {
+                    map.insert(name, value);
+                }
+            }
+            if let Some(wait) = retry_after(&map) {
+                proptest::prop_assert!(wait <= MAX_HEADER_WAIT);
+            }
+        }
     }
 
     #[test]

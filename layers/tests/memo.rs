@@ -5,13 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use llm_context_layers::memo::{
-    FlightError, LocalMemoStore, MemoHint, MemoKey, MemoLayer, MemoStore,
-};
+use llm_context_layers::memo::{FlightError, LocalMemoStore, MemoKey, MemoLayer, MemoStore};
 use llm_context_layers::mock::MockModel;
 use llm_context_layers::{
-    BoxError, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer, Message, Scope,
-    StoreError, StoreErrorKind,
+    BoxError, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer, MemoHint, Message,
+    Scope, StoreError, StoreErrorKind,
 };
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
