@@ -23,9 +23,9 @@
 //! is enough. This crate adds what touches the outside world: provider clients
 //! ([`openai::OpenAi`] and [`anthropic::Anthropic`], features `openai` and `anthropic`,
 //! both on by default) with typed [`error`]s and a [`retry`] policy, durable stores for
-//! context records and memory ([`durable`]: SQLite, the embedded default, and Redis), Redis
-//! stores shared by many replicas (`redis`), provider wire formats ([`wire`]), catalog files
-//! ([`load_catalog`], [`load_policy`]) and the `llm-context` command-line tool.
+//! the context records and memory of [`durable`] (`sqlite`, the embedded default, and
+//! `redis`), Redis stores shared by many replicas (`redis`), provider wire formats ([`wire`]),
+//! catalog files ([`load_catalog`], [`load_policy`]) and the `llm-context` command-line tool.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -36,7 +36,6 @@ pub mod anthropic;
 mod catalog_file;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod client;
-pub mod durable;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod error;
 #[cfg(feature = "openai")]
@@ -61,6 +60,9 @@ pub use retry::RetryPolicy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod sqlite;
 
 // The README's examples are compiled as doctests, so they cannot rot.
 #[cfg(doctest)]
