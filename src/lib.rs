@@ -24,8 +24,9 @@
 //! ([`openai::OpenAi`] and [`anthropic::Anthropic`], features `openai` and `anthropic`,
 //! both on by default) with typed [`error`]s and a [`retry`] policy, durable stores for
 //! the context records and memory of [`durable`] (`sqlite`, the embedded default, and
-//! `redis`), Redis stores shared by many replicas (`redis`), provider wire formats ([`wire`]),
-//! catalog files ([`load_catalog`], [`load_policy`]) and the `llm-context` command-line tool.
+//! `redis`), Redis stores shared by many replicas (`redis`), the OpenAI request body
+//! mapping (`openai::body`), catalog files ([`load_catalog`], [`load_policy`]) and the
+//! `llm-context` command-line tool.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -38,13 +39,15 @@ mod catalog_file;
 mod client;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod error;
-#[cfg(feature = "openai")]
+// The body mapping (`openai::body`) is what the command-line tool reads and writes, so
+// the module is there for the `cli` feature too; the client in it needs `openai`.
+#[cfg(any(feature = "openai", feature = "cli"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "cli"))))]
 pub mod openai;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod retry;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod transport;
-pub mod wire;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::Anthropic;

@@ -34,10 +34,17 @@
 //! * **Other fields** of the caller's body (`response_format`, `reasoning_effort`, …) are
 //!   passed through; `stream` is dropped (this client reads one JSON response).
 
+pub mod body;
+#[cfg(feature = "openai")]
 mod client;
+#[cfg(feature = "openai")]
 mod convert;
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod types;
 
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use client::{
     API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, OpenAi, OpenAiBuilder, ResponseFuture,
 };
