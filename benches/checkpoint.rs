@@ -9,7 +9,8 @@
 use std::cell::Cell;
 
 use llm_context::Scope;
-use llm_context::durable::{ContextRecord, ContextStore, SqliteOptions, SqliteStore, Synchronous};
+use llm_context::durable::{ContextRecord, ContextStore};
+use llm_context::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 #[path = "support/transcript.rs"]
 mod transcript;

@@ -70,7 +70,7 @@ fn open_store(spec: Option<&str>) -> Result<Arc<dyn ContextStore>, String> {
     match spec.split_once(':') {
         #[cfg(feature = "sqlite")]
         Some(("sqlite", path)) if !path.is_empty() => {
-            let store = llm_context::durable::SqliteStore::open(path).map_err(|e| e.to_string())?;
+            let store = llm_context::sqlite::SqliteStore::open(path).map_err(|e| e.to_string())?;
             Ok(Arc::new(store))
         }
         _ => Err(format!(

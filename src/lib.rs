@@ -23,9 +23,10 @@
 //! is enough. This crate adds what touches the outside world: provider clients
 //! ([`openai::OpenAi`] and [`anthropic::Anthropic`], features `openai` and `anthropic`,
 //! both on by default) with typed [`error`]s and a [`retry`] policy, durable stores for
-//! context records and memory ([`durable`]: SQLite, the embedded default, and Redis), Redis
-//! stores shared by many replicas (`redis`), provider wire formats ([`wire`]), catalog files
-//! ([`load_catalog`], [`load_policy`]) and the `llm-context` command-line tool.
+//! the context records and memory of [`durable`] (`sqlite`, the embedded default, and
+//! `redis`), Redis stores shared by many replicas (`redis`), the OpenAI request body
+//! mapping (`openai::body`), catalog files ([`load_catalog`], [`load_policy`]) and the
+//! `llm-context` command-line tool.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -36,16 +37,17 @@ pub mod anthropic;
 mod catalog_file;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod client;
-pub mod durable;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod error;
-#[cfg(feature = "openai")]
+// The body mapping (`openai::body`) is what the command-line tool reads and writes, so
+// the module is there for the `cli` feature too; the client in it needs `openai`.
+#[cfg(any(feature = "openai", feature = "cli"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "cli"))))]
 pub mod openai;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod retry;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod transport;
-pub mod wire;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::Anthropic;
@@ -61,6 +63,9 @@ pub use retry::RetryPolicy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod sqlite;
 
 // The README's examples are compiled as doctests, so they cannot rot.
 #[cfg(doctest)]

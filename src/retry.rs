@@ -127,7 +127,7 @@ impl RetryPolicy {
         let delay = self.delay_for(err)?;
         self.attempts += 1;
         tracing::warn!(
-            target: "llm_context",
+            event = "provider_retry",
             attempt = self.attempts,
             delay_ms = delay.as_millis() as u64,
             error = %err,

@@ -1,4 +1,5 @@
-//! The `llm-context` command-line contract of DESIGN.md, through the real binary.
+//! The `llm-context` command-line contract (arguments, output, exit codes), through the
+//! real binary.
 
 #[path = "common/child.rs"]
 mod child;

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use llm_context::durable::{ContextRecord, ContextStore, SqliteStore};
+use llm_context::durable::{ContextRecord, ContextStore};
+use llm_context::sqlite::SqliteStore;
 use llm_context::{Message, Scope};
 
 const WRITER_ENV: &str = "LLM_CONTEXT_CRASH_WRITER_DB";

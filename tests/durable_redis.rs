@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use contract::{Backend, tenant};
-use llm_context::durable::{ContextRecord, ContextStore, Memory, RedisStore};
+use llm_context::durable::{ContextRecord, ContextStore, Memory};
+use llm_context::redis::RedisStore;
 use serde_json::json;
 
 fn redis_url() -> String {
@@ -33,8 +34,8 @@ async fn backend() -> Backend {
 
 store_contract!(backend());
 
-async fn raw() -> redis::aio::MultiplexedConnection {
-    redis::Client::open(redis_url())
+async fn raw() -> redis_client::aio::MultiplexedConnection {
+    redis_client::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -53,7 +54,7 @@ async fn expired_entries_leave_the_index_without_scan() {
     memory.put(&scope, "tmp/b", json!(2), None).await.unwrap();
     let index = format!("{}:memidx:{}", store.namespace(), scope.key());
     let mut conn = raw().await;
-    let members: u64 = redis::cmd("ZCARD")
+    let members: u64 = redis_client::cmd("ZCARD")
         .arg(&index)
         .query_async(&mut conn)
         .await
@@ -64,7 +65,7 @@ async fn expired_entries_leave_the_index_without_scan() {
     let listed = memory.list(&scope, "tmp/", 10).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].key, "tmp/b");
-    let members: u64 = redis::cmd("ZCARD")
+    let members: u64 = redis_client::cmd("ZCARD")
         .arg(&index)
         .query_async(&mut conn)
         .await

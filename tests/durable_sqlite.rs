@@ -7,7 +7,8 @@ mod contract;
 use std::sync::Arc;
 
 use contract::{Backend, tenant};
-use llm_context::durable::{ContextRecord, ContextStore, SqliteOptions, SqliteStore, Synchronous};
+use llm_context::durable::{ContextRecord, ContextStore};
+use llm_context::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use llm_context::{Message, StoreErrorKind};
 
 async fn backend() -> Backend {

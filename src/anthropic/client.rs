@@ -31,10 +31,10 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4_096;
 #[derive(Clone)]
 pub struct Anthropic<T = ReqwestTransport> {
     pub(super) transport: T,
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<ClientState>,
 }
 
-pub(super) struct Shared {
+pub(super) struct ClientState {
     base_url: String,
     api_key: SecretString,
     default_max_tokens: u32,
@@ -187,7 +187,7 @@ impl AnthropicBuilder {
             .ok_or(ConfigError::MissingApiKey { var: API_KEY_VAR })?;
         Ok(Anthropic {
             transport,
-            shared: Arc::new(Shared {
+            shared: Arc::new(ClientState {
                 base_url: url,
                 api_key,
                 default_max_tokens: self.default_max_tokens,
@@ -219,7 +219,7 @@ where
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         tracing::debug!(
-            target: "llm_context",
+            event = "provider_request",
             provider = "anthropic",
             model = %req.model,
             messages = req.messages.len(),

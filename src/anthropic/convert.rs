@@ -35,7 +35,10 @@ pub(crate) fn request(
     let p = &req.params;
     if p.temperature.is_some() || p.top_p.is_some() {
         // The Messages API as of SDK 2.14.0 has no sampling fields; sending them is refused.
-        tracing::debug!(target: "llm_context", "temperature / top_p are not sent to Anthropic");
+        tracing::debug!(
+            event = "params_not_sent",
+            "temperature / top_p are not sent to Anthropic"
+        );
     }
     let tool_choice = if tools.is_empty() {
         None

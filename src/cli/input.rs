@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use llm_context::wire::openai::{BodyContext, request_from_body};
+use llm_context::openai::body::{BodyContext, request_from_body};
 use llm_context::{ChatRequest, ContextPolicy, load_policy};
 
 use super::Exit;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use llm_context::wire::openai::body_from_request;
+use llm_context::openai::body::body_from_request;
 use llm_context::{ContextLimitError, ContextPolicyLayer, PreparationReport};
 use serde_json::json;
 use tower::{Layer, ServiceExt};

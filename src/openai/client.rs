@@ -27,10 +27,10 @@ pub const BASE_URL_VAR: &str = "OPENAI_BASE_URL";
 #[derive(Clone)]
 pub struct OpenAi<T = ReqwestTransport> {
     transport: T,
-    shared: Arc<Shared>,
+    shared: Arc<ClientState>,
 }
 
-struct Shared {
+struct ClientState {
     base_url: String,
     endpoint: String,
     api_key: Option<SecretString>,
@@ -152,7 +152,7 @@ impl OpenAiBuilder {
         }
         Ok(OpenAi {
             transport,
-            shared: Arc::new(Shared {
+            shared: Arc::new(ClientState {
                 endpoint: format!("{url}/chat/completions"),
                 base_url: url,
                 api_key: self.settings.api_key,
@@ -182,7 +182,7 @@ where
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         tracing::debug!(
-            target: "llm_context",
+            event = "provider_request",
             provider = "openai",
             model = %req.model,
             messages = req.messages.len(),

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::body::{arguments_from_wire, arguments_to_wire};
 use super::types::{
     CompletionUsage, CreateChatCompletionRequest, CreateChatCompletionResponse, FunctionCall,
     FunctionObject, ImageUrl, MessageToolCall, RequestMessage, TextContent, TextPart, Tool,
@@ -11,7 +12,6 @@ use super::types::{
 };
 use crate::client::unsupported;
 use crate::error::{Provider, ProviderError, ProviderErrorKind};
-use crate::wire::openai::{arguments_from_wire, arguments_to_wire};
 use llm_context_layers::{
     ChatRequest, ChatResponse, Content, ContentPart, FinishReason, Message, Role, ToolCall,
     ToolSpec, Usage,

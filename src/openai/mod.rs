@@ -1,11 +1,12 @@
 //! The OpenAI-compatible Chat Completions client.
 //!
 //! ```no_run
+//! # #[cfg(feature = "openai")]
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::BoxError> {
 //! use llm_context::openai::OpenAi;
 //! use llm_context::{ChatRequest, ContextPolicy, Message, ServiceBuilderExt};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::BoxError> {
 //! let model = ServiceBuilder::new()
 //!     .context_policy(ContextPolicy::default().with_context_window(272_000))?
 //!     .service(OpenAi::from_env()?); // OPENAI_API_KEY, OPENAI_BASE_URL
@@ -14,6 +15,7 @@
 //!     .await?;
 //! println!("{} ({:?})", reply.message.text(), reply.usage);
 //! # Ok(()) }
+//! # #[cfg(not(feature = "openai"))] fn main() {}
 //! ```
 //!
 //! `POST {base}/chat/completions`, where the base URL includes `/v1` as in OpenAI's own
@@ -33,11 +35,23 @@
 //!   `input_tokens = prompt_tokens − cached_tokens − cache_write_tokens`.
 //! * **Other fields** of the caller's body (`response_format`, `reasoning_effort`, …) are
 //!   passed through; `stream` is dropped (this client reads one JSON response).
+//!
+//! [`body`] maps Chat Completions request bodies to and from
+//! [`ChatRequest`](crate::ChatRequest), keeping what it does not model; the command-line
+//! tool reads and writes bodies with it, so it is compiled with the `openai` or the `cli`
+//! feature, and the client with `openai` only.
 
+pub mod body;
+#[cfg(feature = "openai")]
 mod client;
+#[cfg(feature = "openai")]
 mod convert;
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod types;
 
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use client::{
     API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, OpenAi, OpenAiBuilder, ResponseFuture,
 };

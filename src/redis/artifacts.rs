@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use ::redis::Script;
-use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use llm_context_layers::{Artifact, ArtifactStore, Scope, StoreError};
+use redis_client::Script;
+use redis_client::aio::ConnectionManager;
 
 use super::error::store_error;
 use super::keys;
@@ -81,7 +81,7 @@ impl RedisArtifactStore {
     ) -> Result<SessionUsage, StoreError> {
         let [_, idx, meta] = keys::artifacts(self.options.key_prefix(), scope, session);
         let mut conn = self.conn.clone();
-        let (artifacts, bytes): (usize, Option<usize>) = ::redis::pipe()
+        let (artifacts, bytes): (usize, Option<usize>) = redis_client::pipe()
             .cmd("ZCARD")
             .arg(&idx)
             .cmd("HGET")
@@ -96,7 +96,7 @@ impl RedisArtifactStore {
         })
     }
 
-    fn error(&self, what: &str, e: &::redis::RedisError) -> StoreError {
+    fn error(&self, what: &str, e: &redis_client::RedisError) -> StoreError {
         store_error(what, e, self.secret.as_deref())
     }
 }

@@ -6,7 +6,7 @@ use llm_context_layers::{StoreError, StoreErrorKind};
 /// password is scrubbed anyway in case a future version echoes one.
 pub(crate) fn store_error(
     what: &str,
-    error: &::redis::RedisError,
+    error: &redis_client::RedisError,
     secret: Option<&str>,
 ) -> StoreError {
     let kind = if error.is_timeout() {

@@ -10,7 +10,7 @@
 //! {prefix}:art:{scope key}:{session}:meta       hash: `seq` (use counter), `bytes`
 //! ```
 //!
-//! Durable contexts and memory ([`RedisStore`](crate::durable::RedisStore)), under its
+//! Durable contexts and memory ([`RedisStore`](super::RedisStore)), under its
 //! namespace (default `llmctx`; a different default from the prefix above, kept so that
 //! stored data stays where it is):
 //!

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use llm_context_layers::memo::{MemoKey, MemoStore};
 use llm_context_layers::{ChatResponse, StoreError};
+use redis_client::aio::ConnectionManager;
 
 use super::error::store_error;
 use super::keys;
@@ -53,7 +53,7 @@ impl RedisMemoStore {
         }
     }
 
-    fn error(&self, what: &str, e: &::redis::RedisError) -> StoreError {
+    fn error(&self, what: &str, e: &redis_client::RedisError) -> StoreError {
         store_error(what, e, self.secret.as_deref())
     }
 }
@@ -62,7 +62,7 @@ impl RedisMemoStore {
 impl MemoStore for RedisMemoStore {
     async fn get(&self, key: &MemoKey) -> Result<Option<ChatResponse>, StoreError> {
         let mut conn = self.conn.clone();
-        let bytes: Option<Vec<u8>> = ::redis::cmd("GET")
+        let bytes: Option<Vec<u8>> = redis_client::cmd("GET")
             .arg(keys::memo(self.options.key_prefix(), key))
             .query_async(&mut conn)
             .await
@@ -75,7 +75,7 @@ impl MemoStore for RedisMemoStore {
     async fn put(&self, key: &MemoKey, response: &ChatResponse) -> Result<(), StoreError> {
         let value = encode_bounded(response, "response", "memo", self.options.max_memo_bytes())?;
         let mut conn = self.conn.clone();
-        ::redis::cmd("SET")
+        redis_client::cmd("SET")
             .arg(keys::memo(self.options.key_prefix(), key))
             .arg(value)
             .arg("PX")

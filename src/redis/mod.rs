@@ -1,4 +1,5 @@
-//! Redis stores, so that a fleet of replicas shares one memo and one set of artifacts.
+//! Redis stores, so that a fleet of replicas shares one memo, one set of artifacts, and
+//! durable context records and memory.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -31,6 +32,12 @@
 //! * [`RedisArtifactStore`] — per tenant and session, bounded in count and bytes by a Lua
 //!   script that writes and evicts in one atomic step.
 //!
+//! [`RedisStore`] holds context records and memory for many replicas sharing state:
+//! compare-and-set and listing are Lua scripts, listing reads a per-tenant sorted-set
+//! index (never `SCAN`). It implements [`ContextStore`](crate::durable::ContextStore) and
+//! [`MemoryStore`](crate::durable::MemoryStore) and passes the same contract tests as the
+//! in-memory and SQLite backends.
+//!
 //! Errors are [`StoreError`]s whose messages never carry the URL's password. When Redis
 //! goes away, the memo layer serves from the provider and logs a warning until the
 //! connection comes back.
@@ -39,6 +46,7 @@
 //! one where it is missing, starts it on a free port and sets `REDIS_URL`.
 
 mod artifacts;
+mod durable;
 mod error;
 pub(crate) mod keys;
 mod memo;
@@ -46,12 +54,13 @@ mod options;
 
 use std::sync::Arc;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use llm_context_layers::{StoreError, StoreErrorKind};
+use redis_client::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use artifacts::{RedisArtifactStore, SessionUsage};
+pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisStore};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
 
@@ -103,9 +112,10 @@ pub(crate) async fn open(
 ) -> Result<(ConnectionManager, Option<Arc<str>>), StoreError> {
     let shown = redact_url(url);
     let secret: Option<Arc<str>> = url_password(url).map(Arc::from);
-    let fail = |what: String, e: &::redis::RedisError| store_error(&what, e, secret.as_deref());
+    let fail =
+        |what: String, e: &redis_client::RedisError| store_error(&what, e, secret.as_deref());
 
-    let client = ::redis::Client::open(url).map_err(|e| {
+    let client = redis_client::Client::open(url).map_err(|e| {
         let mut error = fail(format!("URL {shown} is not valid"), &e);
         error.kind = StoreErrorKind::Invalid;
         error

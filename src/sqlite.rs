@@ -1,4 +1,30 @@
 //! [`SqliteStore`]: context records and memory in one SQLite file.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use llm_context::durable::{ContextRecord, ContextStore};
+//! use llm_context::sqlite::SqliteStore;
+//! use llm_context::{Message, Scope};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = SqliteStore::open(dir.path().join("agent.db"))?;
+//! let scope = Scope::org("acme");
+//!
+//! let mut record = ContextRecord::new();
+//! record.messages.push(Message::user("hello"));
+//! record.version = store.save(&scope, "root", &record).await?;
+//!
+//! // Another process (or a restart) finds the last committed version.
+//! let again = SqliteStore::open(dir.path().join("agent.db"))?;
+//! assert_eq!(again.load(&scope, "root").await?.unwrap().version, 1);
+//! # Ok(()) }
+//! ```
+//!
+//! For one process, durable across crashes: WAL, every write one atomic transaction. It
+//! implements [`ContextStore`] (compare-and-set on the version) and [`MemoryStore`] (TTL,
+//! prefix listing), and passes the same contract tests as the in-memory backends of
+//! [`llm_context_layers::durable`] and `llm_context::redis::RedisStore` (feature `redis`),
+//! the backend for many replicas sharing state.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,5 +1,23 @@
 //! OpenAI Chat Completions request bodies ↔ [`ChatRequest`].
 //!
+//! ```
+//! use llm_context::openai::body::{body_from_request, request_from_body};
+//! use serde_json::json;
+//!
+//! let body = json!({
+//!     "model": "gpt-5.4",
+//!     "temperature": 0,
+//!     "messages": [
+//!         {"role": "developer", "content": "Be terse."},
+//!         {"role": "user", "content": "hi"}
+//!     ]
+//! });
+//! let (request, ctx) = request_from_body(&body).unwrap();
+//! assert_eq!(request.messages.len(), 2);
+//! // Unchanged messages and unknown fields come back byte for byte.
+//! assert_eq!(body_from_request(&request, &ctx), body);
+//! ```
+//!
 //! The mapping keeps what it does not model: every top-level field other than `model`,
 //! `messages` and `tools` is carried in [`GenerationParams`] (the common ones typed, the
 //! rest in `extra`), and the original JSON of every message is kept in a [`BodyContext`],
@@ -7,13 +25,38 @@
 //! `developer` role, `refusal`, `audio` and fields added after this crate was written
 //! included). A changed message (a cleared or offloaded tool result) keeps its other
 //! fields and gets the new content.
+//!
+//! The client (`OpenAi`, feature `openai`) writes its typed request from the same neutral
+//! model and reads and writes tool-call arguments with the same [`arguments_from_wire`]
+//! and [`arguments_to_wire`]. This module is compiled with the `openai` feature or the
+//! `cli` feature: the command-line tool reads and writes request bodies with it, with or
+//! without the client.
 
 use serde_json::{Map, Value, json};
 
-use crate::wire::WireError;
 use llm_context_layers::{
     ChatRequest, Content, ContentPart, GenerationParams, Message, Role, ToolCall, ToolSpec,
 };
+
+/// A request body that does not have the shape the provider defines.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {reason}")]
+#[non_exhaustive]
+pub struct WireError {
+    /// Where in the body, as a JSON path (`messages[3].role`).
+    pub path: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl WireError {
+    pub(crate) fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
 
 /// What [`request_from_body`] keeps so that [`body_from_request`] loses nothing.
 #[derive(Clone, Debug, Default)]

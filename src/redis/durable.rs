@@ -6,10 +6,10 @@ use async_trait::async_trait;
 use llm_context_layers::Scope;
 use llm_context_layers::durable::{ContextRecord, ContextStore, MemoryEntry, MemoryStore};
 use llm_context_layers::store::{StoreError, StoreErrorKind, check_context_id, version_conflict};
-use redis::aio::ConnectionManager;
-use redis::{RedisError, Script};
+use redis_client::aio::ConnectionManager;
+use redis_client::{RedisError, Script};
 
-use crate::redis::{RedisOptions, keys, open, store_error};
+use super::{RedisOptions, keys, open, store_error};
 
 /// The key namespace when none is given.
 pub const DEFAULT_REDIS_NAMESPACE: &str = "llmctx";
@@ -87,7 +87,8 @@ return out
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::StoreError> {
-/// use llm_context::durable::{ContextRecord, ContextStore, RedisStore};
+/// use llm_context::durable::{ContextRecord, ContextStore};
+/// use llm_context::redis::RedisStore;
 /// use llm_context::Scope;
 ///
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?.with_namespace("agents");
@@ -141,7 +142,7 @@ impl RedisStore {
     }
 
     /// Connects to `url` with the connect and response timeouts of `options`, as
-    /// [`RedisStores::connect_with`](crate::redis::RedisStores::connect_with) does: fails
+    /// [`RedisStores::connect_with`](super::RedisStores::connect_with) does: fails
     /// when the URL is not valid or the server cannot be reached within
     /// [`RedisOptions::connect_timeout`], and no error shows the URL's password. The
     /// connection is multiplexed and reconnects on its own; clones share it.
@@ -191,7 +192,7 @@ impl ContextStore for RedisStore {
     async fn load(&self, scope: &Scope, id: &str) -> Result<Option<ContextRecord>, StoreError> {
         check_context_id(id)?;
         let mut conn = self.conn.clone();
-        let (version, bytes): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
+        let (version, bytes): (Option<u64>, Option<Vec<u8>>) = redis_client::cmd("HMGET")
             .arg(keys::context(&self.namespace, scope, id))
             .arg("v")
             .arg("r")
@@ -231,7 +232,7 @@ impl ContextStore for RedisStore {
     async fn delete(&self, scope: &Scope, id: &str) -> Result<bool, StoreError> {
         check_context_id(id)?;
         let mut conn = self.conn.clone();
-        let removed: u64 = redis::cmd("DEL")
+        let removed: u64 = redis_client::cmd("DEL")
             .arg(keys::context(&self.namespace, scope, id))
             .query_async(&mut conn)
             .await
@@ -292,7 +293,7 @@ impl MemoryStore for RedisStore {
         now_ms: u64,
     ) -> Result<Option<MemoryEntry>, StoreError> {
         let mut conn = self.conn.clone();
-        let (value, expiry): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::cmd("HMGET")
+        let (value, expiry): (Option<Vec<u8>>, Option<Vec<u8>>) = redis_client::cmd("HMGET")
             .arg(keys::memory(&self.namespace, scope, key))
             .arg("v")
             .arg("e")
