@@ -301,3 +301,45 @@ fn large_results_are_offloaded_and_reported() {
     // The other messages came back as they were sent.
     assert_eq!(v["request"]["messages"][1], body["messages"][1]);
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    // `llm-context prepare --json … | head -c 10`: the pipe closes before the output is
+    // written. `println!` panicked here (exit 101, a panic message on stderr).
+    let mut child = Command::new(BIN)
+        .args(["prepare", "--json", FIXTURE])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone before the child writes
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert!(
+        stderr.is_empty(),
+        "a broken pipe is not an error to report: {stderr}"
+    );
+}
+
+#[test]
+fn a_failed_write_is_one_line_and_exit_1() {
+    let full = match std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        Ok(f) => f,
+        Err(e) => panic!("this test needs /dev/full (Linux): {e}"),
+    };
+    let out = Command::new(BIN)
+        .args(["prepare", "--json", FIXTURE])
+        .stdin(Stdio::null())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output"),
+        "{stderr}"
+    );
+}

@@ -68,6 +68,38 @@ impl Exit {
     }
 }
 
+/// Writes `text` to standard output and ends the command with `code`. A reader that went
+/// away (`| head`) ends the process quietly with the same code, as Unix tools do; any other
+/// write failure (a full disk, `> /dev/full`) is a one-line error and exit 1. `println!`
+/// panics on both.
+pub(crate) fn emit(text: &str, code: u8) -> Result<u8, Exit> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(code),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Exit {
+            code,
+            message: String::new(),
+        }),
+        Err(e) => Err(Exit::internal(format!(
+            "cannot write to standard output: {e}"
+        ))),
+    }
+}
+
+/// Writes one line to standard error, ignoring a failure: there is nowhere left to say it.
+pub(crate) fn warn_line(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "llm-context: {}",
+        message.replace('\n', " ")
+    );
+}
+
 /// The `context_limit` object both commands print for a request that cannot fit.
 pub(crate) fn limit_json(limit: &ContextLimitError) -> serde_json::Value {
     serde_json::json!({
@@ -86,7 +118,7 @@ pub(crate) fn run() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("llm-context: cannot start the async runtime: {e}");
+            warn_line(&format!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -102,7 +134,7 @@ pub(crate) fn run() -> ExitCode {
         Err(exit) => {
             if !exit.message.is_empty() {
                 // One line: scripts read it.
-                eprintln!("llm-context: {}", exit.message.replace('\n', " "));
+                warn_line(&exit.message);
             }
             ExitCode::from(exit.code)
         }

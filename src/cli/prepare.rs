@@ -9,7 +9,7 @@ use serde_json::json;
 use tower::{Layer, ServiceExt};
 
 use super::capture::Capture;
-use super::{EXIT_CONTEXT_LIMIT, Exit, input, limit_json};
+use super::{EXIT_CONTEXT_LIMIT, Exit, emit, input, limit_json};
 
 #[derive(Args, Debug)]
 pub(crate) struct PrepareArgs {
@@ -50,23 +50,22 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
                     "request": body_from_request(&prepared, &ctx),
                     "report": report_json(&report),
                 });
-                println!("{out}");
+                emit(&format!("{out}\n"), 0)
             } else {
-                print!(
-                    "{}",
-                    super::picture::render(received, &prepared, &report, reserve)
-                );
+                emit(
+                    &super::picture::render(received, &prepared, &report, reserve),
+                    0,
+                )
             }
-            Ok(0)
         }
         Err(err) => match err.downcast_ref::<ContextLimitError>() {
             Some(limit) => {
-                if args.json {
-                    println!("{}", limit_json(limit));
+                let text = if args.json {
+                    limit_json(limit).to_string()
                 } else {
-                    println!("{}", super::picture::render_limit(limit));
-                }
-                Ok(EXIT_CONTEXT_LIMIT)
+                    super::picture::render_limit(limit).to_string()
+                };
+                emit(&format!("{text}\n"), EXIT_CONTEXT_LIMIT)
             }
             None => Err(Exit::bad_input(err.to_string())),
         },

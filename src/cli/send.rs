@@ -14,7 +14,7 @@ use llm_context::{
 use serde_json::{Value, json};
 use tower::{ServiceBuilder, ServiceExt};
 
-use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit, input, limit_json};
+use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit, emit, input, limit_json, warn_line};
 
 /// The exit codes, for `--help`.
 pub(crate) const EXIT_CODES_HELP: &str = "Exit codes:
@@ -124,17 +124,15 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
                 "response": response_json(&response, catalog.cost(&model, &response.usage)),
                 "report": serde_json::to_value(&response.report).unwrap_or_default(),
             });
-            println!("{out}");
-            Ok(0)
+            emit(&format!("{out}\n"), 0)
         }
         Err(err) => {
             if let Some(limit) = err.downcast_ref::<ContextLimitError>() {
-                println!("{}", limit_json(limit));
-                return Ok(EXIT_CONTEXT_LIMIT);
+                return emit(&format!("{}\n", limit_json(limit)), EXIT_CONTEXT_LIMIT);
             }
-            println!("{}", error_json(&*err));
-            eprintln!("llm-context: {}", err.to_string().replace('\n', " "));
-            Ok(EXIT_PROVIDER)
+            let code = emit(&format!("{}\n", error_json(&*err)), EXIT_PROVIDER)?;
+            warn_line(&err.to_string());
+            Ok(code)
         }
     }
 }
