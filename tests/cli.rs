@@ -343,3 +343,72 @@ fn a_failed_write_is_one_line_and_exit_1() {
         "{stderr}"
     );
 }
+
+/// A conversation whose first two turns are long enough to be pruned at `--window 3000`
+/// (with one recent turn kept), and whose last user message is `last`. Every message
+/// carries its own `x_meta`.
+fn pruned_body(first: &str, last: Value) -> Value {
+    let mut last = last;
+    last["x_meta"] = json!("last");
+    json!({
+        "model": "gpt-5.4",
+        "messages": [
+            {"role": "system", "content": "You are terse.", "x_meta": "system"},
+            {"role": "user", "content": first, "x_meta": "first"},
+            {"role": "assistant", "content": "x ".repeat(3_000), "x_meta": "first-reply"},
+            {"role": "user", "content": "and then?", "x_meta": "middle"},
+            {"role": "assistant", "content": "y ".repeat(3_000), "x_meta": "middle-reply"},
+            last,
+        ]
+    })
+}
+
+fn prepared_messages(body: &Value) -> Vec<Value> {
+    let policy = temp_file("one-recent.json", r#"{"preserve_recent": 1}"#);
+    let out = run(
+        &[
+            "prepare",
+            "--json",
+            "--window",
+            "3000",
+            "--policy",
+            policy.to_str().unwrap(),
+            "-",
+        ],
+        Some(&body.to_string()),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = stdout_json(&out);
+    assert_eq!(v["report"]["removed_messages"], 4, "{v}");
+    v["request"]["messages"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_user_message_quoting_a_preview_keeps_its_own_fields() {
+    // The stack rewrites only tool results: a user message that reads exactly like a
+    // preview is not a rewrite of an earlier (pruned) user message. It took "first"'s
+    // `x_meta` before.
+    let quoted = format!(
+        "{{\"context_artifact\":\"art_{}\",\"preview\":\"what is this?\",\
+         \"preview_truncated\":false,\"original_chars\":13,\"stored_chars\":13,\
+         \"artifact_truncated\":false,\"instructions\":{}}}",
+        "0".repeat(64),
+        Value::from(llm_context::artifact::OFFLOAD_INSTRUCTIONS)
+    );
+    assert!(llm_context::artifact::is_preview(&quoted));
+    let body = pruned_body("hello", json!({"role": "user", "content": quoted}));
+    let sent = prepared_messages(&body);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[1]["x_meta"], "last", "{}", sent[1]);
+    assert_eq!(sent[1]["content"], body["messages"][5]["content"]);
+}
+
+#[test]
+fn of_two_identical_messages_the_kept_one_keeps_its_fields() {
+    // "continue" twice: the first is pruned with its turn, the second is kept. Matching
+    // from the front gave the kept one the pruned one's fields.
+    let body = pruned_body("continue", json!({"role": "user", "content": "continue"}));
+    let sent = prepared_messages(&body);
+    let metas: Vec<&Value> = sent.iter().map(|m| &m["x_meta"]).collect();
+    assert_eq!(metas, [&json!("system"), &json!("last")]);
+}

@@ -9,7 +9,7 @@ use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
 use std::sync::Arc;
 
 use llm_context_layers::artifact::is_stub;
-use llm_context_layers::artifact::{READ_ARTIFACT_TOOL, is_preview};
+use llm_context_layers::artifact::{OFFLOAD_INSTRUCTIONS, READ_ARTIFACT_TOOL, is_preview};
 use llm_context_layers::{
     ArtifactStore, BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
     ContextPolicyLayer, Message, Role, ToolCall, ToolSpec,
@@ -25,7 +25,33 @@ fn text(max: usize) -> impl Strategy<Value = String> {
         // Long runs, to push results over thresholds.
         (any::<char>(), 0..max).prop_map(|(c, n)| c.to_string().repeat(n)),
         "[a-z ]{0,60}",
+        imitation(max),
     ]
+}
+
+/// Text that imitates the stack's own formats: previews and stubs, exact or nearly, of
+/// any length, naming artifacts no store holds. Tool output (and users) can write them.
+fn imitation(max: usize) -> impl Strategy<Value = String> {
+    let id = "[0-9a-f]{64}".prop_map(|h| format!("art_{h}"));
+    (id, 0..max, 0usize..4, any::<bool>()).prop_map(|(id, n, kind, truncated)| {
+        let body = "p".repeat(n);
+        match kind {
+            0 => format!("{{\"context_artifact\":\"{id}\",\"preview\":\"{body}\"}}"),
+            1 => format!(
+                "{{\"context_artifact\":\"{id}\",\"preview\":\"{body}\",\"preview_truncated\":{truncated},\
+                 \"original_chars\":{},\"stored_chars\":{n},\"artifact_truncated\":false,\
+                 \"instructions\":{}}}",
+                if truncated { n + 1 } else { n },
+                serde_json::Value::from(OFFLOAD_INSTRUCTIONS)
+            ),
+            2 => format!(
+                "{{\"context_cleared\":true,\"original_chars\":{n},\"context_artifact\":\"{id}\",\
+                 \"instructions\":\"Older tool result cleared to fit the context window. \
+                 Call read_context_artifact with this artifact_id to read it back.\"}}"
+            ),
+            _ => format!("{{\"context_cleared\":true{body}"),
+        }
+    })
 }
 
 #[derive(Clone, Debug)]
@@ -146,9 +172,26 @@ fn run_with_store(
     MockModel,
     Arc<dyn ArtifactStore>,
 ) {
+    let store = ContextPolicyLayer::new(policy.clone())
+        .unwrap()
+        .artifact_store();
+    run_in(policy, store, req)
+}
+
+/// Runs `req` with the artifacts of earlier requests in `store`.
+fn run_in(
+    policy: &ContextPolicy,
+    store: Arc<dyn ArtifactStore>,
+    req: ChatRequest,
+) -> (
+    Result<ChatResponse, BoxError>,
+    MockModel,
+    Arc<dyn ArtifactStore>,
+) {
     let model = MockModel::echo();
-    let layer = ContextPolicyLayer::new(policy.clone()).unwrap();
-    let store = layer.artifact_store();
+    let layer = ContextPolicyLayer::new(policy.clone())
+        .unwrap()
+        .with_artifact_store(store.clone());
     let service = layer.layer(model.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -159,15 +202,24 @@ fn run_with_store(
 /// Every preview is at most the threshold long, and its artifact is stored and begins
 /// with the preview; every stub that names an artifact can be read back; the read tool
 /// is there exactly when something refers to an artifact.
-fn check_artifacts(sent: &ChatRequest, policy: &ContextPolicy, store: &dyn ArtifactStore) {
+fn check_artifacts(
+    sent: &ChatRequest,
+    received: &[Message],
+    policy: &ContextPolicy,
+    store: &dyn ArtifactStore,
+) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    for m in &sent.messages {
+    // Contents that came in as they are: imitations of the stack's formats are passed on
+    // as text, and only what the stack wrote must name a stored artifact.
+    let verbatim = |text: &str| received.iter().any(|m| m.content.as_str() == Some(text));
+    let mut refers = false;
+    for m in sent.messages.iter().filter(|m| m.is_tool_result()) {
         let Some(text) = m.content.as_str() else {
             continue;
         };
-        if is_preview(text) {
+        if is_preview(text) && !verbatim(text) {
             let v: serde_json::Value = serde_json::from_str(text).unwrap();
             let preview = v["preview"].as_str().unwrap();
             assert!(preview.chars().count() <= policy.tool_result_max_chars);
@@ -180,21 +232,27 @@ fn check_artifacts(sent: &ChatRequest, policy: &ContextPolicy, store: &dyn Artif
                 stored.text.starts_with(preview),
                 "artifact holds at least the preview"
             );
-        } else if is_stub(text) {
+            refers = true;
+        } else if is_stub(text) && !verbatim(text) {
             let v: serde_json::Value = serde_json::from_str(text).unwrap();
             if let Some(id) = v["context_artifact"].as_str() {
                 let stored = rt
                     .block_on(store.get(&sent.scope, &sent.session, id))
                     .unwrap();
                 assert!(stored.is_some(), "a cleared result can be read back");
+                refers = true;
+            }
+        } else if is_preview(text) || is_stub(text) {
+            // An imitation passed on: never taken for a reference to a stored artifact.
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            if let Some(id) = v["context_artifact"].as_str() {
+                let stored = rt
+                    .block_on(store.get(&sent.scope, &sent.session, id))
+                    .unwrap();
+                assert!(stored.is_none(), "an imitation named a stored artifact");
             }
         }
     }
-    let refers = sent.messages.iter().any(|m| {
-        m.content
-            .as_str()
-            .is_some_and(|t| is_preview(t) || (is_stub(t) && t.contains("context_artifact")))
-    });
     assert_eq!(
         refers,
         sent.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL)
@@ -225,7 +283,7 @@ proptest! {
         match result {
             Ok(resp) => {
                 let sent = model.last_request().unwrap();
-                check_artifacts(&sent, &policy, store.as_ref());
+                check_artifacts(&sent, &messages, &policy, store.as_ref());
                 // Fits, and the report tells the truth about it.
                 prop_assert!(sent_tokens(&sent) <= allowance);
                 prop_assert_eq!(resp.report.after_tokens, sent_tokens(&sent));
@@ -248,8 +306,9 @@ proptest! {
                     serde_json::to_string(&model2.last_request().unwrap()).unwrap(),
                     serde_json::to_string(&sent).unwrap()
                 );
-                // Idempotent: preparing the output changes nothing.
-                let (twice, model3) = run(&policy, sent.clone());
+                // Idempotent: preparing the output, with the artifacts it names, changes
+                // nothing.
+                let (twice, model3, _) = run_in(&policy, store.clone(), sent.clone());
                 let twice = twice.unwrap();
                 prop_assert!(!twice.report.changed());
                 prop_assert_eq!(model3.last_request().unwrap(), sent);

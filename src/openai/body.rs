@@ -34,6 +34,7 @@
 
 use serde_json::{Map, Value, json};
 
+use llm_context_layers::prefix::leading_system_end;
 use llm_context_layers::{
     ChatRequest, Content, ContentPart, GenerationParams, Message, Role, ToolCall, ToolSpec,
 };
@@ -123,16 +124,13 @@ pub fn request_from_body(body: &Value) -> Result<(ChatRequest, BodyContext), Wir
 pub fn body_from_request(req: &ChatRequest, ctx: &BodyContext) -> Value {
     let mut out = Map::new();
     out.insert("model".into(), Value::String(req.model.clone()));
-    let mut originals = ctx.messages.iter();
     let mut messages = Vec::new();
     if let Some(prefix) = &req.prefix {
         messages.extend(prefix.as_messages().iter().map(message_to_wire));
     }
-    for m in &req.messages {
-        // The layers keep order and only drop or rewrite content, so the originals are
-        // met in order: skip the dropped ones until this message's counterpart.
-        let found = originals.by_ref().find(|(orig, _)| same_message(orig, m));
-        messages.push(match found {
+    let counterparts = counterparts(&ctx.messages, &req.messages);
+    for (m, found) in req.messages.iter().zip(counterparts) {
+        messages.push(match found.map(|i| &ctx.messages[i]) {
             Some((orig, raw)) if orig == m => Value::Object(raw.clone()),
             Some((_, raw)) => {
                 let mut raw = raw.clone();
@@ -174,17 +172,61 @@ pub fn body_from_request(req: &ChatRequest, ctx: &BodyContext) -> Value {
     Value::Object(out)
 }
 
-/// Whether `new` is `orig`, possibly with its content rewritten by a layer.
+/// For each sent message, the index of the message it came from in `originals`, or
+/// `None` for one the stack added.
+///
+/// The layers keep order and only drop or rewrite, so the sent messages are a subsequence
+/// of the originals. Which copy of two identical messages survived follows from what the
+/// layers drop: never the leading system messages, which are matched in place; otherwise
+/// the oldest turns and the oldest rounds of a turn, so the rest is matched from the
+/// newest end, each message to the newest original before the one matched after it.
+fn counterparts(
+    originals: &[(Message, Map<String, Value>)],
+    sent: &[Message],
+) -> Vec<Option<usize>> {
+    let mut out = vec![None; sent.len()];
+    let in_head = originals
+        .iter()
+        .position(|(m, _)| m.role != Role::System)
+        .unwrap_or(originals.len());
+    let out_head = leading_system_end(sent).min(in_head);
+    let mut head_matched = 0;
+    for (i, m) in sent[..out_head].iter().enumerate() {
+        if same_message(&originals[i].0, m) {
+            out[i] = Some(i);
+            head_matched = i + 1;
+        }
+    }
+    let mut end = originals.len();
+    for (i, m) in sent.iter().enumerate().skip(out_head).rev() {
+        let found = originals[head_matched..end]
+            .iter()
+            .rposition(|(orig, _)| same_message(orig, m));
+        if let Some(j) = found {
+            end = head_matched + j;
+            out[i] = Some(end);
+        }
+    }
+    out
+}
+
+/// Whether `new` is `orig`, possibly with its content rewritten by a layer. The layers
+/// rewrite only tool results, and a tool result is known by its `tool_call_id`: any
+/// other message must be unchanged to be the same, whatever its content looks like (a
+/// user message can quote a preview).
 fn same_message(orig: &Message, new: &Message) -> bool {
-    orig.role == new.role
+    let same_head = orig.role == new.role
         && orig.name == new.name
         && orig.tool_call_id == new.tool_call_id
-        && orig.tool_calls == new.tool_calls
+        && orig.tool_calls == new.tool_calls;
+    same_head
         && (orig.content == new.content
-            || new.content.as_str().is_some_and(|t| {
-                llm_context_layers::artifact::is_stub(t)
-                    || llm_context_layers::artifact::is_preview(t)
-            }))
+            || (new.is_tool_result()
+                && new.tool_call_id.is_some()
+                && new.content.as_str().is_some_and(|t| {
+                    llm_context_layers::artifact::is_stub(t)
+                        || llm_context_layers::artifact::is_preview(t)
+                })))
 }
 
 /// A float written as an integer when it is one (`0`, not `0.0`), as users write it.

@@ -49,13 +49,16 @@ mod reference;
 mod store;
 mod stub;
 mod tool;
+mod verify;
 
 pub use memory::{ArtifactLimits, LocalArtifactStore};
 pub use preview::{
     ARTIFACT_ID_LEN, ARTIFACT_ID_PREFIX, OFFLOAD_INSTRUCTIONS, artifact_id, is_preview,
 };
-pub(crate) use preview::{preview_chars, preview_info, render_counted};
-pub(crate) use reference::{REFERS, STUB, mark, offloadable_text, refers_to_artifact};
+pub(crate) use preview::{preview_chars, render_counted};
+pub(crate) use reference::{
+    REFERS, STUB, genuine_preview, mark, offloadable_text, refers_to_artifact,
+};
 pub use store::{Artifact, ArtifactStore};
 pub(crate) use store::{Displaced, store_all};
 pub use stub::is_stub;
@@ -64,3 +67,4 @@ pub use tool::{
     ArtifactReader, DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, READ_ARTIFACT_TOOL, read_artifact_tool,
 };
 pub(crate) use tool::{check_read_tool, read_artifact_tool_tokens};
+pub(crate) use verify::{Untrusted, has_claims, verify};

@@ -1,67 +1,119 @@
 //! The preview that replaces an offloaded tool result, and the artifact id it names.
 
-use serde::Serialize;
+use std::borrow::Cow;
 
-use crate::hash::StableHasher;
+use serde::{Deserialize, Serialize};
+
 use crate::model::Scope;
-use crate::tokens::{decimal_digits, json_string_chars, truncate_chars};
+use crate::tokens::{char_count, decimal_digits, json_string_chars, truncate_chars};
 
 /// Every artifact id starts with this.
 pub const ARTIFACT_ID_PREFIX: &str = "art_";
 
+/// Hex digits of the digest in an id: all 256 bits of BLAKE3, so finding two contents with
+/// one id is as hard as breaking the hash.
+const ID_HEX: usize = 64;
+
 /// The length of every artifact id in characters.
-pub const ARTIFACT_ID_LEN: usize = ARTIFACT_ID_PREFIX.len() + 32;
+pub const ARTIFACT_ID_LEN: usize = ARTIFACT_ID_PREFIX.len() + ID_HEX;
 
 /// What the model is told about an offloaded result.
 pub const OFFLOAD_INSTRUCTIONS: &str = "This tool result was too long to include in full. The preview above is its beginning. \
 Call read_context_artifact with this artifact_id (and offset/max_chars, in characters) to read the rest.";
 
 /// The stable, content-addressed id of an artifact holding `content` for one tenant and
-/// session: `art_` and 32 hex characters of XXH3-128 over (scope key, session, content).
+/// session: `art_` and the 64 hex characters of BLAKE3 over (scope key, session,
+/// content), each length-prefixed.
+///
+/// The hash is cryptographic because tool output is untrusted: a result crafted to share
+/// another result's id would shadow it in the store, which keeps the first text.
 ///
 /// ```
-/// use llm_context_layers::artifact::artifact_id;
+/// use llm_context_layers::artifact::{artifact_id, ARTIFACT_ID_LEN};
 /// use llm_context_layers::Scope;
 ///
 /// let a = artifact_id(&Scope::org(1), "s1", "big result");
 /// assert_eq!(a, artifact_id(&Scope::org(1), "s1", "big result"));
 /// assert_ne!(a, artifact_id(&Scope::org(2), "s1", "big result"));
-/// assert!(a.starts_with("art_") && a.len() == 36);
+/// assert!(a.starts_with("art_") && a.len() == ARTIFACT_ID_LEN);
 /// ```
 pub fn artifact_id(scope: &Scope, session: &str, content: &str) -> String {
-    let mut h = StableHasher::new("llm-context/artifact/v1");
-    h.str(&scope.key());
-    h.str(session);
-    h.str(content);
-    format!("{ARTIFACT_ID_PREFIX}{}", h.finish_hex())
+    let mut h = blake3::Hasher::new_derive_key("llm-context artifact id v2");
+    for part in [scope.key().as_str(), session, content] {
+        // Length prefixes: ("ab", "c") and ("a", "bc") must not hash alike.
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    let mut id = String::with_capacity(ARTIFACT_ID_LEN);
+    id.push_str(ARTIFACT_ID_PREFIX);
+    id.push_str(h.finalize().to_hex().as_str());
+    id
 }
 
-#[derive(Serialize)]
+/// Whether `id` has the form of an artifact id (it says nothing of whether one is stored).
+pub(crate) fn is_artifact_id(id: &str) -> bool {
+    id.len() == ARTIFACT_ID_LEN
+        && id.starts_with(ARTIFACT_ID_PREFIX)
+        && id[ARTIFACT_ID_PREFIX.len()..]
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PreviewJson<'a> {
-    context_artifact: &'a str,
-    preview: &'a str,
+    #[serde(borrow)]
+    context_artifact: Cow<'a, str>,
+    #[serde(borrow)]
+    preview: Cow<'a, str>,
     preview_truncated: bool,
     original_chars: usize,
     stored_chars: usize,
     artifact_truncated: bool,
-    instructions: &'static str,
+    #[serde(borrow)]
+    instructions: Cow<'a, str>,
 }
 
-/// Whether `text` is already a preview written by the offload step (so preparing a
-/// prepared request leaves it alone).
+/// Whether `text` is exactly a preview the offload step writes: the JSON it renders, field
+/// for field and byte for byte, with a well-formed id and figures that agree with each
+/// other. A tool result that merely starts like one is not a preview, so it is offloaded
+/// (or cleared) like any other text. Whether the id is stored is a further question, for
+/// the layers that hold the store.
 pub fn is_preview(text: &str) -> bool {
-    text.starts_with("{\"context_artifact\":\"art_")
+    parse_preview(text).is_some()
 }
 
-/// The artifact id and original length named by a preview, when `text` is one.
-pub(crate) fn preview_info(text: &str) -> Option<(String, usize)> {
-    if !is_preview(text) {
+/// What a genuine preview says (see [`is_preview`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PreviewInfo<'a> {
+    pub(crate) id: Cow<'a, str>,
+    pub(crate) original_chars: usize,
+    /// The characters of the preview text.
+    pub(crate) preview_chars: usize,
+}
+
+/// Parses `text` when it is exactly a preview the stack renders (see [`is_preview`]).
+pub(crate) fn parse_preview(text: &str) -> Option<PreviewInfo<'_>> {
+    if !text.starts_with("{\"context_artifact\":\"art_") {
         return None;
     }
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    let id = v.get("context_artifact")?.as_str()?.to_owned();
-    let original = v.get("original_chars")?.as_u64()? as usize;
-    Some((id, original))
+    let p: PreviewJson<'_> = serde_json::from_str(text).ok()?;
+    let preview_chars = char_count(&p.preview);
+    let consistent = is_artifact_id(&p.context_artifact)
+        && p.instructions == OFFLOAD_INSTRUCTIONS
+        && p.preview_truncated == (p.original_chars > preview_chars)
+        && p.stored_chars <= p.original_chars
+        && p.artifact_truncated == (p.original_chars > p.stored_chars);
+    // Byte for byte what rendering these fields gives: no extra whitespace, no reordered
+    // or re-escaped fields.
+    if !consistent || serde_json::to_string(&p).ok()? != text {
+        return None;
+    }
+    Some(PreviewInfo {
+        id: p.context_artifact,
+        original_chars: p.original_chars,
+        preview_chars,
+    })
 }
 
 /// The preview JSON for an offloaded `text` with artifact `id`.
@@ -70,7 +122,7 @@ fn render_preview(id: &str, text: &str, preview_chars: usize, artifact_max_chars
     render_counted(
         id,
         text,
-        crate::tokens::char_count(text),
+        char_count(text),
         preview_chars,
         artifact_max_chars,
     )
@@ -85,13 +137,13 @@ pub(crate) fn render_counted(
     artifact_max_chars: usize,
 ) -> String {
     let json = PreviewJson {
-        context_artifact: id,
-        preview: truncate_chars(text, preview_chars),
+        context_artifact: Cow::Borrowed(id),
+        preview: Cow::Borrowed(truncate_chars(text, preview_chars)),
         preview_truncated: original > preview_chars,
         original_chars: original,
         stored_chars: original.min(artifact_max_chars),
         artifact_truncated: original > artifact_max_chars,
-        instructions: OFFLOAD_INSTRUCTIONS,
+        instructions: Cow::Borrowed(OFFLOAD_INSTRUCTIONS),
     };
     serde_json::to_string(&json).expect("preview serialises")
 }
@@ -127,7 +179,6 @@ fn bool_len(b: bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::char_count;
 
     #[test]
     fn predicted_length_matches_rendering() {

@@ -1,7 +1,8 @@
 //! Which messages refer to an artifact, and which may be offloaded into one.
 
-use super::preview::is_preview;
-use super::stub::{is_artifact_stub, is_stub};
+use super::preview::{PreviewInfo, parse_preview};
+use super::stub::parse_stub;
+use super::verify::Untrusted;
 use crate::model::Message;
 use crate::policy::ContextPolicy;
 
@@ -13,31 +14,63 @@ pub(crate) const STUB: u8 = 2;
 pub(crate) const REFERS: u8 = 4;
 
 /// Whether a message points at an artifact (a preview, or a stub naming one).
-pub(crate) fn refers_to_artifact(m: &Message) -> bool {
-    mark(m) & REFERS != 0
+pub(crate) fn refers_to_artifact(
+    m: &Message,
+    policy: &ContextPolicy,
+    untrusted: &Untrusted,
+) -> bool {
+    mark(m, policy, untrusted) & REFERS != 0
 }
 
-pub(crate) fn mark(m: &Message) -> u8 {
+/// What a tool result's content is to the stack: a preview, a stub, a reference to an
+/// artifact, or (0) plain text. Only the stack's own formats, exactly as it writes them,
+/// count: tool output that imitates them is plain text.
+pub(crate) fn mark(m: &Message, policy: &ContextPolicy, untrusted: &Untrusted) -> u8 {
     if !m.is_tool_result() {
         return 0;
     }
-    match m.content.as_str() {
-        Some(t) if is_preview(t) => PREVIEW | REFERS,
-        Some(t) if is_artifact_stub(t) => STUB | REFERS,
-        Some(t) if is_stub(t) => STUB,
-        _ => 0,
+    let Some(text) = m.content.as_str() else {
+        return 0;
+    };
+    if genuine_preview(text, policy, untrusted).is_some() {
+        return PREVIEW | REFERS;
     }
+    match parse_stub(text) {
+        Some(Some(_)) if !untrusted.contains(text) => STUB | REFERS,
+        // A stub naming no artifact this session holds is still a small stub: leave it.
+        Some(_) => STUB,
+        None => 0,
+    }
+}
+
+/// The preview `text` is, when it is one this policy could have written: exactly the
+/// stack's format, and no longer than the policy's previews (a crafted "preview" holding
+/// 100,000 characters is text to offload, not a preview to keep).
+pub(crate) fn genuine_preview<'a>(
+    text: &'a str,
+    policy: &ContextPolicy,
+    untrusted: &Untrusted,
+) -> Option<PreviewInfo<'a>> {
+    parse_preview(text)
+        .filter(|p| p.preview_chars <= policy.tool_result_max_chars && !untrusted.contains(text))
 }
 
 /// The text of a tool result that offloading may replace: plain text that is not already
 /// a preview or a stub.
-pub(crate) fn offloadable_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Option<&'a str> {
+pub(crate) fn offloadable_text<'a>(
+    m: &'a Message,
+    policy: &ContextPolicy,
+    untrusted: &Untrusted,
+) -> Option<&'a str> {
     if !m.is_tool_result() {
         return None;
     }
     let text = m.content.as_str()?;
     // A byte length at or under the limit is a char count at or under it: skip counting.
-    if text.len() <= policy.tool_result_max_chars || is_preview(text) || is_stub(text) {
+    if text.len() <= policy.tool_result_max_chars
+        || genuine_preview(text, policy, untrusted).is_some()
+        || parse_stub(text).is_some()
+    {
         return None;
     }
     Some(text)

@@ -64,6 +64,14 @@ pub trait ArtifactStore: Send + Sync + 'static {
         session: &str,
         id: &str,
     ) -> Result<Option<Artifact>, StoreError>;
+
+    /// Whether the artifact `id` of this scope and session is stored. The stack asks
+    /// before it takes a preview or a stub in a request at its word, since tool output can
+    /// imitate them. The default reads the artifact; a backend that can answer without
+    /// moving the text (an `EXISTS`, an index) should.
+    async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(self.get(scope, session, id).await?.is_some())
+    }
 }
 
 /// An artifact to store: the full text a preview or a stub stands for.

@@ -7,7 +7,7 @@ use tower::{Service, ServiceExt};
 
 use super::steps::{Composite, prepare};
 use crate::BoxError;
-use crate::artifact::{READ_ARTIFACT_TOOL, store_all};
+use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted, store_all, verify};
 use crate::fit::Scratch;
 use crate::model::{ChatRequest, ChatResponse, Message};
 use crate::offload::Prepared;
@@ -17,10 +17,29 @@ fn only_artifact_reads(m: &Message) -> bool {
     m.has_tool_calls() && m.tool_calls.iter().all(|c| c.name == READ_ARTIFACT_TOOL)
 }
 
+/// Checks the request's previews and stubs against the store, prepares it, and runs it
+/// as [`run`] does: the path of a request that claims artifacts.
+pub(super) async fn verify_and_run<S>(
+    inner: S,
+    shared: Arc<Composite>,
+    req: ChatRequest,
+) -> Result<ChatResponse, BoxError>
+where
+    S: Service<ChatRequest, Response = ChatResponse>,
+    S::Error: Into<BoxError>,
+{
+    let untrusted = verify(shared.store.as_ref(), &req).await;
+    let prepared = prepare(req, &shared, &mut Scratch::default(), &untrusted)?;
+    run(inner, shared, prepared, untrusted).await
+}
+
+/// Stores what preparation displaced, calls `inner`, and answers the model's artifact
+/// reads when auto-resolve is on. `untrusted` is what the first preparation was given.
 pub(super) async fn run<S>(
     mut inner: S,
     shared: Arc<Composite>,
     mut prepared: Prepared,
+    untrusted: Untrusted,
 ) -> Result<ChatResponse, BoxError>
 where
     S: Service<ChatRequest, Response = ChatResponse>,
@@ -61,7 +80,7 @@ where
                     resolved.push(answer);
                 }
                 // The pages may not fit with the rest: prepare again.
-                prepared = prepare(req, &shared, &mut scratch)?;
+                prepared = prepare(req, &shared, &mut scratch, &untrusted)?;
                 round += 1;
             }
             _ => {

@@ -5,6 +5,7 @@ use tower::Service;
 
 use super::steps::{Composite, prepare};
 use crate::BoxError;
+use crate::artifact::{Untrusted, has_claims};
 use crate::fit::Scratch;
 use crate::future::Learn;
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
@@ -57,7 +58,19 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let prepared = match prepare(req, &self.shared, &mut self.scratch) {
+        if has_claims(&req) {
+            // Previews or stubs in the request: the store says which are the stack's own
+            // before anything is planned, so this request takes the asynchronous path.
+            let clone = self.inner.clone();
+            let inner = std::mem::replace(&mut self.inner, clone);
+            return ResponseFuture::boxed(Box::pin(super::resolve::verify_and_run(
+                inner,
+                self.shared.clone(),
+                req,
+            )));
+        }
+        let untrusted = Untrusted::default();
+        let prepared = match prepare(req, &self.shared, &mut self.scratch, &untrusted) {
             Ok(p) => p,
             Err(e) => return ResponseFuture::failed(e),
         };
@@ -76,6 +89,7 @@ where
             inner,
             self.shared.clone(),
             prepared,
+            untrusted,
         )))
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::BoxError;
-use crate::artifact::{ArtifactReader, ArtifactStore};
+use crate::artifact::{ArtifactReader, ArtifactStore, Untrusted};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::fit::{self, CutStore, Scratch, Stages};
@@ -30,11 +30,13 @@ pub(crate) struct Composite {
 }
 
 /// The whole synchronous part of preparation: inject the prefix (so the plan counts
-/// it), fit, offload, then mark the cache breakpoints on what will be sent.
+/// it), fit, offload, then mark the cache breakpoints on what will be sent. `untrusted`
+/// holds the request's imitations of the stack's formats (see `artifact::verify`).
 pub(super) fn prepare(
     mut req: ChatRequest,
     shared: &Composite,
     scratch: &mut Scratch,
+    untrusted: &Untrusted,
 ) -> Result<Prepared, BoxError> {
     shared.prefix.inject(&mut req);
     // Cache-aware pruning only: otherwise no cut is looked up or kept.
@@ -47,7 +49,7 @@ pub(super) fn prepare(
         shared.calibration.as_ref(),
         previous,
     )?;
-    let fitted = fit::prepare(req, &shared.policy, Stages::All, budget, scratch)?;
+    let fitted = fit::prepare(req, &shared.policy, untrusted, Stages::All, budget, scratch)?;
     if let (Some(store), Some(cut)) = (cuts, fitted.cut)
         && Some(cut) != previous
     {
@@ -58,6 +60,7 @@ pub(super) fn prepare(
         fitted.report,
         fitted.displaced,
         &shared.policy,
+        untrusted,
         fitted.reserved_tool,
         Some(fitted.refers),
     )?;

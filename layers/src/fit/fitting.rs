@@ -8,7 +8,7 @@ use tower::Service;
 use super::cut::Cut;
 use super::plan::{self, Budget, Scratch, Stages};
 use crate::BoxError;
-use crate::artifact::Displaced;
+use crate::artifact::{Displaced, Untrusted};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::error::ContextLimitError;
@@ -34,11 +34,12 @@ pub(crate) struct Fitted {
 pub(crate) fn prepare(
     mut req: ChatRequest,
     policy: &ContextPolicy,
+    untrusted: &Untrusted,
     stages: Stages,
     budget: Budget,
     scratch: &mut Scratch,
 ) -> Result<Fitted, ContextLimitError> {
-    let planned = plan::plan(&req, policy, stages, budget, scratch)?;
+    let planned = plan::plan(&req, policy, untrusted, stages, budget, scratch)?;
     let cut = planned.cut;
     let reserved_tool = planned.reserved_tool;
     let refers = planned.refers;
@@ -155,7 +156,17 @@ where
             Ok(budget) => budget,
             Err(e) => return ResponseFuture::failed(Box::new(e)),
         };
-        match prepare(req, &config.policy, self.stages, budget, &mut self.scratch) {
+        // No store to look in: a standalone fitting layer takes the stack's formats at
+        // their word (they are checked byte for byte, and bounded in size).
+        let untrusted = Untrusted::default();
+        match prepare(
+            req,
+            &config.policy,
+            &untrusted,
+            self.stages,
+            budget,
+            &mut self.scratch,
+        ) {
             Ok(fitted) => {
                 let learn = calibration.map(|c| Learn {
                     calibration: c.clone(),

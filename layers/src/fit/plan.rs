@@ -1,8 +1,8 @@
 //! The linear planner: which messages stay, which are cleared, which go.
 
 use crate::artifact::{
-    Artifact, Displaced, READ_ARTIFACT_TOOL, REFERS, STUB, artifact_id, is_artifact_stub, mark,
-    offloadable_text, preview_chars, preview_info, read_artifact_tool_tokens, stub_text,
+    Artifact, Displaced, READ_ARTIFACT_TOOL, REFERS, STUB, Untrusted, artifact_id, genuine_preview,
+    is_artifact_stub, mark, offloadable_text, preview_chars, read_artifact_tool_tokens, stub_text,
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::Cut;
@@ -193,6 +193,9 @@ impl Clone for Scratch {
 /// What planning needs to know about a request, measured once.
 struct Measured<'a> {
     req: &'a ChatRequest,
+    /// Contents shaped like the stack's previews or stubs whose artifact this session
+    /// does not hold: plain text to the plan.
+    untrusted: &'a Untrusted,
     stages: Stages,
     layout: &'a Layout,
     allowance: usize,
@@ -230,6 +233,7 @@ struct Decision<'a> {
 pub(crate) fn plan(
     req: &ChatRequest,
     policy: &ContextPolicy,
+    untrusted: &Untrusted,
     stages: Stages,
     budget: Budget,
     scratch: &mut Scratch,
@@ -252,14 +256,14 @@ pub(crate) fn plan(
     for m in msgs {
         let size = MessageSize::of(m);
         let cost = size.tokens();
-        let mark = mark(m);
+        let mark = mark(m, policy, untrusted);
         original_tokens += cost;
         marks.push(mark);
         if !stages.offloads() {
             sent.push(cost);
             continue;
         }
-        match offloaded_cost(m, &size, policy) {
+        match offloaded_cost(m, &size, policy, untrusted) {
             Some(offloaded) => {
                 refers_already = true;
                 sent.push(offloaded);
@@ -277,6 +281,7 @@ pub(crate) fn plan(
     }
     let measured = Measured {
         req,
+        untrusted,
         stages,
         layout,
         allowance: budget.calibrate(policy.prompt_allowance(budget.model_window)),
@@ -353,7 +358,7 @@ fn decide(
     if total > allowance {
         let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
             if stages.clears() {
-                clear_until_fit(m, actions, &mut clears, cost, total);
+                clear_until_fit(m, policy, actions, &mut clears, cost, total);
             }
         };
         if policy.clear_before_prune {
@@ -471,8 +476,13 @@ fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
 }
 
 /// The cost of a tool result once offloaded, or `None` when offloading leaves it alone.
-fn offloaded_cost(m: &Message, size: &MessageSize, policy: &ContextPolicy) -> Option<usize> {
-    let text = offloadable_text(m, policy)?;
+fn offloaded_cost(
+    m: &Message,
+    size: &MessageSize,
+    policy: &ContextPolicy,
+    untrusted: &Untrusted,
+) -> Option<usize> {
+    let text = offloadable_text(m, policy, untrusted)?;
     // Plain-text content: `content_chars` is the text's length, measured already.
     let original = size.content_chars;
     if original <= policy.tool_result_max_chars {
@@ -535,6 +545,7 @@ pub(crate) fn tool_name<'a>(m: &'a Message, calls: &[(&'a str, &'a str)]) -> Opt
 /// recording each stub in `clears`.
 fn clear_until_fit(
     m: &Measured<'_>,
+    policy: &ContextPolicy,
     actions: &mut [Action],
     clears: &mut Vec<Cleared>,
     cost: &mut [usize],
@@ -554,8 +565,8 @@ fn clear_until_fit(
         // it is the joined text's) and the stub's cost both follow from it.
         let size = MessageSize::of(msg);
         // A preview already names a stored artifact: point the stub at it.
-        let (id, store, original_chars) = match preview_info(&text) {
-            Some((id, original)) => (Some(id), None, original),
+        let (id, store, original_chars) = match genuine_preview(&text, policy, m.untrusted) {
+            Some(p) => (Some(p.id.into_owned()), None, p.original_chars),
             None if stages.offloads() => {
                 let id = artifact_id(&req.scope, &req.session, &text);
                 (Some(id.clone()), Some(id), size.content_chars)
@@ -588,6 +599,7 @@ mod tests {
         plan(
             &req,
             &policy,
+            &Untrusted::default(),
             Stages::All,
             Budget {
                 model_window: None,

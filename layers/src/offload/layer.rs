@@ -3,9 +3,11 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
-use super::{ResponseFuture, offload_request};
+use super::{Prepared, ResponseFuture, offload_request};
 use crate::BoxError;
-use crate::artifact::{ArtifactStore, read_artifact_tool_tokens, store_all};
+use crate::artifact::{
+    ArtifactStore, Untrusted, has_claims, read_artifact_tool_tokens, store_all, verify,
+};
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 use crate::policy::{ContextPolicy, PolicyError};
 
@@ -79,33 +81,42 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let before = req.estimate_tokens();
-        let tools = req.tools.len();
-        let report = PreparationReport {
-            before_tokens: before,
-            ..PreparationReport::default()
-        };
-        let mut prepared =
-            match offload_request(req, report, Vec::new(), &self.layer.policy, false, None) {
+        if !has_claims(&req) {
+            let prepared = match offload(req, &self.layer.policy, &Untrusted::default()) {
                 Ok(p) => p,
                 Err(e) => return ResponseFuture::failed(e),
             };
-        // The request measured once: only the rewritten results and an added read tool
-        // change its estimate.
-        let (replaced, previews) = prepared.rewritten_tokens;
-        let added_tool = if prepared.req.tools.len() > tools {
-            read_artifact_tool_tokens()
-        } else {
-            0
-        };
-        prepared.report.after_tokens = before - replaced + previews + added_tool;
-        if prepared.to_store.is_empty() {
-            return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);
+            if prepared.to_store.is_empty() {
+                return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);
+            }
+            return self.stored_then_called(async move { Ok(prepared) });
         }
+        // Previews or stubs in the request: the store says which are the stack's own.
+        let (store, policy) = (self.layer.store.clone(), self.layer.policy.clone());
+        self.stored_then_called(async move {
+            let untrusted = verify(store.as_ref(), &req).await;
+            offload(req, &policy, &untrusted)
+        })
+    }
+}
+
+impl<S> Offload<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    /// The asynchronous path: prepare, store what was displaced, then call the inner
+    /// service (the ready one; a clone stays for the next call).
+    fn stored_then_called(
+        &mut self,
+        prepare: impl Future<Output = Result<Prepared, BoxError>> + Send + 'static,
+    ) -> ResponseFuture<S::Future> {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = self.layer.store.clone();
         ResponseFuture::boxed(Box::pin(async move {
+            let mut prepared = prepare.await?;
             let to_store = std::mem::take(&mut prepared.to_store);
             store_all(store.as_ref(), &prepared.req, to_store).await;
             let mut response = inner.call(prepared.req).await.map_err(Into::into)?;
@@ -114,4 +125,28 @@ where
             Ok(response)
         }))
     }
+}
+
+/// Offloads `req` on its own: the request measured once, only the rewritten results and
+/// an added read tool change its estimate.
+fn offload(
+    req: ChatRequest,
+    policy: &ContextPolicy,
+    untrusted: &Untrusted,
+) -> Result<Prepared, BoxError> {
+    let before = req.estimate_tokens();
+    let tools = req.tools.len();
+    let report = PreparationReport {
+        before_tokens: before,
+        ..PreparationReport::default()
+    };
+    let mut prepared = offload_request(req, report, Vec::new(), policy, untrusted, false, None)?;
+    let (replaced, previews) = prepared.rewritten_tokens;
+    let added_tool = if prepared.req.tools.len() > tools {
+        read_artifact_tool_tokens()
+    } else {
+        0
+    };
+    prepared.report.after_tokens = before - replaced + previews + added_tool;
+    Ok(prepared)
 }

@@ -3,7 +3,8 @@
 use super::rewrite::offload_messages;
 use crate::BoxError;
 use crate::artifact::{
-    Displaced, check_read_tool, read_artifact_tool, read_artifact_tool_tokens, refers_to_artifact,
+    Displaced, Untrusted, check_read_tool, read_artifact_tool, read_artifact_tool_tokens,
+    refers_to_artifact,
 };
 use crate::model::{ChatRequest, PreparationReport};
 use crate::policy::ContextPolicy;
@@ -29,19 +30,28 @@ pub(crate) fn offload_request(
     mut report: PreparationReport,
     mut to_store: Vec<Displaced>,
     policy: &ContextPolicy,
+    untrusted: &Untrusted,
     reserved_tool: bool,
     refers: Option<bool>,
 ) -> Result<Prepared, BoxError> {
     let has_tool = check_read_tool(&req)?;
-    let (offloaded, rewritten_tokens) =
-        offload_messages(&mut req.messages, &req.scope, &req.session, policy);
+    let (offloaded, rewritten_tokens) = offload_messages(
+        &mut req.messages,
+        &req.scope,
+        &req.session,
+        policy,
+        untrusted,
+    );
     let offloaded_any = !offloaded.is_empty();
     report.offloaded_results += offloaded.len();
     to_store.extend(offloaded);
     let refers = offloaded_any
         || match refers {
             Some(known) => known,
-            None => req.messages.iter().any(refers_to_artifact),
+            None => req
+                .messages
+                .iter()
+                .any(|m| refers_to_artifact(m, policy, untrusted)),
         };
     if refers && !has_tool {
         req.tools.push(read_artifact_tool());

@@ -1,7 +1,9 @@
 //! Replacing oversized tool results with previews: the part of offloading that needs no
 //! store, shared by the offload layer and the composite.
 
-use crate::artifact::{Artifact, Displaced, artifact_id, offloadable_text, render_counted};
+use crate::artifact::{
+    Artifact, Displaced, Untrusted, artifact_id, offloadable_text, render_counted,
+};
 use crate::model::{Content, Message, Scope};
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count};
@@ -14,11 +16,12 @@ pub(crate) fn offload_messages(
     scope: &Scope,
     session: &str,
     policy: &ContextPolicy,
+    untrusted: &Untrusted,
 ) -> (Vec<Displaced>, (usize, usize)) {
     let mut out = Vec::new();
     let (mut before, mut after) = (0, 0);
     for m in messages.iter_mut() {
-        let Some(text) = offloadable_text(m, policy) else {
+        let Some(text) = offloadable_text(m, policy, untrusted) else {
             continue;
         };
         // One count of the text serves the test, the preview, the artifact and the saving.
