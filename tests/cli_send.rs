@@ -348,3 +348,83 @@ async fn redis_shares_the_memo_between_processes() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
+
+/// The memo key covers where the request goes: the same body sent with `--provider
+/// openai`, then `--provider anthropic`, then to another OpenAI-compatible server, is
+/// three provider calls. The second was answered from the first's entry.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread")]
+async fn the_memo_is_per_provider_and_base_url() {
+    let url = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .expect("REDIS_URL is not set: run `bash scripts/test.sh`, which starts a redis-server");
+    let openai = || async {
+        openai_server(ResponseTemplate::new(200).set_body_raw(
+            common::fixture("openai-response-text.json"),
+            "application/json",
+        ))
+        .await
+    };
+    let (first_openai, other_openai) = (openai().await, openai().await);
+    let anthropic = common::servers::mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200).set_body_raw(
+            common::fixture("anthropic-response-text.json"),
+            "application/json",
+        ),
+    )
+    .await;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let tenant = format!("upstream-{nanos}");
+    let body = json!({
+        "model": "claude-sonnet-4-6",
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "Which trail is open?"}]
+    })
+    .to_string();
+    let send = |provider: &'static str, env: Vec<(&'static str, String)>| {
+        let a = args(&[
+            "send",
+            "--provider",
+            provider,
+            "--redis",
+            &url,
+            "--tenant",
+            &tenant,
+            "-",
+        ]);
+        let body = body.clone();
+        async move {
+            let out = run(a, env, body).await;
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout_json(&out)
+        }
+    };
+    let anthropic_env = vec![
+        ("ANTHROPIC_BASE_URL", anthropic.uri()),
+        ("ANTHROPIC_API_KEY", KEY.to_owned()),
+    ];
+    let once = send("openai", openai_env(&first_openai)).await;
+    assert_eq!(once["report"]["memo_hit"], Value::Null);
+    let again = send("openai", openai_env(&first_openai)).await;
+    assert_eq!(
+        again["report"]["memo_hit"], true,
+        "same upstream: a memo hit"
+    );
+    let other = send("anthropic", anthropic_env).await;
+    assert_eq!(other["report"]["memo_hit"], Value::Null, "{other}");
+    let moved = send("openai", openai_env(&other_openai)).await;
+    assert_eq!(moved["report"]["memo_hit"], Value::Null, "{moved}");
+    assert_eq!(first_openai.received_requests().await.unwrap().len(), 1);
+    assert_eq!(anthropic.received_requests().await.unwrap().len(), 1);
+    assert_eq!(other_openai.received_requests().await.unwrap().len(), 1);
+}

@@ -86,37 +86,26 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
     let context = ContextPolicyLayer::new(policy)
         .map_err(|e| Exit::bad_input(e.to_string()))?
         .with_catalog(catalog.clone());
+    let timeout = Duration::from_secs(args.timeout.max(1));
+    let client = Client::build(args.provider, timeout)?;
     #[cfg(feature = "redis")]
     let context = match &args.redis {
-        Some(url) => with_redis(context, url).await?,
+        Some(url) => with_redis(context, url, client.upstream()).await?,
         None => context,
     };
     let meter = UsageMeter::with_catalog(catalog.clone());
     let retry = RetryPolicy::default().with_max_retries(args.max_retries);
-    let timeout = Duration::from_secs(args.timeout.max(1));
     let stack = ServiceBuilder::new()
         .layer(context)
         .layer(UsageLayer::new(meter))
         .retry(retry);
 
     let model = request.model.clone();
-    let result = match args.provider {
+    let result = match client {
         #[cfg(feature = "openai")]
-        ProviderArg::Openai => {
-            let client = openai_client(timeout)?;
-            stack.service(client).oneshot(request).await
-        }
+        Client::OpenAi(client) => stack.service(client).oneshot(request).await,
         #[cfg(feature = "anthropic")]
-        ProviderArg::Anthropic => {
-            let client = anthropic_client(timeout)?;
-            stack.service(client).oneshot(request).await
-        }
-        #[allow(unreachable_patterns)]
-        other => {
-            return Err(Exit::bad_input(format!(
-                "this llm-context was built without the {other:?} client"
-            )));
-        }
+        Client::Anthropic(client) => stack.service(client).oneshot(request).await,
     };
     match result {
         Ok(response) => {
@@ -137,9 +126,48 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
     }
 }
 
-/// The stack's artifact store and memo on Redis.
+/// The provider client a `send` calls.
+enum Client {
+    #[cfg(feature = "openai")]
+    OpenAi(llm_context::OpenAi),
+    #[cfg(feature = "anthropic")]
+    Anthropic(llm_context::Anthropic),
+}
+
+impl Client {
+    fn build(provider: ProviderArg, timeout: Duration) -> Result<Self, Exit> {
+        match provider {
+            #[cfg(feature = "openai")]
+            ProviderArg::Openai => Ok(Self::OpenAi(openai_client(timeout)?)),
+            #[cfg(feature = "anthropic")]
+            ProviderArg::Anthropic => Ok(Self::Anthropic(anthropic_client(timeout)?)),
+            #[allow(unreachable_patterns)]
+            other => Err(Exit::bad_input(format!(
+                "this llm-context was built without the {other:?} client"
+            ))),
+        }
+    }
+
+    /// Where requests go, for the memo key: the provider and its base URL. The same body
+    /// sent to another provider or server is another question.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    fn upstream(&self) -> String {
+        match self {
+            #[cfg(feature = "openai")]
+            Self::OpenAi(c) => format!("openai {}", c.base_url()),
+            #[cfg(feature = "anthropic")]
+            Self::Anthropic(c) => format!("anthropic {}", c.base_url()),
+        }
+    }
+}
+
+/// The stack's artifact store and memo on Redis, the memo keyed by `upstream` too.
 #[cfg(feature = "redis")]
-async fn with_redis(context: ContextPolicyLayer, url: &str) -> Result<ContextPolicyLayer, Exit> {
+async fn with_redis(
+    context: ContextPolicyLayer,
+    url: &str,
+    upstream: String,
+) -> Result<ContextPolicyLayer, Exit> {
     use llm_context::memo::MemoLayer;
     use llm_context::redis::RedisStores;
     // A Redis that cannot be reached at start is a configuration error (exit 2); once
@@ -149,7 +177,7 @@ async fn with_redis(context: ContextPolicyLayer, url: &str) -> Result<ContextPol
         .map_err(|e| Exit::bad_input(format!("--redis: {e}")))?;
     Ok(context
         .with_artifact_store(Arc::new(stores.artifacts))
-        .with_memo(MemoLayer::new(Arc::new(stores.memo))))
+        .with_memo(MemoLayer::new(Arc::new(stores.memo)).upstream(upstream)))
 }
 
 #[cfg(feature = "openai")]

@@ -7,7 +7,7 @@ use crate::hash::StableHasher;
 use crate::model::ChatRequest;
 
 /// Bump when the digest's inputs change, so old entries are never read with new meaning.
-const DOMAIN: &str = "llm-context/memo/v1";
+const DOMAIN: &str = "llm-context/memo/v2";
 
 /// Where a memoized response is kept: the request's tenant ([`Scope::key`]) and a
 /// 128-bit digest of the prepared request.
@@ -45,10 +45,33 @@ impl MemoKey {
     /// `serde_json` built with `preserve_order` cannot change it). It leaves out what does
     /// not change the answer: the session, the cache hints and the memo hint. It is
     /// XXH3-128, the same on every build and machine, so replicas sharing a store agree.
+    ///
+    /// It names no upstream: the key of a layer that sends every request to one place.
+    /// A store shared by stacks that send to different providers or servers needs
+    /// [`MemoKey::for_upstream`].
     pub fn for_request(request: &ChatRequest) -> Self {
+        Self::for_upstream(request, "")
+    }
+
+    /// The key of a request sent to `upstream` (the provider and its base URL, as
+    /// [`MemoLayer::upstream`](crate::memo::MemoLayer::upstream) names it): the same body
+    /// sent to two servers is two questions.
+    ///
+    /// ```
+    /// use llm_context_layers::memo::MemoKey;
+    /// use llm_context_layers::{ChatRequest, Message};
+    ///
+    /// let ask = ChatRequest::new("m", vec![Message::user("hi")]);
+    /// let openai = MemoKey::for_upstream(&ask, "openai https://api.openai.com/v1");
+    /// let other = MemoKey::for_upstream(&ask, "anthropic https://api.anthropic.com");
+    /// assert_ne!(openai, other);
+    /// assert_eq!(MemoKey::for_request(&ask), MemoKey::for_upstream(&ask, ""));
+    /// ```
+    pub fn for_upstream(request: &ChatRequest, upstream: &str) -> Self {
         let scope = request.scope.key();
         let mut h = StableHasher::new(DOMAIN);
         h.str(&scope);
+        h.str(upstream);
         h.str(&request.model);
         match &request.prefix {
             None => h.u64(0),

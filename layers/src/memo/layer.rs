@@ -32,16 +32,24 @@ pub(crate) struct MemoState {
     pub(crate) backoff: Duration,
     pub(crate) breaker: Breaker,
     pub(crate) flights: Arc<Flights>,
+    /// Where the inner service sends requests, part of every key ([`MemoLayer::upstream`]).
+    pub(crate) upstream: Arc<str>,
 }
 
 impl MemoState {
-    fn new(store: Arc<dyn MemoStore>, timeout: Duration, backoff: Duration) -> Self {
+    fn new(
+        store: Arc<dyn MemoStore>,
+        timeout: Duration,
+        backoff: Duration,
+        upstream: Arc<str>,
+    ) -> Self {
         Self {
             store,
             timeout,
             backoff,
             breaker: Breaker::new(backoff),
             flights: Arc::default(),
+            upstream,
         }
     }
 }
@@ -79,6 +87,7 @@ impl MemoLayer {
                 store,
                 DEFAULT_STORE_TIMEOUT,
                 DEFAULT_STORE_BACKOFF,
+                Arc::from(""),
             ))),
             predicate: DefaultPredicate,
         }
@@ -108,7 +117,18 @@ impl<P> MemoLayer<P> {
     /// [`DEFAULT_STORE_TIMEOUT`]); past it, the request goes to the provider and a warning
     /// is logged. Needs a Tokio runtime with its timer enabled.
     pub fn store_timeout(self, timeout: Duration) -> Self {
-        self.rebuild(|s| (timeout, s.backoff))
+        self.rebuild(|s| (timeout, s.backoff, s.upstream.clone()))
+    }
+
+    /// Names where the wrapped service sends requests, e.g. `"openai
+    /// https://api.openai.com/v1"`, and makes it part of every memo key
+    /// ([`MemoKey::for_upstream`](crate::memo::MemoKey::for_upstream)). Set it whenever
+    /// one store serves stacks that call different providers or servers: the same body
+    /// sent to two of them must not be answered from the other's entry. The default is
+    /// empty (one upstream per store).
+    pub fn upstream(self, upstream: impl Into<String>) -> Self {
+        let upstream: Arc<str> = Arc::from(upstream.into());
+        self.rebuild(|s| (s.timeout, s.backoff, upstream))
     }
 
     /// After the store could not be reached (an error saying so, or the timeout), skip
@@ -116,19 +136,23 @@ impl<P> MemoLayer<P> {
     /// straight to the provider, each with a warning, instead of each waiting out the
     /// timeout. The first request after the backoff tries the store again.
     pub fn store_backoff(self, backoff: Duration) -> Self {
-        self.rebuild(|s| (s.timeout, backoff))
+        self.rebuild(|s| (s.timeout, backoff, s.upstream.clone()))
     }
 
     /// This layer with its shared state built anew (same store, fresh breaker and
-    /// flights) around the `(timeout, backoff)` that `settings` picks; a disabled layer
-    /// stays disabled.
-    fn rebuild(mut self, settings: impl FnOnce(&MemoState) -> (Duration, Duration)) -> Self {
+    /// flights) around the `(timeout, backoff, upstream)` that `settings` picks; a
+    /// disabled layer stays disabled.
+    fn rebuild(
+        mut self,
+        settings: impl FnOnce(&MemoState) -> (Duration, Duration, Arc<str>),
+    ) -> Self {
         if let Some(s) = &self.shared {
-            let (timeout, backoff) = settings(s);
+            let (timeout, backoff, upstream) = settings(s);
             self.shared = Some(Arc::new(MemoState::new(
                 Arc::clone(&s.store),
                 timeout,
                 backoff,
+                upstream,
             )));
         }
         self

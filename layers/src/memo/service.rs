@@ -80,7 +80,7 @@ where
             }
             _ => return ResponseFuture::bypass(self.inner.call(req)),
         };
-        let key = MemoKey::for_request(&req);
+        let key = MemoKey::for_upstream(&req, &shared.upstream);
         // The ready service goes into the future; a clone stays for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
