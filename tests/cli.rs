@@ -412,3 +412,81 @@ fn of_two_identical_messages_the_kept_one_keeps_its_fields() {
     let metas: Vec<&Value> = sent.iter().map(|m| &m["x_meta"]).collect();
     assert_eq!(metas, [&json!("system"), &json!("last")]);
 }
+
+/// An OpenAI body left by an interrupted agent: call `c2` has no result, and a result
+/// answers a call that is not there.
+fn broken_pairing_body() -> Value {
+    json!({
+        "model": "gpt-5.4",
+        "messages": [
+            {"role": "user", "content": "why is checkout failing?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}},
+                {"id": "c2", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": "503 from payments", "x_meta": 1},
+            {"role": "user", "content": "still there?"},
+            {"role": "tool", "tool_call_id": "gone", "content": "orphan"}
+        ]
+    })
+}
+
+#[test]
+fn broken_tool_pairing_is_repaired_and_reported() {
+    let out = run(
+        &["prepare", "--json", "-"],
+        Some(&broken_pairing_body().to_string()),
+    );
+    let v = ok_json(&out);
+    assert_eq!(v["report"]["repaired"], 2, "{}", v["report"]);
+    let sent = v["request"]["messages"].as_array().unwrap();
+    let shape: Vec<(&str, &str)> = sent
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap(),
+                m["tool_call_id"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("user", ""),
+            ("assistant", ""),
+            ("tool", "c1"),
+            ("tool", "c2"),
+            ("user", "")
+        ]
+    );
+    assert_eq!(
+        sent[2]["x_meta"], 1,
+        "the real result is written as it came"
+    );
+    assert!(
+        sent[3]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("No result was recorded")
+    );
+}
+
+#[test]
+fn broken_tool_pairing_is_refused_when_repair_is_off() {
+    let policy = temp_file("no-repair.toml", "repair_pairing = false\n");
+    let out = run(
+        &[
+            "prepare",
+            "--json",
+            "--policy",
+            policy.to_str().unwrap(),
+            "-",
+        ],
+        Some(&broken_pairing_body().to_string()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("`c2`"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}

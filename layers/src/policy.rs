@@ -70,6 +70,13 @@ pub struct ContextPolicy {
     /// default): prune the minimum each time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub low_water_tokens: Option<usize>,
+    /// Repair broken tool pairing before planning (see [`pairing`](crate::fit::pairing)):
+    /// a call with no result gets one saying none was recorded, a result answering no
+    /// call is dropped, and [`PreparationReport::repaired`](crate::PreparationReport::repaired)
+    /// counts both. `false` refuses such a request with a
+    /// [`PairingError`](crate::PairingError) instead. Default `true`: providers refuse
+    /// the broken form with a 400.
+    pub repair_pairing: bool,
 }
 
 impl Default for ContextPolicy {
@@ -86,6 +93,7 @@ impl Default for ContextPolicy {
             max_artifacts: 32,
             artifact_max_chars: 1_000_000,
             low_water_tokens: None,
+            repair_pairing: true,
         }
     }
 }
@@ -158,6 +166,12 @@ impl ContextPolicy {
     /// Clears old tool results before pruning whole turns.
     pub fn with_clear_before_prune(mut self, yes: bool) -> Self {
         self.clear_before_prune = yes;
+        self
+    }
+
+    /// Repairs broken tool pairing (`true`, the default) or refuses it (`false`).
+    pub fn with_repair_pairing(mut self, yes: bool) -> Self {
+        self.repair_pairing = yes;
         self
     }
 

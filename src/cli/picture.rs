@@ -137,6 +137,13 @@ pub(crate) fn render(
         n(report.cleared_observations),
         n(report.offloaded_results)
     );
+    if report.repaired > 0 {
+        let _ = writeln!(
+            out,
+            "repaired tool pairing: {} results added or dropped",
+            n(report.repaired)
+        );
+    }
     if let Some(cut) = report.history_start {
         let _ = writeln!(
             out,

@@ -72,14 +72,19 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
     }
 }
 
-/// The report fields of the CLI contract, and only those.
+/// The report fields of the CLI contract, and only those; plus `repaired` when the tool
+/// pairing was repaired, so a script sees that the stack added or dropped results.
 fn report_json(r: &PreparationReport) -> serde_json::Value {
-    json!({
+    let mut v = json!({
         "before_tokens": r.before_tokens,
         "after_tokens": r.after_tokens,
         "removed_messages": r.removed_messages,
         "cleared_observations": r.cleared_observations,
         "offloaded_results": r.offloaded_results,
         "prompt_allowance": r.prompt_allowance,
-    })
+    });
+    if r.repaired > 0 {
+        v["repaired"] = json!(r.repaired);
+    }
+    v
 }

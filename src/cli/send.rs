@@ -119,6 +119,10 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
             if let Some(limit) = err.downcast_ref::<ContextLimitError>() {
                 return emit(&format!("{}\n", limit_json(limit)), EXIT_CONTEXT_LIMIT);
             }
+            // A transcript refused for its pairing (`repair_pairing = false`) is bad input.
+            if let Some(pairing) = err.downcast_ref::<llm_context::PairingError>() {
+                return Err(Exit::bad_input(pairing.to_string()));
+            }
             let code = emit(&format!("{}\n", error_json(&*err)), EXIT_PROVIDER)?;
             warn_line(&err.to_string());
             Ok(code)

@@ -6,12 +6,12 @@ use std::task::{Context, Poll};
 use tower::Service;
 
 use super::cut::Cut;
+use super::pairing;
 use super::plan::{self, Budget, Scratch, Stages};
 use crate::BoxError;
 use crate::artifact::{Displaced, Untrusted};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
-use crate::error::ContextLimitError;
 use crate::future::{Learn, ResponseFuture};
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 use crate::policy::{ContextPolicy, PolicyError};
@@ -38,12 +38,31 @@ pub(crate) fn prepare(
     stages: Stages,
     budget: Budget,
     scratch: &mut Scratch,
-) -> Result<Fitted, ContextLimitError> {
+) -> Result<Fitted, BoxError> {
+    let repaired = if policy.repair_pairing {
+        pairing::repair(&mut req.messages)
+    } else {
+        pairing::check(&req.messages)?;
+        None
+    };
     let planned = plan::plan(&req, policy, untrusted, stages, budget, scratch)?;
     let cut = planned.cut;
     let reserved_tool = planned.reserved_tool;
     let refers = planned.refers;
-    let report = planned.report.clone();
+    let mut report = planned.report.clone();
+    if let Some(r) = &repaired {
+        // The report speaks of the request as received.
+        report.repaired = r.count;
+        report.before_tokens = report.before_tokens + r.dropped_tokens - r.added_tokens;
+        report.history_start = report.history_start.map(|i| r.received_index(i));
+        tracing::info!(
+            event = "tool_pairing_repaired",
+            repaired = r.count,
+            scope = %req.scope.key(),
+            session = %req.session,
+            "tool calls and results did not pair up; repaired"
+        );
+    }
     let mut displaced = Vec::new();
     if report.removed_messages > 0 || report.cleared_observations > 0 {
         let messages = std::mem::take(&mut req.messages);
@@ -175,7 +194,7 @@ where
                 let future = self.inner.call(fitted.req);
                 ResponseFuture::direct_learning(future, fitted.report, learn)
             }
-            Err(limit) => ResponseFuture::failed(Box::new(limit)),
+            Err(e) => ResponseFuture::failed(e),
         }
     }
 }

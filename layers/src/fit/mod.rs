@@ -42,6 +42,7 @@
 mod clear;
 pub mod cut;
 mod fitting;
+pub mod pairing;
 mod plan;
 mod prune;
 mod turns;
@@ -50,6 +51,7 @@ pub use crate::future::ResponseFuture;
 pub use clear::{Clear, ClearLayer};
 pub use cut::{Cut, CutStore, LocalCutStore};
 pub(crate) use fitting::{Fit, FitConfig, budget, prepare};
+pub use pairing::PairingError;
 pub(crate) use plan::{Scratch, Stages};
 pub use prune::{Prune, PruneLayer};
 pub(crate) use turns::Layout;

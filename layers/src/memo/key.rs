@@ -224,8 +224,9 @@ mod tests {
         let r = ChatRequest::new("m", vec![Message::user("hello")])
             .with_scope(Scope::org(1))
             .with_params(GenerationParams::default());
-        let mut h = StableHasher::new("llm-context/memo/v1");
+        let mut h = StableHasher::new("llm-context/memo/v2");
         h.str("org1:domNone");
+        h.str(""); // the upstream: none named
         h.str("m");
         h.u64(0);
         h.messages(&[Message::user("hello")]);

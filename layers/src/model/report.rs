@@ -33,6 +33,12 @@ pub struct PreparationReport {
     pub pruned_turns: usize,
     /// Tool rounds (a call and all its results) removed from turns that were kept.
     pub dropped_rounds: usize,
+    /// Tool results added for calls that had none, plus results dropped because they
+    /// answered no call (see [`pairing`](crate::fit::pairing)), before planning. The
+    /// added ones are counted in `after_tokens`, the dropped ones are not in
+    /// `removed_messages`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub repaired: usize,
     /// Where the history now starts: the index, in the request as received, of the first
     /// message kept after the leading system messages (`None` when nothing was pruned).
     /// A cache-aware policy keeps this cut still across turns.
@@ -69,7 +75,8 @@ fn is_zero(n: &usize) -> bool {
 impl PreparationReport {
     /// Whether anything was removed, cleared, offloaded or folded.
     pub fn changed(&self) -> bool {
-        self.removed_messages > 0
+        self.repaired > 0
+            || self.removed_messages > 0
             || self.cleared_observations > 0
             || self.offloaded_results > 0
             || self.folded_messages > 0
@@ -99,6 +106,7 @@ impl PreparationReport {
         }
         self.after_tokens = inner.after_tokens;
         self.removed_messages += inner.removed_messages;
+        self.repaired += inner.repaired;
         self.cleared_observations += inner.cleared_observations;
         self.offloaded_results += inner.offloaded_results;
         self.pruned_turns += inner.pruned_turns;
