@@ -545,3 +545,27 @@ async fn the_kinds_are_typed() {
     );
     assert!(err.message.contains("no Location"), "{}", err.message);
 }
+
+// --- Figures from the body -------------------------------------------------------------
+
+#[tokio::test]
+async fn usage_figures_at_the_top_of_u64_are_not_a_panic() {
+    let server = mock_post(
+        MESSAGES,
+        ResponseTemplate::new(200).set_body_json(json!({
+            "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+            "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": u64::MAX, "output_tokens": u64::MAX,
+                      "cache_creation": {"ephemeral_5m_input_tokens": u64::MAX,
+                                         "ephemeral_1h_input_tokens": u64::MAX}}
+        })),
+    )
+    .await;
+    let reply = anthropic(&server.uri())
+        .oneshot(request("claude-sonnet-4-6"))
+        .await
+        .unwrap();
+    // The writes of both TTLs, saturated rather than wrapped around.
+    assert_eq!(reply.usage.cache_write_tokens, u64::MAX);
+    assert_eq!(reply.usage.cache_write_1h_tokens, u64::MAX);
+}
