@@ -290,9 +290,7 @@ impl ProviderError {
         }
         err
     }
-}
 
-impl ProviderError {
     /// A 3xx, named by its target. The body is not kept: the target is what matters.
     fn redirected(mut self, headers: &http::HeaderMap, redactor: &Redactor) -> Self {
         let status = self.status.unwrap_or_default();
