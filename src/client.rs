@@ -1,18 +1,22 @@
 //! What the provider clients share: configuration errors, settings from the environment,
 //! base URLs, building a JSON request, and reading a response into a typed body or a
-//! [`ProviderError`].
+//! [`ProviderError`] (every string of which goes through the client's [`Redactor`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Provider, ProviderError, ProviderErrorKind};
-use crate::transport::{HttpRequest, HttpResponse, TransportError, TransportErrorKind};
+use crate::redact::{Redactor, TEXT_LIMIT};
+use crate::transport::{
+    DEFAULT_MAX_RESPONSE_BYTES, HttpRequest, HttpResponse, ReqwestTransport, TransportError,
+    TransportErrorKind,
+};
 use llm_context_layers::ChatResponse;
 
 /// The response future of a provider client's `Service<ChatRequest>`: the neutral
@@ -32,7 +36,7 @@ pub enum ConfigError {
     /// The base URL is not an absolute `http(s)://` URL.
     #[error("invalid base URL {url:?}: {reason}")]
     InvalidBaseUrl {
-        /// The URL given.
+        /// The URL given, its password and the key masked.
         url: String,
         /// Why it does not work.
         reason: String,
@@ -43,19 +47,35 @@ pub enum ConfigError {
 }
 
 /// The settings every builder has.
-#[derive(Default)]
 pub(crate) struct Settings {
     pub(crate) base_url: Option<String>,
     pub(crate) api_key: Option<SecretString>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) max_response_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            api_key: None,
+            timeout: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
 }
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redactor = self.redactor("");
         f.debug_struct("Settings")
-            .field("base_url", &self.base_url)
+            .field(
+                "base_url",
+                &self.base_url.as_deref().map(|u| redactor.url(u)),
+            )
             .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
             .field("timeout", &self.timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }
@@ -67,9 +87,31 @@ impl Settings {
         Self {
             base_url: env(base_url_var),
             api_key: env(api_key_var).map(SecretString::from),
-            timeout: None,
+            ..Self::default()
         }
     }
+
+    /// The redactor of a client with these settings, calling the base URL set or else
+    /// `default_url`.
+    pub(crate) fn redactor(&self, default_url: &str) -> Redactor {
+        Redactor::new(
+            self.api_key.as_ref(),
+            self.base_url.as_deref().unwrap_or(default_url),
+        )
+    }
+
+    /// The default transport for these settings: their timeout and body limit.
+    pub(crate) fn transport(&self) -> Result<ReqwestTransport, ConfigError> {
+        Ok(ReqwestTransport::with_timeout(self.timeout)?
+            .with_max_body_bytes(self.max_response_bytes))
+    }
+}
+
+/// What a client needs to read its answers: its redactor and its body limit.
+#[derive(Debug)]
+pub(crate) struct Reading {
+    pub(crate) redactor: Redactor,
+    pub(crate) max_response_bytes: usize,
 }
 
 /// Reads an environment variable, treating an empty value as unset.
@@ -77,10 +119,11 @@ fn env(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// Checks a base URL and drops trailing slashes, so `{base}/path` has exactly one.
-pub(crate) fn base_url(url: &str) -> Result<String, ConfigError> {
+/// Checks a base URL and drops trailing slashes, so `{base}/path` has exactly one. An
+/// error shows the URL as `redactor` does.
+pub(crate) fn base_url(url: &str, redactor: &Redactor) -> Result<String, ConfigError> {
     let invalid = |reason: &str| ConfigError::InvalidBaseUrl {
-        url: url.to_owned(),
+        url: redactor.url(url),
         reason: reason.to_owned(),
     };
     let trimmed = url.trim().trim_end_matches('/');
@@ -128,29 +171,42 @@ pub(crate) fn post_json(
 pub(crate) async fn exchange<T: DeserializeOwned>(
     provider: Provider,
     sent: impl Future<Output = Result<HttpResponse, TransportError>>,
-    key: Option<&SecretString>,
+    reading: &Reading,
 ) -> Result<T, ProviderError> {
-    let resp = sent.await.map_err(|e| transport_error(provider, e))?;
-    read_response(provider, resp, key)
+    let resp = sent
+        .await
+        .map_err(|e| transport_error(provider, e, &reading.redactor))?;
+    read_response(provider, resp, reading)
 }
 
-/// A transport failure as a provider error.
-pub(crate) fn transport_error(provider: Provider, e: TransportError) -> ProviderError {
+/// A transport failure as a provider error, its text redacted (it may name the URL).
+pub(crate) fn transport_error(
+    provider: Provider,
+    e: TransportError,
+    redactor: &Redactor,
+) -> ProviderError {
     let kind = match e.kind {
         TransportErrorKind::Timeout => ProviderErrorKind::Timeout,
         TransportErrorKind::Connect | TransportErrorKind::Body => ProviderErrorKind::Connection,
+        TransportErrorKind::TooLarge => ProviderErrorKind::ResponseTooLarge,
+        TransportErrorKind::Redirected => ProviderErrorKind::Redirect,
         _ => ProviderErrorKind::Other,
     };
-    ProviderError::new(provider, kind, e.to_string())
+    ProviderError::new(provider, kind, redactor.text(&e.to_string(), TEXT_LIMIT))
 }
 
-/// The typed body of a success, or the provider's error (with `key` redacted from it).
+/// The typed body of a success, or the provider's error (redacted). A body over the
+/// limit is refused here too, for transports that do not enforce it themselves.
 fn read_response<T: DeserializeOwned>(
     provider: Provider,
     resp: HttpResponse,
-    key: Option<&SecretString>,
+    reading: &Reading,
 ) -> Result<T, ProviderError> {
-    let secret = key.map(|k| k.expose_secret());
+    let redactor = &reading.redactor;
+    if resp.body().len() > reading.max_response_bytes {
+        let e = TransportError::too_large(reading.max_response_bytes);
+        return Err(transport_error(provider, e, redactor));
+    }
     let status = resp.status().as_u16();
     if !resp.status().is_success() {
         return Err(ProviderError::from_response(
@@ -158,16 +214,18 @@ fn read_response<T: DeserializeOwned>(
             status,
             resp.headers(),
             resp.body(),
-            secret,
+            redactor,
         ));
     }
     serde_json::from_slice(resp.body()).map_err(|e| {
+        // serde's message quotes the value it could not use.
+        let message = format!("the response body is not the expected JSON: {e}");
         let mut err = ProviderError::new(
             provider,
             ProviderErrorKind::InvalidResponse,
-            format!("the response body is not the expected JSON: {e}"),
+            redactor.text(&message, TEXT_LIMIT),
         )
-        .with_raw_body(crate::error::raw_body(resp.body(), secret));
+        .with_raw_body(crate::error::raw_body(resp.body(), redactor));
         err.status = Some(status);
         err
     })
@@ -184,16 +242,17 @@ mod tests {
 
     #[test]
     fn base_urls() {
+        let r = Redactor::default();
         assert_eq!(
-            base_url("https://api.openai.com/v1/").unwrap(),
+            base_url("https://api.openai.com/v1/", &r).unwrap(),
             "https://api.openai.com/v1"
         );
         assert_eq!(
-            base_url("http://127.0.0.1:8080").unwrap(),
+            base_url("http://127.0.0.1:8080", &r).unwrap(),
             "http://127.0.0.1:8080"
         );
-        assert!(base_url("api.openai.com").is_err());
-        assert!(base_url("ftp://x").is_err());
-        assert!(base_url("https://x/v1?a=b").is_err());
+        assert!(base_url("api.openai.com", &r).is_err());
+        assert!(base_url("ftp://x", &r).is_err());
+        assert!(base_url("https://x/v1?a=b", &r).is_err());
     }
 }

@@ -17,14 +17,25 @@
 //! A provider's error body is parsed for its error type, code and message (both OpenAI's
 //! `{"error": {"type", "code", "message"}}` and Anthropic's `{"type": "error", "error":
 //! {"type", "message"}}`); a body that does not parse is kept, truncated to
-//! [`RAW_BODY_LIMIT`] characters. The client's own key is removed from everything kept
-//! (bodies, messages), and anything shaped like an OpenAI or Anthropic key (`sk-…`) is
-//! masked, since some servers echo the key they were given.
+//! [`RAW_BODY_LIMIT`] characters.
+//!
+//! Everything an error keeps from the server or the network (message, type, code,
+//! request id, redirect target, body, a transport failure's text) is redacted when the
+//! error is made, since some servers echo what they were given: the client's key and its
+//! base URL's password are removed however they are written (plainly, `\u`-escaped,
+//! percent-encoded), anything shaped like an OpenAI or Anthropic key (`sk-…`) is masked,
+//! control characters are written as escapes, and each value is bounded in length.
+//!
+//! A redirect is never followed: the key and the prompt would go to another address. A
+//! 3xx answer is a [`ProviderErrorKind::Redirect`] naming its target
+//! ([`ProviderError::location`]).
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::redact::{Redactor, SHORT_LIMIT, TEXT_LIMIT};
 
 /// The most characters of an unparsed error body kept in a [`ProviderError`].
 pub const RAW_BODY_LIMIT: usize = 2_048;
@@ -79,6 +90,13 @@ pub enum ProviderErrorKind {
     Connection,
     /// A success status with a body that is not the expected JSON.
     InvalidResponse,
+    /// 3xx: the server redirected the call. It was not followed (the key and the prompt
+    /// would have gone to the other address); the message and
+    /// [`ProviderError::location`] name the target. Fix the base URL.
+    Redirect,
+    /// The response body is larger than the client's `max_response_bytes`; reading
+    /// stopped there.
+    ResponseTooLarge,
     /// The request cannot be expressed in this provider's format (nothing was sent).
     Unsupported,
     /// Any other status.
@@ -102,6 +120,8 @@ impl ProviderErrorKind {
             ProviderErrorKind::Timeout => "timeout",
             ProviderErrorKind::Connection => "connection",
             ProviderErrorKind::InvalidResponse => "invalid_response",
+            ProviderErrorKind::Redirect => "redirect",
+            ProviderErrorKind::ResponseTooLarge => "response_too_large",
             ProviderErrorKind::Unsupported => "unsupported",
             ProviderErrorKind::Other => "other",
         }
@@ -128,6 +148,7 @@ impl ProviderErrorKind {
             404 => ProviderErrorKind::NotFound,
             408 => ProviderErrorKind::Timeout,
             413 => ProviderErrorKind::PayloadTooLarge,
+            300..=399 => ProviderErrorKind::Redirect,
             429 => ProviderErrorKind::RateLimited,
             503 | 529 => ProviderErrorKind::Overloaded,
             500..=599 => ProviderErrorKind::Server,
@@ -161,6 +182,7 @@ struct Detail {
     error_type: Option<String>,
     code: Option<String>,
     request_id: Option<String>,
+    location: Option<String>,
     raw_body: Option<String>,
 }
 
@@ -194,6 +216,12 @@ impl ProviderError {
         self.detail.request_id.as_deref()
     }
 
+    /// Where a [`Redirect`](ProviderErrorKind::Redirect) pointed (the `Location` header,
+    /// redacted), when it said.
+    pub fn location(&self) -> Option<&str> {
+        self.detail.location.as_deref()
+    }
+
     /// The body, truncated to [`RAW_BODY_LIMIT`] characters and redacted, when it could
     /// not be parsed.
     pub fn raw_body(&self) -> Option<&str> {
@@ -215,13 +243,13 @@ impl ProviderError {
         self.kind == ProviderErrorKind::ContextLength
     }
 
-    /// The error for a non-success response. `secret` is removed from what is kept.
+    /// The error for a non-success response; everything kept goes through `redactor`.
     pub(crate) fn from_response(
         provider: Provider,
         status: u16,
         headers: &http::HeaderMap,
         body: &[u8],
-        secret: Option<&str>,
+        redactor: &Redactor,
     ) -> Self {
         let mut err = Self::new(provider, ProviderErrorKind::from_status(status), "");
         err.status = Some(status);
@@ -230,20 +258,23 @@ impl ProviderError {
         d.request_id = ["x-request-id", "request-id"]
             .iter()
             .find_map(|h| headers.get(*h)?.to_str().ok())
-            .map(str::to_owned);
+            .map(|id| redactor.text(id, SHORT_LIMIT));
+        if err.kind == ProviderErrorKind::Redirect {
+            return err.redirected(headers, redactor);
+        }
         match serde_json::from_slice::<ErrorEnvelope>(body) {
             Ok(ErrorEnvelope {
                 error: Some(detail),
             }) => {
-                d.error_type = detail.kind.map(|t| redact(&t, secret));
+                d.error_type = detail.kind.map(|t| redactor.text(&t, SHORT_LIMIT));
                 d.code = detail.code.and_then(|c| match c {
-                    serde_json::Value::String(s) => Some(redact(&s, secret)),
+                    serde_json::Value::String(s) => Some(redactor.text(&s, SHORT_LIMIT)),
                     serde_json::Value::Number(n) => Some(n.to_string()),
                     _ => None,
                 });
-                err.message = redact(detail.message.as_deref().unwrap_or(""), secret);
+                err.message = redactor.text(detail.message.as_deref().unwrap_or(""), TEXT_LIMIT);
             }
-            _ => d.raw_body = Some(raw_body(body, secret)),
+            _ => d.raw_body = Some(raw_body(body, redactor)),
         }
         if err.message.is_empty() {
             err.message = format!("HTTP {status}");
@@ -258,6 +289,24 @@ impl ProviderError {
             err.kind = ProviderErrorKind::ContextLength;
         }
         err
+    }
+
+    /// A 3xx, named by its target. The body is not kept: the target is what matters.
+    fn redirected(mut self, headers: &http::HeaderMap, redactor: &Redactor) -> Self {
+        let status = self.status.unwrap_or_default();
+        let location = headers
+            .get(http::header::LOCATION)
+            .map(|v| match v.to_str() {
+                Ok(v) => redactor.url(v),
+                Err(_) => "(a Location that is not text)".to_owned(),
+            });
+        let target = location.as_deref().unwrap_or("(no Location given)");
+        self.message = format!(
+            "HTTP {status} redirects to {target}; redirects are never followed (the key and \
+             the prompt would go there too): set the base URL to the address that answers"
+        );
+        self.detail.location = location;
+        self
     }
 }
 
@@ -365,50 +414,9 @@ pub(crate) fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     )
 }
 
-/// Removes `secret` and masks anything shaped like a provider key.
-pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
-    let mut out = match secret {
-        Some(s) if !s.is_empty() => text.replace(s, "[REDACTED]"),
-        _ => text.to_owned(),
-    };
-    if out.contains("sk-") {
-        out = mask_key_shapes(&out);
-    }
-    out
-}
-
-/// Masks `sk-` followed by 16 or more key characters (OpenAI `sk-…`, `sk-proj-…`,
-/// Anthropic `sk-ant-…`). Keys that a server already masked (`sk-abc***xyz`) break the
-/// run and are left as they are.
-fn mask_key_shapes(text: &str) -> String {
-    let is_key_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("sk-") {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at + 3..];
-        let run = tail.find(|c| !is_key_char(c)).unwrap_or(tail.len());
-        if run >= 16 {
-            out.push_str("sk-[REDACTED]");
-        } else {
-            out.push_str(&rest[at..at + 3 + run]);
-        }
-        rest = &tail[run..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// A body as kept in an error: lossy UTF-8, redacted, truncated.
-pub(crate) fn raw_body(body: &[u8], secret: Option<&str>) -> String {
-    truncate(&redact(&String::from_utf8_lossy(body), secret))
-}
-
-fn truncate(text: &str) -> String {
-    match text.char_indices().nth(RAW_BODY_LIMIT) {
-        Some((cut, _)) => format!("{}… ({} bytes in all)", &text[..cut], text.len()),
-        None => text.to_owned(),
-    }
+/// A body as kept in an error: lossy UTF-8, redacted, bounded.
+pub(crate) fn raw_body(body: &[u8], redactor: &Redactor) -> String {
+    redactor.text(&String::from_utf8_lossy(body), RAW_BODY_LIMIT)
 }
 
 #[cfg(test)]
@@ -426,7 +434,13 @@ mod tests {
     #[test]
     fn openai_context_length() {
         let body = br#"{"error": {"message": "This model's maximum context length is 8192 tokens.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}"#;
-        let e = ProviderError::from_response(Provider::OpenAi, 400, &headers(&[]), body, None);
+        let e = ProviderError::from_response(
+            Provider::OpenAi,
+            400,
+            &headers(&[]),
+            body,
+            &Redactor::default(),
+        );
         assert_eq!(e.kind, ProviderErrorKind::ContextLength);
         assert_eq!(e.code(), Some("context_length_exceeded"));
         assert!(!e.is_retryable());
@@ -436,11 +450,23 @@ mod tests {
     fn anthropic_overloaded_and_context_length() {
         let body =
             br#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#;
-        let e = ProviderError::from_response(Provider::Anthropic, 529, &headers(&[]), body, None);
+        let e = ProviderError::from_response(
+            Provider::Anthropic,
+            529,
+            &headers(&[]),
+            body,
+            &Redactor::default(),
+        );
         assert_eq!(e.kind, ProviderErrorKind::Overloaded);
         assert!(e.is_retryable());
         let body = br#"{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 201234 tokens > 200000 maximum"}}"#;
-        let e = ProviderError::from_response(Provider::Anthropic, 400, &headers(&[]), body, None);
+        let e = ProviderError::from_response(
+            Provider::Anthropic,
+            400,
+            &headers(&[]),
+            body,
+            &Redactor::default(),
+        );
         assert_eq!(e.kind, ProviderErrorKind::ContextLength);
     }
 
@@ -524,7 +550,7 @@ mod tests {
             502,
             &headers(&[]),
             body.as_bytes(),
-            Some(secret),
+            &Redactor::new(Some(&secrecy::SecretString::from(secret)), ""),
         );
         assert_eq!(e.kind, ProviderErrorKind::Server);
         let raw = e.raw_body().unwrap();
@@ -532,16 +558,5 @@ mod tests {
         assert!(raw.contains("[REDACTED]"));
         assert!(raw.chars().count() < RAW_BODY_LIMIT + 40);
         assert!(!format!("{e} {e:?}").contains(secret));
-    }
-
-    #[test]
-    fn key_shapes_are_masked() {
-        assert_eq!(
-            redact("key sk-ant-api03-AAAAAAAAAAAAAAAAAAAA is bad", None),
-            "key sk-[REDACTED] is bad"
-        );
-        // Already masked by the server, and short runs: left alone.
-        assert_eq!(redact("sk-abc***wxyz", None), "sk-abc***wxyz");
-        assert_eq!(redact("task-list sk-", None), "task-list sk-");
     }
 }

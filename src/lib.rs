@@ -45,6 +45,8 @@ pub mod error;
 #[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "cli"))))]
 pub mod openai;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
+mod redact;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod retry;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod transport;

@@ -24,22 +24,37 @@
 //! body; how the bytes travel is this service's business. [`ReqwestTransport`] (reqwest
 //! over rustls) is the default. Tests can plug in canned responses, and deployments can
 //! wrap the transport in their own tower layers (tracing, proxies, rate limits).
+//!
+//! [`ReqwestTransport`] follows no redirect (a 3xx is handed to the client, which makes
+//! it an error naming the target), and reads a body incrementally up to its limit
+//! ([`DEFAULT_MAX_RESPONSE_BYTES`] unless set), failing with
+//! [`TransportErrorKind::TooLarge`] past it, whatever `Content-Length` said or did not
+//! say. Neither transport nor client asks for compressed bodies, so the limit is on the
+//! bytes that arrive.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tower::Service;
 
 use crate::BoxError;
+use crate::redact::mask_userinfo;
 
 /// A request as the clients build it.
 pub type HttpRequest = http::Request<Bytes>;
 
 /// A response with its whole body.
 pub type HttpResponse = http::Response<Bytes>;
+
+/// The largest response body the clients read by default: 16 MiB. The largest answers
+/// either API gives (128,000 output tokens, a few choices, non-ASCII text written as
+/// `\u` escapes) stay well under a few megabytes; a body past 16 MiB is a broken or
+/// hostile server, not an answer. Requests with `logprobs` on long outputs can need
+/// more: raise it with the builders' `max_response_bytes`.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How the transport failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,6 +66,11 @@ pub enum TransportErrorKind {
     Connect,
     /// The response body was cut short or could not be read.
     Body,
+    /// The response body is larger than the limit; reading stopped there.
+    TooLarge,
+    /// The HTTP client followed a redirect (a `reqwest::Client` of your own with a
+    /// redirect policy); its answer is refused.
+    Redirected,
     /// Anything else (an invalid request, a TLS setup failure, …).
     Other,
 }
@@ -94,9 +114,25 @@ impl TransportError {
         } else {
             TransportErrorKind::Other
         };
-        // reqwest's message names the URL, never the headers.
-        let message = error_chain(&e);
+        // reqwest's message names the URL, never the headers. The URL may carry a
+        // password: it is shown masked, and the source keeps none.
+        let url = e.url().map(|u| mask_userinfo(u.as_str()));
+        let e = e.without_url();
+        let mut message = error_chain(&e);
+        if let Some(url) = url {
+            message.push_str(&format!(" (url {url})"));
+        }
         Self::new(kind, message).with_source(e)
+    }
+
+    /// A body over `limit` bytes.
+    pub(crate) fn too_large(limit: usize) -> Self {
+        Self::new(
+            TransportErrorKind::TooLarge,
+            format!(
+                "the response body is larger than the limit of {limit} bytes (max_response_bytes)"
+            ),
+        )
     }
 }
 
@@ -114,29 +150,68 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// The default transport: a `reqwest::Client` (rustls, HTTP/1.1 and HTTP/2). Cheap to
-/// clone; clones share the connection pool.
+/// The default transport: a `reqwest::Client` (rustls, HTTP/1.1 and HTTP/2) that
+/// follows no redirect and reads at most [`DEFAULT_MAX_RESPONSE_BYTES`] of a body unless
+/// told otherwise. Cheap to clone; clones share the connection pool.
 #[derive(Clone, Debug)]
 pub struct ReqwestTransport {
     client: reqwest::Client,
+    max_body_bytes: usize,
 }
 
 impl ReqwestTransport {
-    /// A transport over a client of your own (proxies, certificates, pools).
+    /// A transport over a client of your own (proxies, certificates, pools). Build it
+    /// with `.redirect(reqwest::redirect::Policy::none())`: reqwest's default follows
+    /// redirects, sending the key and the prompt to wherever a server points. This
+    /// transport refuses an answer that came from a followed redirect, but by then the
+    /// request has gone.
     pub fn new(client: reqwest::Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            max_body_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
     }
 
     /// A transport whose whole calls time out after `timeout` (`None`: never; the
-    /// connection attempt alone still times out after 30 s).
+    /// connection attempt alone still times out after 30 s), following no redirect.
     pub fn with_timeout(timeout: Option<Duration>) -> Result<Self, TransportError> {
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(30));
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(t) = timeout {
             builder = builder.timeout(t);
         }
         let client = builder.build().map_err(TransportError::from_reqwest)?;
-        Ok(Self { client })
+        Ok(Self::new(client))
     }
+
+    /// The most bytes of a response body read (default [`DEFAULT_MAX_RESPONSE_BYTES`]);
+    /// a longer body fails with [`TransportErrorKind::TooLarge`] once the limit is
+    /// passed (at once, when its `Content-Length` says so).
+    pub fn with_max_body_bytes(mut self, limit: usize) -> Self {
+        self.max_body_bytes = limit;
+        self
+    }
+}
+
+/// The body of `resp`, read piece by piece and never past `limit` bytes. The declared
+/// length only decides early: a body is counted as it arrives, since a length can lie
+/// (or be overridden by chunked framing) and may be absent.
+async fn read_body(resp: &mut reqwest::Response, limit: usize) -> Result<Bytes, TransportError> {
+    let declared = resp.content_length();
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(TransportError::too_large(limit));
+    }
+    // Never allocate ahead on the server's word alone.
+    let ahead = declared.map_or(0, |n| n as usize).min(64 * 1024);
+    let mut body = BytesMut::with_capacity(ahead);
+    while let Some(piece) = resp.chunk().await.map_err(TransportError::from_reqwest)? {
+        if piece.len() > limit - body.len() {
+            return Err(TransportError::too_large(limit));
+        }
+        body.extend_from_slice(&piece);
+    }
+    Ok(body.freeze())
 }
 
 impl Service<HttpRequest> for ReqwestTransport {
@@ -151,15 +226,27 @@ impl Service<HttpRequest> for ReqwestTransport {
 
     fn call(&mut self, req: HttpRequest) -> Self::Future {
         let client = self.client.clone();
+        let limit = self.max_body_bytes;
         Box::pin(async move {
             let req = reqwest::Request::try_from(req).map_err(TransportError::from_reqwest)?;
+            let asked = req.url().clone();
             let mut resp = client
                 .execute(req)
                 .await
                 .map_err(TransportError::from_reqwest)?;
+            if resp.url() != &asked {
+                return Err(TransportError::new(
+                    TransportErrorKind::Redirected,
+                    format!(
+                        "the HTTP client followed a redirect to {}; its answer is refused \
+                         (build the client with reqwest::redirect::Policy::none())",
+                        mask_userinfo(resp.url().as_str())
+                    ),
+                ));
+            }
             let status = resp.status();
+            let body = read_body(&mut resp, limit).await?;
             let headers = std::mem::take(resp.headers_mut());
-            let body = resp.bytes().await.map_err(TransportError::from_reqwest)?;
             let mut out = http::Response::new(body);
             *out.status_mut() = status;
             *out.headers_mut() = headers;

@@ -222,6 +222,73 @@ async fn provider_errors_exit_4_without_the_key() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_key_the_server_echoes_in_a_header_is_never_printed() {
+    let server = openai_server(
+        ResponseTemplate::new(401)
+            .insert_header("x-request-id", format!("req-{KEY}"))
+            .set_body_json(json!({"error": {"message": "no", "type": "invalid_request_error"}})),
+    )
+    .await;
+    let out = run(
+        args(&["send", "--provider", "openai", "-"]),
+        openai_env(&server),
+        body(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(4));
+    let v = stdout_json(&out);
+    assert_eq!(v["request_id"], "req-[REDACTED]");
+    for stream in [&out.stdout, &out.stderr] {
+        assert!(!String::from_utf8_lossy(stream).contains("0123456789abcdefghijklmnop"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redirect_is_exit_4_naming_the_target_and_never_followed() {
+    let elsewhere = openai_server(ResponseTemplate::new(200).set_body_raw(
+        common::fixture("openai-response-text.json"),
+        "application/json",
+    ))
+    .await;
+    let target = format!("{}/v1/chat/completions", elsewhere.uri());
+    let server =
+        openai_server(ResponseTemplate::new(308).insert_header("location", target.as_str())).await;
+    let out = run(
+        args(&["send", "--provider", "openai", "-"]),
+        openai_env(&server),
+        body(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(4));
+    let v = stdout_json(&out);
+    assert_eq!(v["kind"], "redirect");
+    assert_eq!(v["status"], 308);
+    assert!(v["message"].as_str().unwrap().contains(&target), "{v}");
+    assert!(elsewhere.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_password_in_the_base_url_is_never_printed() {
+    // Nothing listens on port 1: the connection error names the URL.
+    let env = vec![
+        (
+            "OPENAI_BASE_URL",
+            "http://proxy:s3cret-pass-4711@127.0.0.1:1/v1".to_owned(),
+        ),
+        ("OPENAI_API_KEY", KEY.to_owned()),
+    ];
+    let a = args(&["send", "--provider", "openai", "--max-retries", "0", "-"]);
+    let out = run(a, env, body()).await;
+    assert_eq!(out.status.code(), Some(4));
+    let v = stdout_json(&out);
+    assert_eq!(v["kind"], "connection");
+    assert!(v["message"].as_str().unwrap().contains("proxy:***@"), "{v}");
+    for stream in [&out.stdout, &out.stderr] {
+        assert!(!String::from_utf8_lossy(stream).contains("s3cret-pass-4711"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn server_errors_are_retried_as_asked() {
     let server = openai_server(ResponseTemplate::new(500).set_body_raw("oops", "text/plain")).await;
     let a = args(&["send", "--provider", "openai", "--max-retries", "1", "-"]);

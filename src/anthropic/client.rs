@@ -11,7 +11,9 @@ use tower::Service;
 use super::convert;
 use super::types::MessageResponse;
 pub use crate::client::ResponseFuture;
-use crate::client::{ConfigError, Settings, base_url, exchange, post_json, transport_error};
+use crate::client::{
+    ConfigError, Reading, Settings, base_url, exchange, post_json, transport_error,
+};
 use crate::error::{Provider, ProviderError};
 use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
 use llm_context_layers::{ChatRequest, ChatResponse};
@@ -36,16 +38,23 @@ pub struct Anthropic<T = ReqwestTransport> {
 
 pub(super) struct ClientState {
     base_url: String,
+    /// `base_url` as it may be shown (its password masked).
+    shown_url: String,
     api_key: SecretString,
     default_max_tokens: u32,
+    reading: Reading,
 }
 
 impl<T> std::fmt::Debug for Anthropic<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Anthropic")
-            .field("base_url", &self.shared.base_url)
+            .field("base_url", &self.shared.shown_url)
             .field("api_key", &"[REDACTED]")
             .field("default_max_tokens", &self.shared.default_max_tokens)
+            .field(
+                "max_response_bytes",
+                &self.shared.reading.max_response_bytes,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -64,7 +73,8 @@ impl Anthropic {
 }
 
 impl<T> Anthropic<T> {
-    /// The base URL requests go to (`{base}/v1/messages`).
+    /// The base URL requests go to (`{base}/v1/messages`), as configured: with its
+    /// password, if it has one. `Debug` output and errors show it masked.
     pub fn base_url(&self) -> &str {
         &self.shared.base_url
     }
@@ -110,8 +120,9 @@ impl<T> Anthropic<T> {
         post_json(Provider::Anthropic, &url, &headers, body)
     }
 
-    pub(super) fn api_key(&self) -> &SecretString {
-        &self.shared.api_key
+    /// What this client reads its answers with (redaction, body limit).
+    pub(super) fn reading(&self) -> &Reading {
+        &self.shared.reading
     }
 }
 
@@ -167,19 +178,34 @@ impl AnthropicBuilder {
         self
     }
 
-    /// The client, over reqwest. Fails without an API key or with an invalid base URL.
+    /// The most bytes of a response body the client reads (default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::transport::DEFAULT_MAX_RESPONSE_BYTES),
+    /// 16 MiB). A longer body is a [`ResponseTooLarge`] error, not retried; the default
+    /// transport stops reading at the limit, so it never holds more.
+    ///
+    /// [`ResponseTooLarge`]: crate::ProviderErrorKind::ResponseTooLarge
+    pub fn max_response_bytes(mut self, limit: usize) -> Self {
+        self.settings.max_response_bytes = limit;
+        self
+    }
+
+    /// The client, over reqwest (following no redirect). Fails without an API key or
+    /// with an invalid base URL.
     pub fn build(self) -> Result<Anthropic, ConfigError> {
-        let transport = ReqwestTransport::with_timeout(self.settings.timeout)?;
+        let transport = self.settings.transport()?;
         self.build_with_transport(transport)
     }
 
-    /// The client over another transport.
+    /// The client over another transport (the body limit is still checked on the body
+    /// it returns).
     pub fn build_with_transport<T>(self, transport: T) -> Result<Anthropic<T>, ConfigError> {
+        let redactor = self.settings.redactor(DEFAULT_BASE_URL);
         let url = base_url(
             self.settings
                 .base_url
                 .as_deref()
                 .unwrap_or(DEFAULT_BASE_URL),
+            &redactor,
         )?;
         let api_key = self
             .settings
@@ -188,9 +214,14 @@ impl AnthropicBuilder {
         Ok(Anthropic {
             transport,
             shared: Arc::new(ClientState {
+                shown_url: redactor.url(&url),
                 base_url: url,
                 api_key,
                 default_max_tokens: self.default_max_tokens,
+                reading: Reading {
+                    redactor,
+                    max_response_bytes: self.settings.max_response_bytes,
+                },
             }),
         })
     }
@@ -208,7 +239,7 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.transport
             .poll_ready(cx)
-            .map_err(|e| transport_error(Provider::Anthropic, e))
+            .map_err(|e| transport_error(Provider::Anthropic, e, &self.shared.reading.redactor))
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
@@ -229,7 +260,7 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let body: MessageResponse =
-                exchange(Provider::Anthropic, sent, Some(&shared.api_key)).await?;
+                exchange(Provider::Anthropic, sent, &shared.reading).await?;
             Ok(convert::response(body))
         })
     }

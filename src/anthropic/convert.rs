@@ -384,8 +384,10 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
 /// `Usage` does; the one-hour writes come from `cache_creation`.
 pub(crate) fn usage(u: &ResponseUsage) -> Usage {
     let writes = u.cache_creation_input_tokens.unwrap_or_else(|| {
+        // Saturating: the figures are the server's, and any u64 parses.
         u.cache_creation.map_or(0, |c| {
-            c.ephemeral_5m_input_tokens + c.ephemeral_1h_input_tokens
+            c.ephemeral_5m_input_tokens
+                .saturating_add(c.ephemeral_1h_input_tokens)
         })
     });
     let one_hour = u.cache_creation.map_or(0, |c| c.ephemeral_1h_input_tokens);

@@ -10,7 +10,9 @@ use tower::Service;
 use super::convert;
 use super::types::CreateChatCompletionResponse;
 pub use crate::client::ResponseFuture;
-use crate::client::{ConfigError, Settings, base_url, exchange, post_json, transport_error};
+use crate::client::{
+    ConfigError, Reading, Settings, base_url, exchange, post_json, transport_error,
+};
 use crate::error::{Provider, ProviderError};
 use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
 use llm_context_layers::{ChatRequest, ChatResponse};
@@ -32,17 +34,24 @@ pub struct OpenAi<T = ReqwestTransport> {
 
 struct ClientState {
     base_url: String,
+    /// `base_url` as it may be shown (its password masked).
+    shown_url: String,
     endpoint: String,
     api_key: Option<SecretString>,
+    reading: Reading,
 }
 
 impl<T> std::fmt::Debug for OpenAi<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAi")
-            .field("base_url", &self.shared.base_url)
+            .field("base_url", &self.shared.shown_url)
             .field(
                 "api_key",
                 &self.shared.api_key.as_ref().map(|_| "[REDACTED]"),
+            )
+            .field(
+                "max_response_bytes",
+                &self.shared.reading.max_response_bytes,
             )
             .finish_non_exhaustive()
     }
@@ -63,7 +72,8 @@ impl OpenAi {
 }
 
 impl<T> OpenAi<T> {
-    /// The base URL requests go to (`{base}/chat/completions`).
+    /// The base URL requests go to (`{base}/chat/completions`), as configured: with its
+    /// password, if it has one. `Debug` output and errors show it masked.
     pub fn base_url(&self) -> &str {
         &self.shared.base_url
     }
@@ -130,22 +140,35 @@ impl OpenAiBuilder {
         self
     }
 
-    /// The client, over reqwest. Fails without an API key when the base URL is
-    /// [`DEFAULT_BASE_URL`] (a server elsewhere may need none), or with an invalid base
-    /// URL.
+    /// The most bytes of a response body the client reads (default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::transport::DEFAULT_MAX_RESPONSE_BYTES),
+    /// 16 MiB). A longer body is a [`ResponseTooLarge`] error, not retried; the default
+    /// transport stops reading at the limit, so it never holds more.
+    ///
+    /// [`ResponseTooLarge`]: crate::ProviderErrorKind::ResponseTooLarge
+    pub fn max_response_bytes(mut self, limit: usize) -> Self {
+        self.settings.max_response_bytes = limit;
+        self
+    }
+
+    /// The client, over reqwest (following no redirect). Fails without an API key when
+    /// the base URL is [`DEFAULT_BASE_URL`] (a server elsewhere may need none), or with
+    /// an invalid base URL.
     pub fn build(self) -> Result<OpenAi, ConfigError> {
-        let transport = ReqwestTransport::with_timeout(self.settings.timeout)?;
+        let transport = self.settings.transport()?;
         self.build_with_transport(transport)
     }
 
     /// The client over another transport (the timeout setting is then the transport's
-    /// business).
+    /// business; the body limit is still checked on the body it returns).
     pub fn build_with_transport<T>(self, transport: T) -> Result<OpenAi<T>, ConfigError> {
+        let redactor = self.settings.redactor(DEFAULT_BASE_URL);
         let url = base_url(
             self.settings
                 .base_url
                 .as_deref()
                 .unwrap_or(DEFAULT_BASE_URL),
+            &redactor,
         )?;
         if self.settings.api_key.is_none() && url == DEFAULT_BASE_URL {
             return Err(ConfigError::MissingApiKey { var: API_KEY_VAR });
@@ -154,8 +177,13 @@ impl OpenAiBuilder {
             transport,
             shared: Arc::new(ClientState {
                 endpoint: format!("{url}/chat/completions"),
+                shown_url: redactor.url(&url),
                 base_url: url,
                 api_key: self.settings.api_key,
+                reading: Reading {
+                    redactor,
+                    max_response_bytes: self.settings.max_response_bytes,
+                },
             }),
         })
     }
@@ -173,7 +201,7 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.transport
             .poll_ready(cx)
-            .map_err(|e| transport_error(Provider::OpenAi, e))
+            .map_err(|e| transport_error(Provider::OpenAi, e, &self.shared.reading.redactor))
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
@@ -192,7 +220,7 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let body: CreateChatCompletionResponse =
-                exchange(Provider::OpenAi, sent, shared.api_key.as_ref()).await?;
+                exchange(Provider::OpenAi, sent, &shared.reading).await?;
             convert::response(body)
         })
     }

@@ -48,7 +48,8 @@ pub(crate) async fn truncating_server() -> (String, Arc<AtomicUsize>) {
     (format!("http://{addr}"), count)
 }
 
-async fn read_request(sock: &mut tokio::net::TcpStream) {
+/// Reads one request from `sock`: its head, and a body of its `Content-Length`.
+pub(crate) async fn read_request(sock: &mut tokio::net::TcpStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
