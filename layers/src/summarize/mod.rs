@@ -74,6 +74,7 @@
 //! finds the folded spans. The summarizer requests then go through the policy too.
 
 mod block;
+mod bound;
 mod cache;
 mod config;
 mod facts;
@@ -85,6 +86,7 @@ mod run;
 mod service;
 
 pub use block::{SUMMARY_MARKER, SUMMARY_NAME, SummaryBlock, is_summary_message};
+pub use bound::SummaryArchive;
 pub use cache::{DEFAULT_SUMMARY_CACHE, SummaryCache};
 pub use config::SummarizeConfig;
 pub use facts::extract_identifiers;
@@ -96,6 +98,7 @@ pub use service::Summarize;
 
 pub use crate::offload::ResponseFuture;
 
+pub(crate) use bound::{archive_overflow, fit_block, model_budget};
 pub(crate) use prompt::summary_request;
 pub(crate) use run::{ask, fold_block};
 pub(crate) use service::store_span;
