@@ -222,7 +222,7 @@ macro_rules! artifact_contract {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    crate::artifact_contract::$name($make).await;
+                    $crate::artifact_contract::$name($make).await;
                 }
             )*
         }

@@ -152,15 +152,17 @@ mod tests {
 
     #[test]
     fn facts_go_oldest_first_then_fallback_lines() {
-        let mut block = SummaryBlock::default();
-        block.narrative = "n".into();
-        block.facts = (0..100)
-            .map(|i| format!("fact-{i:03}-{}", "x".repeat(20)))
-            .collect();
-        block.fallback = (0..50)
-            .map(|i| format!("line {i:02} {}", "y".repeat(30)))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let mut block = SummaryBlock {
+            narrative: "n".into(),
+            facts: (0..100)
+                .map(|i| format!("fact-{i:03}-{}", "x".repeat(20)))
+                .collect(),
+            fallback: (0..50)
+                .map(|i| format!("line {i:02} {}", "y".repeat(30)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            ..SummaryBlock::default()
+        };
         let full = block_tokens(&block);
         fit_block(&mut block, full - 100).unwrap();
         assert!(block_tokens(&block) <= full - 100);
