@@ -173,7 +173,11 @@ impl Compactor {
         })
     }
 
-    /// Keeps folded spans in `store` (per tenant, with the context id as the session).
+    /// Keeps folded spans and summary archives in `store` (per tenant, with the context
+    /// id as the session, so requests for the record should carry that session). For a
+    /// durable record, give it the durable backend's store (`SqliteStore`, or the Redis
+    /// artifact store): the default in-memory one loses what the record names when the
+    /// process ends.
     pub fn with_artifact_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store = store;
         self

@@ -60,6 +60,15 @@
 //! ([`extract_identifiers`]), and the span itself is stored as an artifact, listed in the
 //! block, that `read_context_artifact` pages through.
 //!
+//! The block stays bounded however many folds it holds. It names the newest
+//! `max_artifacts` spans (8) itself; past that, the oldest go into a
+//! [`SummaryArchive`] artifact that lists them and names the archive before it, so
+//! every fold stays reachable. The whole block must fit `max_summary_share` of the
+//! window (0.25): a summarizer answer over it is asked again, the oldest facts and
+//! fallback lines go next, and a block still over it is not applied (a warning,
+//! `summary_too_large`, or [`CompactError::SummaryTooLarge`](crate::durable::CompactError)),
+//! so a fold never leaves the turns it keeps without room.
+//!
 //! Summaries are cached by a stable hash of the span they fold ([`SummaryCache`]). An
 //! agent loop that resends its whole transcript every turn gets the same block, byte for
 //! byte, on every later turn, and pays for a new summary only when the folded request
