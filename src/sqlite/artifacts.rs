@@ -72,7 +72,9 @@ fn session_totals(
 /// the other stores: at most [`SqliteOptions::max_artifacts_per_session`] artifacts and
 /// [`SqliteOptions::max_session_bytes`] bytes (as JSON) per session, the least recently
 /// written or read going first; an artifact larger than the byte bound is refused with
-/// [`StoreErrorKind::TooLarge`]. A write and its evictions are one transaction.
+/// [`StoreErrorKind::TooLarge`]. A write and its evictions are one transaction. Sessions
+/// are not bounded in number (this is a file, not memory): a session's artifacts stay
+/// until its own bounds evict them.
 ///
 /// [`SqliteOptions::max_artifacts_per_session`]: super::SqliteOptions::max_artifacts_per_session
 /// [`SqliteOptions::max_session_bytes`]: super::SqliteOptions::max_session_bytes

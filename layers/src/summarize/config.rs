@@ -46,8 +46,9 @@ pub struct SummarizeConfig {
     pub max_artifacts: usize,
     /// The largest a summary block may be, as a share of the window. A summarizer
     /// answer over it is asked again; then the oldest facts and fallback lines go
-    /// (their text is in the artifacts); a block still over it is not applied. Default
-    /// 0.25, so that a fold always leaves the kept turns and the current one room.
+    /// (their text is in the artifacts); a block still over it is not applied. Under
+    /// `compact_at`. Default 0.25, so that a fold always leaves the kept turns and the
+    /// current one room.
     pub max_summary_share: f64,
 }
 
