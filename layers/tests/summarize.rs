@@ -696,3 +696,29 @@ async fn folding_for_hundreds_of_turns_keeps_the_block_bounded_and_every_fold_re
         );
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fold_whose_block_cannot_fit_is_refused_and_the_history_kept() {
+    // The request carries a 5,000-token summary (written under a larger window); the
+    // summarizer fails, so the fold could only add to it.
+    let mut huge = SummaryBlock::default();
+    huge.narrative = "x".repeat(20_000);
+    huge.folded_messages = 40;
+    let mut messages = vec![Message::system("You are an SRE agent."), huge.to_message()];
+    messages.extend(chat(60).into_iter().skip(1));
+    let request = ChatRequest::new("m", messages);
+    let inner = model(|_| MockReply::Error("overloaded".into()));
+    // A 10,000-token window: due at 7,000, a block may take 2,500.
+    let config = SummarizeConfig::new(10_000).with_keep_last(4);
+    assert!(request.estimate_tokens() >= 7_000);
+    let reply = SummarizeLayer::new(config)
+        .unwrap()
+        .layer(inner.clone())
+        .oneshot(request.clone())
+        .await
+        .unwrap();
+    assert_eq!(reply.report.summary_calls, 1);
+    assert_eq!(reply.report.folded_messages, 0, "the fold was applied");
+    let sent = inner.last_request().unwrap();
+    assert_eq!(sent.messages, request.messages, "history kept whole");
+}
