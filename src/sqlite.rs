@@ -1,4 +1,4 @@
-//! [`SqliteStore`]: context records and memory in one SQLite file.
+//! [`SqliteStore`]: context records, memory and artifacts in one SQLite file.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,8 +21,10 @@
 //! ```
 //!
 //! For one process, durable across crashes: WAL, every write one atomic transaction. It
-//! implements [`ContextStore`] (compare-and-set on the version) and [`MemoryStore`] (TTL,
-//! prefix listing), and passes the same contract tests as the in-memory backends of
+//! implements [`ContextStore`] (compare-and-set on the version), [`MemoryStore`] (TTL,
+//! prefix listing) and [`ArtifactStore`](llm_context_layers::ArtifactStore) (bounded per
+//! session, least recently used out first), so the artifacts a record's summary names
+//! survive a restart with it. It passes the same contract tests as the in-memory backends of
 //! [`llm_context_layers::durable`] and `llm_context::redis::RedisStore` (feature `redis`),
 //! the backend for many replicas sharing state.
 
@@ -35,6 +37,11 @@ use llm_context_layers::Scope;
 use llm_context_layers::durable::{ContextRecord, ContextStore, MemoryEntry, MemoryStore};
 use llm_context_layers::store::{StoreError, StoreErrorKind, check_context_id, version_conflict};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+mod artifacts;
+
+use artifacts::ARTIFACT_SCHEMA;
+pub use artifacts::ArtifactUsage;
 
 /// How hard SQLite works to make a commit survive a power loss.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,6 +67,13 @@ pub struct SqliteOptions {
     /// Expired memory entries deleted per write, oldest first (so the file does not
     /// grow with dead entries nobody reads). Default 64.
     pub purge_batch: usize,
+    /// The most artifacts kept per (tenant, session); the least recently used go.
+    /// Default 1,024: on disk, so that a long-running agent's folded history stays
+    /// readable (the in-memory and Redis stores default to 32).
+    pub max_artifacts_per_session: usize,
+    /// The most bytes of artifacts (as JSON) kept per session; the least recently used
+    /// go, and one artifact larger than this is refused. Default 256 MiB.
+    pub max_session_bytes: usize,
 }
 
 impl Default for SqliteOptions {
@@ -68,6 +82,8 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Normal,
             busy_timeout: Duration::from_secs(5),
             purge_batch: 64,
+            max_artifacts_per_session: 1_024,
+            max_session_bytes: 256 << 20,
         }
     }
 }
@@ -82,6 +98,18 @@ impl SqliteOptions {
     /// Sets `busy_timeout`.
     pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// Sets `max_artifacts_per_session`.
+    pub fn with_max_artifacts_per_session(mut self, n: usize) -> Self {
+        self.max_artifacts_per_session = n;
+        self
+    }
+
+    /// Sets `max_session_bytes`.
+    pub fn with_max_session_bytes(mut self, bytes: usize) -> Self {
+        self.max_session_bytes = bytes;
         self
     }
 }
@@ -107,7 +135,7 @@ CREATE INDEX IF NOT EXISTS memory_exp ON memory (exp);
 /// `exp` of an entry that never expires.
 const NEVER: i64 = i64::MAX;
 
-/// Context records and memory entries in one SQLite file, in WAL mode.
+/// Context records, memory entries and artifacts in one SQLite file, in WAL mode.
 ///
 /// Every write is one atomic transaction (one statement, or for a memory put the write
 /// and its housekeeping together): a process killed in the middle of a write leaves the
@@ -182,6 +210,7 @@ impl SqliteStore {
         conn.execute_batch(&format!("PRAGMA synchronous = {sync};"))
             .map_err(sql_error)?;
         conn.execute_batch(SCHEMA).map_err(sql_error)?;
+        conn.execute_batch(ARTIFACT_SCHEMA).map_err(sql_error)?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path,

@@ -1,10 +1,13 @@
-//! The store contract against the in-memory backends.
+//! The store contract and the artifact contract against the in-memory backends.
 
+mod artifact_contract;
 mod contract;
 
 use std::sync::Arc;
 
+use artifact_contract::ArtifactBackend;
 use contract::Backend;
+use llm_context::artifact::{ArtifactLimits, LocalArtifactStore};
 use llm_context::durable::{LocalContextStore, LocalMemoryStore};
 
 async fn backend() -> Backend {
@@ -16,3 +19,22 @@ async fn backend() -> Backend {
 }
 
 store_contract!(backend());
+
+/// The in-memory store's byte bound is over all its sessions: the contract's tests each
+/// use one store, so it bounds the session they fill.
+fn artifacts(
+    count: usize,
+    bytes: usize,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ArtifactBackend> + Send>> {
+    Box::pin(async move {
+        let limits = ArtifactLimits::default()
+            .with_per_session(count)
+            .with_total_bytes(bytes);
+        ArtifactBackend {
+            store: Arc::new(LocalArtifactStore::new(limits)),
+            guard: Box::new(()),
+        }
+    })
+}
+
+artifact_contract!(artifacts);

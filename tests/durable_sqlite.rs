@@ -2,10 +2,12 @@
 //! handles on one file, WAL mode.
 #![cfg(feature = "sqlite")]
 
+mod artifact_contract;
 mod contract;
 
 use std::sync::Arc;
 
+use artifact_contract::ArtifactBackend;
 use contract::{Backend, tenant};
 use llm_context::durable::{ContextRecord, ContextStore};
 use llm_context::sqlite::{SqliteOptions, SqliteStore, Synchronous};
@@ -22,6 +24,25 @@ async fn backend() -> Backend {
 }
 
 store_contract!(backend());
+
+fn artifacts(
+    count: usize,
+    bytes: usize,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ArtifactBackend> + Send>> {
+    Box::pin(async move {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions::default()
+            .with_max_artifacts_per_session(count)
+            .with_max_session_bytes(bytes);
+        let store = SqliteStore::open_with(dir.path().join("artifacts.db"), options).unwrap();
+        ArtifactBackend {
+            store: Arc::new(store),
+            guard: Box::new(dir),
+        }
+    })
+}
+
+artifact_contract!(artifacts);
 
 #[tokio::test]
 async fn a_reopened_file_has_the_last_commit() {
@@ -83,4 +104,52 @@ fn a_file_that_is_not_a_database_is_refused() {
     .unwrap();
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(err.message.starts_with("sqlite:"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_survive_a_reopen_and_two_handles_share_one_bound() {
+    use llm_context::{Artifact, ArtifactStore};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("artifacts.db");
+    let options = SqliteOptions::default().with_max_artifacts_per_session(3);
+    let scope = tenant("artifact-reopen");
+    {
+        let store = SqliteStore::open_with(&path, options).unwrap();
+        for id in ["a", "b", "c"] {
+            ArtifactStore::put(&store, &scope, "s1", id, Artifact::new(id, 100))
+                .await
+                .unwrap();
+        }
+    }
+    // Two handles, as two processes would have: the bound and the order are the file's.
+    let (one, two) = (
+        SqliteStore::open_with(&path, options).unwrap(),
+        SqliteStore::open_with(&path, options).unwrap(),
+    );
+    let read = ArtifactStore::get(&two, &scope, "s1", "a").await.unwrap();
+    assert_eq!(
+        read,
+        Some(Artifact::new("a", 100)),
+        "kept across the reopen"
+    );
+    ArtifactStore::put(&one, &scope, "s1", "d", Artifact::new("d", 100))
+        .await
+        .unwrap();
+    let mut kept = Vec::new();
+    for id in ["a", "b", "c", "d"] {
+        if ArtifactStore::get(&two, &scope, "s1", id)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            kept.push(id);
+        }
+    }
+    assert_eq!(
+        kept,
+        ["a", "c", "d"],
+        "the read through the other handle was a use"
+    );
+    let usage = one.artifact_usage(&scope, "s1").await.unwrap();
+    assert_eq!(usage.artifacts, 3);
 }

@@ -3,6 +3,7 @@
 //! expire; the per-session bounds hold under 1,000 concurrent writers.
 #![cfg(feature = "redis")]
 
+mod artifact_contract;
 mod support;
 
 use std::sync::Arc;
@@ -11,6 +12,25 @@ use std::time::Duration;
 
 use llm_context::redis::{RedisOptions, RedisStores};
 use llm_context::{Artifact, ArtifactStore, Scope, StoreErrorKind};
+
+fn contract_store(
+    count: usize,
+    bytes: usize,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = artifact_contract::ArtifactBackend> + Send>>
+{
+    Box::pin(async move {
+        let options = RedisOptions::default()
+            .with_max_artifacts_per_session(count)
+            .with_max_session_bytes(bytes);
+        let stores = replica(&support::unique_prefix("art-contract"), options).await;
+        artifact_contract::ArtifactBackend {
+            store: Arc::new(stores.artifacts),
+            guard: Box::new(()),
+        }
+    })
+}
+
+artifact_contract!(contract_store);
 
 fn artifact(text: &str) -> Artifact {
     Artifact::new(text, 1_000_000)

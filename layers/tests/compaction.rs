@@ -4,11 +4,13 @@
 
 use std::sync::Arc;
 
+use llm_context_layers::artifact::{ArtifactLimits, ArtifactReader, LocalArtifactStore};
 use llm_context_layers::durable::{
     CompactError, Compactor, ContextRecord, ContextStore, LocalContextStore,
 };
 use llm_context_layers::mock::{MockModel, MockReply};
 use llm_context_layers::summarize::{SummarizeConfig, SummaryBlock, is_summary_request};
+use llm_context_layers::tokens::estimate_message_tokens;
 use llm_context_layers::{BoxError, ChatRequest, ChatResponse, Message, Scope, WorkingContext};
 use serde_json::json;
 use tower::service_fn;
@@ -232,8 +234,14 @@ async fn fallbacks_are_added_after_earlier_ones_never_over_them() {
 async fn only_due_records_compact_unless_asked() {
     let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
     let base = stored(&store, &scope, 10).await;
-    let tight =
-        Compactor::new(SummarizeConfig::new(base.token_estimate).with_keep_last(4)).unwrap();
+    // Due at exactly its estimate, with room for a summary in so small a window.
+    let tight = Compactor::new(
+        SummarizeConfig::new(base.token_estimate)
+            .with_keep_last(4)
+            .with_compact_at(1.0)
+            .with_max_summary_share(0.9),
+    )
+    .unwrap();
     let roomy = compactor();
     let mut model = MockModel::scripted([summary("a"), summary("b")]);
     assert!(!roomy.is_due(&base) && tight.is_due(&base));
@@ -296,4 +304,161 @@ fn a_compacted_record_round_trips_through_a_working_context() {
     assert_eq!(back, record);
     let request = record.to_request("m");
     assert_eq!(request.messages, ctx.messages());
+}
+
+/// Every folded-span artifact a summary block reaches, through `read_context_artifact`
+/// as the model would read them: the block's own ids, then each archive in the chain.
+/// Returns the span texts, oldest first, and the archives walked.
+async fn reachable_spans(
+    reader: &ArtifactReader,
+    scope: &Scope,
+    session: &str,
+    block: &SummaryBlock,
+) -> (Vec<String>, usize) {
+    let read = |id: String| async move {
+        let page = reader
+            .read(
+                scope,
+                session,
+                &json!({"artifact_id": id, "max_chars": 20_000}),
+            )
+            .await;
+        assert!(page.get("error").is_none(), "{id} is not readable: {page}");
+        assert!(page["next_offset"].is_null(), "{id} is longer than a page");
+        page["text"].as_str().unwrap().to_owned()
+    };
+    let mut ids: Vec<String> = Vec::new();
+    let mut next = block.archive.clone();
+    let mut archives = 0;
+    while let Some(id) = next {
+        let archive: serde_json::Value = serde_json::from_str(&read(id).await).unwrap();
+        assert_eq!(archive["context_summary_archive"], true, "{archive}");
+        let listed: Vec<String> = archive["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        ids.splice(0..0, listed); // an earlier archive lists earlier folds
+        next = archive["earlier"].as_str().map(str::to_owned);
+        archives += 1;
+    }
+    ids.extend(block.artifacts.iter().cloned());
+    let mut texts = Vec::new();
+    for id in ids {
+        texts.push(read(id).await);
+    }
+    (texts, archives)
+}
+
+#[tokio::test]
+async fn a_record_folded_a_hundred_times_stays_bounded_and_loses_nothing() {
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
+    let artifacts = Arc::new(LocalArtifactStore::new(
+        ArtifactLimits::default().with_per_session(1_000),
+    ));
+    let compactor = Compactor::new(
+        SummarizeConfig::new(100_000)
+            .with_keep_last(2)
+            .with_max_artifacts(4),
+    )
+    .unwrap()
+    .with_artifact_store(artifacts.clone());
+    let mut model = MockModel::from_fn(|_| summary("folded"));
+    let mut record = ContextRecord::new();
+    record.messages.push(Message::system("rules"));
+    let mut sizes = Vec::new();
+    const TURNS: usize = 100;
+    for t in 0..TURNS {
+        record
+            .messages
+            .push(Message::user(format!("question {t} mark{t}x")));
+        record
+            .messages
+            .push(Message::assistant(format!("answer {t}")));
+        record.version = store.save(&scope, "root", &record).await.unwrap();
+        compactor
+            .compact(&store, &scope, "root", &mut model, "m", true)
+            .await
+            .unwrap();
+        record = store.load(&scope, "root").await.unwrap().unwrap();
+        if let Some(block) = &record.summary {
+            assert!(
+                block.artifacts.len() <= 4,
+                "turn {t}: the block names {} artifacts",
+                block.artifacts.len()
+            );
+            sizes.push(estimate_message_tokens(&[block.to_message()]));
+        }
+    }
+    let block = record.summary.clone().unwrap();
+    assert_eq!(block.folded_messages, 2 * (TURNS - 1));
+    // The block is as large after 99 folds as after 10: ids do not pile up in it.
+    assert!(
+        sizes[98] <= sizes[9] + 20,
+        "{} tokens after 10 folds, {} after 99",
+        sizes[9],
+        sizes[98]
+    );
+    // Every fold is reachable from the block, in order, and holds its turn.
+    let reader = ArtifactReader::new(artifacts);
+    let (spans, archives) = reachable_spans(&reader, &scope, "root", &block).await;
+    assert_eq!(spans.len(), TURNS - 1, "one span artifact per fold");
+    assert!(archives >= 2, "{archives} archives for {} folds", TURNS - 1);
+    for (t, span) in spans.iter().enumerate() {
+        assert!(span.contains(&format!("mark{t}x")), "fold {t}: {span}");
+    }
+    let kept = record
+        .messages
+        .iter()
+        .any(|m| m.text().contains(&format!("mark{}x", TURNS - 1)));
+    assert!(kept, "the newest turn is still verbatim");
+}
+
+#[tokio::test]
+async fn a_summary_over_its_budget_is_asked_again_shorter() {
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
+    stored(&store, &scope, 10).await;
+    // A 10,000-token window: the block may take 2,500 tokens.
+    let compactor = Compactor::new(SummarizeConfig::new(10_000).with_keep_last(4)).unwrap();
+    let mut model = MockModel::scripted([summary(&"long ".repeat(8_000)), summary("short")]);
+    let report = compactor
+        .compact(&store, &scope, "root", &mut model, "m", true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.summary_calls, 2, "the long answer was not accepted");
+    let retry = model.last_request().unwrap();
+    let asked = retry.messages.last().unwrap().text().into_owned();
+    assert!(asked.contains("must fit in"), "{asked}");
+    let record = store.load(&scope, "root").await.unwrap().unwrap();
+    assert_eq!(record.summary.unwrap().narrative, "short");
+}
+
+#[tokio::test]
+async fn a_block_that_cannot_fit_is_refused_and_the_record_stays() {
+    let (store, scope) = (LocalContextStore::new(), Scope::org("acme"));
+    // A record whose summary is already 5,000 tokens (written under a larger window).
+    let mut record = record(10);
+    let mut block = SummaryBlock::default();
+    block.narrative = "x".repeat(20_000);
+    block.folded_messages = 40;
+    record.summary = Some(block);
+    record.refresh_estimate();
+    record.version = store.save(&scope, "root", &record).await.unwrap();
+    // The summarizer fails, so the fold would keep the previous summary and add to it.
+    let mut model = MockModel::from_fn(|_| MockReply::Error("overloaded".into()));
+    let compactor = Compactor::new(SummarizeConfig::new(10_000).with_keep_last(4)).unwrap();
+    let err = compactor
+        .compact(&store, &scope, "root", &mut model, "m", true)
+        .await
+        .unwrap_err();
+    match err {
+        CompactError::SummaryTooLarge { tokens, budget } => {
+            assert_eq!(budget, 2_500);
+            assert!(tokens > 5_000, "{tokens}");
+        }
+        other => panic!("expected SummaryTooLarge, got {other}"),
+    }
+    assert_eq!(store.load(&scope, "root").await.unwrap().unwrap(), record);
 }

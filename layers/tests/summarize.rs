@@ -4,14 +4,18 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use llm_context_layers::artifact::{ArtifactReader, LocalArtifactStore, READ_ARTIFACT_TOOL};
+use llm_context_layers::artifact::{
+    ArtifactLimits, ArtifactReader, LocalArtifactStore, READ_ARTIFACT_TOOL,
+};
 use llm_context_layers::mock::{MockModel, MockReply};
 use llm_context_layers::summarize::{
     MAX_SUMMARY_ATTEMPTS, SummarizeConfig, SummarizeLayer, SummaryBlock, fold_points, fold_start,
     is_summary_message, is_summary_request, plan_fold,
 };
 use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
-use llm_context_layers::{ArtifactStore, ChatRequest, Message, PrefixContext, Scope, ToolCall};
+use llm_context_layers::{
+    ArtifactStore, ChatRequest, DEFAULT_SESSION, Message, PrefixContext, Scope, ToolCall,
+};
 use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
 
@@ -478,9 +482,11 @@ async fn an_empty_summary_folds_nothing_and_is_not_cached() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_failing_summarizer_folds_a_bounded_fallback_once() {
     let inner = model(|_| MockReply::Error("overloaded".into()));
+    // A small window, with room for the summary's facts beside the fallback.
     let config = SummarizeConfig::new(1_000)
         .with_keep_last(4)
-        .with_fallback_chars(600, 2_000);
+        .with_fallback_chars(600, 2_000)
+        .with_max_summary_share(0.6);
     let layer = SummarizeLayer::new(config).unwrap();
     let request = ChatRequest::new("m", chat(20));
     let reply = layer
@@ -609,4 +615,110 @@ async fn outside_the_policy_layer_the_model_can_read_what_was_folded() {
     assert_eq!(reply.message.text(), "read the fold: true");
     assert_eq!(reply.report.resolved_messages.len(), 2);
     assert!(reply.report.folded_messages > 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn folding_for_hundreds_of_turns_keeps_the_block_bounded_and_every_fold_readable() {
+    let inner = model(|_| MockReply::text(summary("the story so far")));
+    let store = Arc::new(LocalArtifactStore::new(
+        ArtifactLimits::default().with_per_session(1_000),
+    ));
+    let config = SummarizeConfig::new(1_000)
+        .with_keep_last(2)
+        .with_max_artifacts(3);
+    let layer = SummarizeLayer::new(config)
+        .unwrap()
+        .with_artifact_store(store.clone());
+    let mut stack = layer.layer(inner.clone());
+    let mut transcript = vec![Message::system("You are an SRE agent.")];
+    let mut largest = 0;
+    for turn in 0..300 {
+        transcript.push(Message::user(format!(
+            "question {turn} mark{turn}x: {}",
+            "why is it slow? ".repeat(7)
+        )));
+        let request = ChatRequest::new("m", transcript.clone()).with_scope(Scope::org("acme"));
+        let reply = stack.ready().await.unwrap().call(request).await.unwrap();
+        transcript.push(reply.message);
+        let sent = inner.last_request().unwrap();
+        if let Some(block) = SummaryBlock::from_message(&sent.messages[1]) {
+            assert!(
+                block.artifacts.len() <= 3,
+                "turn {turn}: {:?}",
+                block.artifacts
+            );
+            largest = largest.max(estimate_message_tokens(&sent.messages[1..2]));
+        }
+    }
+    // A quarter of the 1,000-token window, whatever the number of folds.
+    assert!(largest <= 250, "a block of {largest} tokens");
+    let sent = inner.last_request().unwrap();
+    let block = SummaryBlock::from_message(&sent.messages[1]).unwrap();
+    let folds = summary_calls(&inner);
+    assert!(folds > 10, "only {folds} folds");
+    // Walk the archive chain as the model would, with read_context_artifact.
+    let reader = ArtifactReader::new(store);
+    let read = |id: String| {
+        let reader = reader.clone();
+        async move {
+            let page = reader
+                .read(
+                    &Scope::org("acme"),
+                    DEFAULT_SESSION,
+                    &json!({"artifact_id": id, "max_chars": 20_000}),
+                )
+                .await;
+            assert!(page.get("error").is_none(), "{page}");
+            page["text"].as_str().unwrap().to_owned()
+        }
+    };
+    let mut ids: Vec<String> = Vec::new();
+    let mut next = block.archive.clone();
+    while let Some(id) = next {
+        let archive: serde_json::Value = serde_json::from_str(&read(id).await).unwrap();
+        let listed = archive["artifacts"].as_array().unwrap().iter();
+        ids.splice(0..0, listed.map(|v| v.as_str().unwrap().to_owned()));
+        next = archive["earlier"].as_str().map(str::to_owned);
+    }
+    ids.extend(block.artifacts.iter().cloned());
+    assert_eq!(ids.len(), folds, "one span per fold, all reachable");
+    let mut folded = String::new();
+    for id in ids {
+        folded.push_str(&read(id).await);
+    }
+    // Every question is in a fold or still verbatim in the last request.
+    let verbatim = serde_json::to_string(&sent.messages).unwrap();
+    for turn in 0..300 {
+        let mark = format!("mark{turn}x");
+        assert!(
+            folded.contains(&mark) || verbatim.contains(&mark),
+            "question {turn} is lost"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fold_whose_block_cannot_fit_is_refused_and_the_history_kept() {
+    // The request carries a 5,000-token summary (written under a larger window); the
+    // summarizer fails, so the fold could only add to it.
+    let mut huge = SummaryBlock::default();
+    huge.narrative = "x".repeat(20_000);
+    huge.folded_messages = 40;
+    let mut messages = vec![Message::system("You are an SRE agent."), huge.to_message()];
+    messages.extend(chat(60).into_iter().skip(1));
+    let request = ChatRequest::new("m", messages);
+    let inner = model(|_| MockReply::Error("overloaded".into()));
+    // A 10,000-token window: due at 7,000, a block may take 2,500.
+    let config = SummarizeConfig::new(10_000).with_keep_last(4);
+    assert!(request.estimate_tokens() >= 7_000);
+    let reply = SummarizeLayer::new(config)
+        .unwrap()
+        .layer(inner.clone())
+        .oneshot(request.clone())
+        .await
+        .unwrap();
+    assert_eq!(reply.report.summary_calls, 1);
+    assert_eq!(reply.report.folded_messages, 0, "the fold was applied");
+    let sent = inner.last_request().unwrap();
+    assert_eq!(sent.messages, request.messages, "history kept whole");
 }

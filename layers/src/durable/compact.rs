@@ -18,8 +18,8 @@ use crate::model::{ChatRequest, ChatResponse};
 use crate::policy::PolicyError;
 use crate::store::{StoreError, StoreErrorKind};
 use crate::summarize::{
-    SummarizeConfig, Summarized, SummaryBlock, SummaryCache, ask, fold_block, fold_start,
-    plan_fold, store_span, summary_request,
+    SummarizeConfig, Summarized, SummaryBlock, SummaryCache, archive_overflow, ask, fit_block,
+    fold_block, fold_start, model_budget, plan_fold, store_span, summary_request,
 };
 
 /// Why a compaction did not apply.
@@ -42,6 +42,19 @@ pub enum CompactError {
     /// history, so nothing was folded.
     #[error("the summarizer returned an empty summary; nothing was folded, the history is kept")]
     EmptySummary,
+    /// The new summary block is over the summary budget
+    /// ([`SummarizeConfig::summary_budget`]) even without its facts and fallback: it
+    /// would leave no room for the turns the record keeps, so nothing was folded.
+    #[error(
+        "the summary block would take {tokens} tokens, over its budget of {budget}; \
+         nothing was folded, the history is kept"
+    )]
+    SummaryTooLarge {
+        /// What the block would cost.
+        tokens: usize,
+        /// The budget.
+        budget: usize,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -73,6 +86,9 @@ pub struct Summarization {
     pub fallback: bool,
     /// Requests made to the summarizer (0: the summary came from the cache).
     pub calls: usize,
+    /// The tokens of a block that stayed over the summary budget; `block` is then
+    /// `None` and [`Compactor::apply`] refuses.
+    pub oversized: Option<usize>,
 }
 
 /// What a compaction did.
@@ -157,7 +173,11 @@ impl Compactor {
         })
     }
 
-    /// Keeps folded spans in `store` (per tenant, with the context id as the session).
+    /// Keeps folded spans and summary archives in `store` (per tenant, with the context
+    /// id as the session, so requests for the record should carry that session). For a
+    /// durable record, give it the durable backend's store (`SqliteStore`, or the Redis
+    /// artifact store): the default in-memory one loses what the record names when the
+    /// process ends.
     pub fn with_artifact_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store = store;
         self
@@ -219,13 +239,14 @@ impl Compactor {
                 block: Some(SummaryBlock::clone(&block)),
                 fallback: false,
                 calls: 0,
+                oversized: None,
             };
         }
         let template = ChatRequest::new(model, Vec::new())
             .with_scope(scope.clone())
             .with_session(id);
         let request = summary_request(&template, plan.previous.as_ref(), &plan.span, &self.config);
-        let (outcome, calls) = ask(summarizer, request).await;
+        let (outcome, calls) = ask(summarizer, request, model_budget(&self.config)).await;
         if let Summarized::Failed(why) = &outcome {
             tracing::warn!(
                 event = "summary_fallback",
@@ -239,13 +260,29 @@ impl Compactor {
             Summarized::Empty => None,
             _ => store_span(self.store.as_ref(), &template, &plan.span, &self.config).await,
         };
-        let block = fold_block(
+        let mut block = fold_block(
             plan.previous.as_ref(),
             &plan.span,
             &outcome,
             artifact,
             &self.config,
         );
+        let mut oversized = None;
+        if let Some(b) = block.as_mut() {
+            archive_overflow(self.store.as_ref(), scope, id, b, &self.config).await;
+            if let Err(tokens) = fit_block(b, self.config.summary_budget()) {
+                tracing::warn!(
+                    event = "summary_too_large",
+                    scope = %scope.key(),
+                    context = %id,
+                    tokens,
+                    budget = self.config.summary_budget(),
+                    "the summary block is over its budget even without facts and fallback"
+                );
+                oversized = Some(tokens);
+                block = None;
+            }
+        }
         if let Some(block) = &block {
             self.cache.put(plan.key, Arc::new(block.clone()));
         }
@@ -253,12 +290,14 @@ impl Compactor {
             block,
             fallback: matches!(outcome, Summarized::Failed(_)),
             calls,
+            oversized,
         }
     }
 
     /// The record with the plan's span folded into the summary. Refuses when `record`
     /// is not the one planned on (another version, or other messages in the span), and
-    /// when the summary is empty. The version is left for the store to bump.
+    /// when the summary is empty or over its budget. The version is left for the store to
+    /// bump.
     pub fn apply(
         &self,
         record: &ContextRecord,
@@ -275,10 +314,16 @@ impl Compactor {
         {
             return Err(drift);
         }
-        let block = summarization
-            .block
-            .clone()
-            .ok_or(CompactError::EmptySummary)?;
+        let block = match (&summarization.block, summarization.oversized) {
+            (Some(block), _) => block.clone(),
+            (None, Some(tokens)) => {
+                return Err(CompactError::SummaryTooLarge {
+                    tokens,
+                    budget: self.config.summary_budget(),
+                });
+            }
+            (None, None) => return Err(CompactError::EmptySummary),
+        };
         let head = fold_start(&record.messages);
         debug_assert_eq!(head, plan.fold.start);
         // Field by field, so that the folded messages are never copied (and a new field

@@ -44,10 +44,17 @@ pub struct SummaryBlock {
     /// added, never written over an earlier one.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub fallback: String,
-    /// Artifact ids holding the folded messages (one per fold, oldest first), readable
-    /// with `read_context_artifact`.
+    /// Artifact ids holding the folded messages of the newest folds (one per fold,
+    /// oldest first, at most `max_artifacts`), readable with `read_context_artifact`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<String>,
+    /// The artifact listing the folds older than `artifacts`: JSON
+    /// `{"context_summary_archive": true, "artifacts": [ids, oldest first], "earlier": id
+    /// or null}`, where `earlier` is the archive before it. `None` until `artifacts`
+    /// first overflows. Following it reaches every fold, so the block stays bounded and
+    /// nothing folded is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<String>,
     /// Messages folded into this block so far.
     pub folded_messages: usize,
 }
@@ -76,6 +83,12 @@ impl SummaryBlock {
             text.push_str(
                 " Their full text is kept: call read_context_artifact with an id from \
                  \"artifacts\" to read it.",
+            );
+        }
+        if self.archive.is_some() {
+            text.push_str(
+                " Older folds are listed in the artifact named by \"archive\" (read it \
+                 the same way).",
             );
         }
         text.push('\n');

@@ -40,6 +40,16 @@ pub struct SummarizeConfig {
     pub max_facts: usize,
     /// The most characters of one folded span kept as an artifact. Default 1,000,000.
     pub artifact_max_chars: usize,
+    /// The most folded-span artifact ids a summary names itself. Past it, the oldest
+    /// go into one archive artifact that lists them and names the archive before it,
+    /// so every fold stays readable while the block stays the same size. Default 8.
+    pub max_artifacts: usize,
+    /// The largest a summary block may be, as a share of the window. A summarizer
+    /// answer over it is asked again; then the oldest facts and fallback lines go
+    /// (their text is in the artifacts); a block still over it is not applied. Under
+    /// `compact_at`. Default 0.25, so that a fold always leaves the kept turns and the
+    /// current one room.
+    pub max_summary_share: f64,
 }
 
 impl Default for SummarizeConfig {
@@ -61,6 +71,8 @@ impl SummarizeConfig {
             fallback_max_chars: 8_000,
             max_facts: 200,
             artifact_max_chars: 1_000_000,
+            max_artifacts: 8,
+            max_summary_share: 0.25,
         }
     }
 
@@ -107,6 +119,23 @@ impl SummarizeConfig {
         self
     }
 
+    /// Sets `max_artifacts`.
+    pub fn with_max_artifacts(mut self, ids: usize) -> Self {
+        self.max_artifacts = ids;
+        self
+    }
+
+    /// Sets `max_summary_share`.
+    pub fn with_max_summary_share(mut self, share: f64) -> Self {
+        self.max_summary_share = share;
+        self
+    }
+
+    /// The most tokens a summary block may take: `max_summary_share × window`.
+    pub fn summary_budget(&self) -> usize {
+        (self.window as f64 * self.max_summary_share) as usize
+    }
+
     /// The estimate, in tokens, at which a fold is due: `compact_at × window`.
     pub fn threshold(&self) -> usize {
         (self.window as f64 * self.compact_at) as usize
@@ -125,6 +154,19 @@ impl SummarizeConfig {
             return Err(invalid(
                 "compact_at",
                 &format!("must be in (0, 1], got {}", self.compact_at),
+            ));
+        }
+        if self.max_artifacts == 0 {
+            return Err(invalid("max_artifacts", "must be greater than 0"));
+        }
+        // Under `compact_at`, or a fold could never bring the request under the threshold.
+        if !(self.max_summary_share > 0.0 && self.max_summary_share < self.compact_at) {
+            return Err(invalid(
+                "max_summary_share",
+                &format!(
+                    "must be in (0, compact_at = {}), got {}",
+                    self.compact_at, self.max_summary_share
+                ),
             ));
         }
         if self.clip_chars == 0 {

@@ -60,6 +60,15 @@
 //! ([`extract_identifiers`]), and the span itself is stored as an artifact, listed in the
 //! block, that `read_context_artifact` pages through.
 //!
+//! The block stays bounded however many folds it holds. It names the newest
+//! `max_artifacts` spans (8) itself; past that, the oldest go into a
+//! [`SummaryArchive`] artifact that lists them and names the archive before it, so
+//! every fold stays reachable. The whole block must fit `max_summary_share` of the
+//! window (0.25): a summarizer answer over it is asked again, the oldest facts and
+//! fallback lines go next, and a block still over it is not applied (a warning,
+//! `summary_too_large`, or [`CompactError::SummaryTooLarge`](crate::durable::CompactError)),
+//! so a fold never leaves the turns it keeps without room.
+//!
 //! Summaries are cached by a stable hash of the span they fold ([`SummaryCache`]). An
 //! agent loop that resends its whole transcript every turn gets the same block, byte for
 //! byte, on every later turn, and pays for a new summary only when the folded request
@@ -74,6 +83,7 @@
 //! finds the folded spans. The summarizer requests then go through the policy too.
 
 mod block;
+mod bound;
 mod cache;
 mod config;
 mod facts;
@@ -85,6 +95,7 @@ mod run;
 mod service;
 
 pub use block::{SUMMARY_MARKER, SUMMARY_NAME, SummaryBlock, is_summary_message};
+pub use bound::SummaryArchive;
 pub use cache::{DEFAULT_SUMMARY_CACHE, SummaryCache};
 pub use config::SummarizeConfig;
 pub use facts::extract_identifiers;
@@ -96,6 +107,7 @@ pub use service::Summarize;
 
 pub use crate::offload::ResponseFuture;
 
+pub(crate) use bound::{archive_overflow, fit_block, model_budget};
 pub(crate) use prompt::summary_request;
 pub(crate) use run::{ask, fold_block};
 pub(crate) use service::store_span;

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::block::SummaryBlock;
+use super::bound::model_budget;
 use super::config::SummarizeConfig;
 use crate::model::ChatRequest;
 use crate::model::{Message, Role};
@@ -56,6 +57,10 @@ pub(crate) fn summary_request(
         }
         None => text.push_str("Previous summary: none"),
     }
+    text.push_str(&format!(
+        "\n\nThe whole JSON answer must stay under about {} characters.",
+        model_budget(config) * 4
+    ));
     let clip = per_message_clip(span.len(), config);
     text.push_str(&format!(
         "\n\nMessages to fold ({}, oldest first, each clipped to {clip} characters):\n",

@@ -4,6 +4,7 @@
 use tower::{Service, ServiceExt};
 
 use super::block::SummaryBlock;
+use super::bound::block_tokens;
 use super::config::SummarizeConfig;
 use super::facts::{merge_facts, span_identifiers};
 use super::prompt::{parse_summary, render_line, retry_request};
@@ -31,9 +32,14 @@ pub enum Summarized {
 }
 
 /// Asks `summarizer` until it answers a valid summary, at most [`MAX_SUMMARY_ATTEMPTS`]
-/// times; returns the outcome and the number of requests made. An error of the
-/// summarizer ends the attempts at once.
-pub(crate) async fn ask<S>(summarizer: &mut S, request: ChatRequest) -> (Summarized, usize)
+/// times; returns the outcome and the number of requests made. An answer whose block
+/// would cost more than `max_tokens` is not valid: it is asked again, shorter (the
+/// re-fold). An error of the summarizer ends the attempts at once.
+pub(crate) async fn ask<S>(
+    summarizer: &mut S,
+    request: ChatRequest,
+    max_tokens: usize,
+) -> (Summarized, usize)
 where
     S: Service<ChatRequest, Response = ChatResponse>,
     S::Error: Into<BoxError>,
@@ -53,7 +59,16 @@ where
         };
         match parse_summary(&reply.message.text()) {
             Ok(block) if block.is_empty_summary() => return (Summarized::Empty, attempt),
-            Ok(block) => return (Summarized::Summary(block), attempt),
+            Ok(block) => match block_tokens(&block) {
+                tokens if tokens > max_tokens => {
+                    problem = format!(
+                        "it is about {tokens} tokens, and the summary must fit in {max_tokens} \
+                         tokens (about {} characters): keep only what still matters",
+                        max_tokens * 4
+                    );
+                }
+                _ => return (Summarized::Summary(block), attempt),
+            },
             Err(p) => problem = p,
         }
         match sent {
@@ -117,6 +132,7 @@ pub(crate) fn fold_block(
     };
     block.artifacts = previous.artifacts.clone();
     block.artifacts.extend(artifact);
+    block.archive = previous.archive.clone();
     block.folded_messages = previous.folded_messages + span.len();
     Some(block)
 }

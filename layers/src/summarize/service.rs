@@ -5,6 +5,8 @@ use std::task::{Context, Poll};
 
 use tower::Service;
 
+use super::block::SummaryBlock;
+use super::bound::{archive_overflow, fit_block, model_budget};
 use super::config::SummarizeConfig;
 use super::fold::{FoldWork, Step, plan};
 use super::layer::{SummarizeLayer, SummarizeState};
@@ -123,7 +125,7 @@ where
     let span = &work.req.messages[work.from..work.to];
     let previous = work.previous.as_deref();
     let request = summary_request(&work.req, previous, span, &shared.config);
-    let (outcome, calls) = ask(&mut inner, request).await;
+    let (outcome, calls) = ask(&mut inner, request, model_budget(&shared.config)).await;
     let (req, mut report) = match &outcome {
         Summarized::Empty => {
             tracing::warn!(
@@ -145,15 +147,57 @@ where
                 );
             }
             let artifact = store_span(shared.store.as_ref(), &work.req, span, &shared.config).await;
-            let block = fold_block(previous, span, outcome, artifact, &shared.config)
-                .expect("only an empty summary folds nothing");
-            let block = Arc::new(block);
-            shared.cache.put(work.key, block.clone());
-            work.compose_folded(&block)?
+            match bounded_block(shared, &work.req, previous, span, outcome, artifact).await {
+                Some(block) => {
+                    let block = Arc::new(block);
+                    shared.cache.put(work.key, block.clone());
+                    work.compose_folded(&block)?
+                }
+                // Not cached: a later request may fold a span that fits.
+                None => work.compose_previous()?,
+            }
         }
     };
     report.summary_calls += calls;
     Ok((req, report, inner))
+}
+
+/// The block after folding `span`, with its artifact list archived past
+/// `max_artifacts` and within the summary budget; `None` when it cannot fit (logged),
+/// and the fold is refused rather than leaving no room for the turns it keeps.
+async fn bounded_block(
+    shared: &SummarizeState,
+    req: &ChatRequest,
+    previous: Option<&SummaryBlock>,
+    span: &[crate::model::Message],
+    outcome: &Summarized,
+    artifact: Option<String>,
+) -> Option<SummaryBlock> {
+    let config = &shared.config;
+    let mut block = fold_block(previous, span, outcome, artifact, config)?;
+    archive_overflow(
+        shared.store.as_ref(),
+        &req.scope,
+        &req.session,
+        &mut block,
+        config,
+    )
+    .await;
+    match fit_block(&mut block, config.summary_budget()) {
+        Ok(()) => Some(block),
+        Err(tokens) => {
+            tracing::warn!(
+                event = "summary_too_large",
+                scope = %req.scope.key(),
+                session = %req.session,
+                tokens,
+                budget = config.summary_budget(),
+                "the summary block is over its budget even without facts and fallback; \
+                 nothing was folded"
+            );
+            None
+        }
+    }
 }
 
 /// Stores the folded span; its id, or `None` when the store failed (logged).
