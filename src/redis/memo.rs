@@ -53,6 +53,11 @@ impl RedisMemoStore {
         }
     }
 
+    /// Whether the server answers now (`PING`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        super::connect::ping(&self.conn, self.secret.as_deref()).await
+    }
+
     fn error(&self, what: &str, e: &redis_client::RedisError) -> StoreError {
         store_error(what, e, self.secret.as_deref())
     }

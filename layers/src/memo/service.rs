@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use tower::{Service, ServiceExt};
 
+use super::breaker::unusable;
 use super::flight::{FlightError, Join, follow};
 use super::future::ResponseFuture;
 use super::key::MemoKey;
@@ -129,9 +130,7 @@ where
         Lookup::Miss => true,
         // A store that cannot be reached is not asked again for this request: that would
         // double the time it waits. A bad entry is overwritten.
-        Lookup::Failed(kind) => {
-            !matches!(kind, StoreErrorKind::Unavailable | StoreErrorKind::Timeout)
-        }
+        Lookup::Failed(kind) => !unusable(kind),
     };
 
     if !ready {
