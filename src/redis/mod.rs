@@ -50,6 +50,7 @@ mod artifacts;
 mod connect;
 mod durable;
 mod error;
+mod flight;
 pub(crate) mod keys;
 mod memo;
 mod options;
