@@ -63,7 +63,9 @@ pub(crate) struct SendArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
     /// Share memoized responses and artifacts with every other process using this Redis
-    /// (`redis://[:password@]host:port/[db]`). Requests with temperature 0 are memoized.
+    /// (`redis://[:password@]host:port/[db]`). Requests with temperature 0 are memoized,
+    /// and identical ones in flight make one provider call. A Redis that cannot be
+    /// reached is skipped with a warning; refused credentials are bad input (exit 2).
     #[cfg(feature = "redis")]
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
