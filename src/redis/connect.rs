@@ -3,9 +3,10 @@
 //!
 //! Two kinds of failure are told apart, because they call for opposite answers. A server
 //! that cannot be reached (refused, timed out, still loading its data set) is an outage:
-//! it passes, so the stores start degraded — every call fails fast with
-//! [`StoreErrorKind::Unavailable`], which the memo and the artifact steps turn into a
-//! provider call and a warning — and connect as soon as it is back. A server that
+//! it passes, so the stores start degraded — every call fails with
+//! [`StoreErrorKind::Unavailable`] (or `Timeout`, after the connection's few retries),
+//! which the memo and the artifact steps turn into a provider call and a warning — and
+//! connect as soon as it is back. A server that
 //! answers but refuses the credentials, or a URL that cannot be used, is a configuration
 //! error: waiting does not fix it, so it fails the constructor with a typed error.
 

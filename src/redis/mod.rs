@@ -93,9 +93,10 @@ impl RedisStores {
     /// password or user, or none where one is required
     /// ([`StoreErrorKind::Authentication`]). A server that cannot be reached within
     /// [`RedisOptions::connect_timeout`] is an outage, not an error: the stores start
-    /// degraded (a `warn` event, `redis_unreachable`, says so; every call fails fast with
-    /// [`StoreErrorKind::Unavailable`], which the memo and offload steps answer by
-    /// calling the provider) and connect as soon as the server is back. Use
+    /// degraded (a `warn` event, `redis_unreachable`, says so; every call fails with
+    /// [`StoreErrorKind::Unavailable`] or `Timeout`, which the memo and offload steps
+    /// answer by calling the provider, within the memo's own store timeout) and connect
+    /// as soon as the server is back. Use
     /// [`ping`](Self::ping) to require a live server.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
         let (conn, secret) = open(url, &options).await?;
