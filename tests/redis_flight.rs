@@ -62,6 +62,16 @@ async fn calls(server: &MockServer) -> usize {
 /// One replica: its own connection to the test Redis, under the test's prefix, in front
 /// of the real OpenAI client.
 async fn replica(server: &MockServer, prefix: &str, lease: Duration) -> Replica {
+    replica_limited(server, prefix, lease, 1_000).await
+}
+
+/// A replica whose client takes at most `limit` requests at once.
+async fn replica_limited(
+    server: &MockServer,
+    prefix: &str,
+    lease: Duration,
+    limit: usize,
+) -> Replica {
     let stores = RedisStores::connect_with(
         &support::redis_url(),
         RedisOptions::default()
@@ -80,7 +90,7 @@ async fn replica(server: &MockServer, prefix: &str, lease: Duration) -> Replica 
         // Generous: on a loaded test machine a Redis round trip may pass the 100 ms
         // default, and a timed-out claim rightly makes its own call.
         .store_timeout(Duration::from_secs(2))
-        .layer(client);
+        .layer(tower::limit::ConcurrencyLimit::new(client, limit));
     BoxCloneSyncService::new(stack.map_err(Into::<BoxError>::into))
 }
 
@@ -252,5 +262,33 @@ async fn a_leader_whose_call_fails_lets_the_waiters_proceed_at_once() {
         "the waiter did not wait out the lease: {took:?}"
     );
     assert_eq!(reply.message.text(), ANSWER);
+    assert_eq!(calls(&server).await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gives_back_its_readiness_while_another_process_makes_the_call() {
+    let lease = Duration::from_secs(1);
+    let server = provider(Duration::from_secs(600), Duration::ZERO).await;
+    let prefix = support::unique_prefix("flight-ready");
+    let a = replica(&server, &prefix, lease).await;
+    // One request at a time through B's client: a waiter that kept its permit would
+    // stop every other request of B until the call elsewhere ends.
+    let b = replica_limited(&server, &prefix, lease, 1).await;
+
+    let _leader = tokio::spawn(a.oneshot(question("acme")));
+    until_calls(&server, 1).await;
+    let waiter = tokio::spawn(b.clone().oneshot(question("acme")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the waiter waits for the leader");
+
+    let other = ChatRequest::new("gpt-5.4", vec![Message::user("Where do hikes start?")])
+        .with_scope(Scope::org("acme"))
+        .with_temperature(0.0);
+    let reply = tokio::time::timeout(Duration::from_secs(5), b.oneshot(other))
+        .await
+        .expect("another request of B is not held up by the waiter")
+        .unwrap();
+    assert_eq!(reply.message.text(), ANSWER);
+    assert!(!waiter.is_finished(), "the waiter still waits");
     assert_eq!(calls(&server).await, 2);
 }
