@@ -398,7 +398,8 @@ async fn redis_shares_the_memo_between_processes() {
         "one call per tenant"
     );
 
-    // An unreachable Redis at start is bad input, and the password is never printed.
+    // An unreachable Redis at start is an outage, not bad input: the request is sent
+    // without the memo (tests/cli_redis.rs has the rest), and the password never printed.
     let out = run(
         args(&[
             "send",
@@ -412,7 +413,12 @@ async fn redis_shares_the_memo_between_processes() {
         deterministic.clone(),
     )
     .await;
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
 

@@ -39,6 +39,9 @@ pub enum StoreErrorKind {
     TooLarge,
     /// A key, id or value breaks a rule of the store (the message names it).
     Invalid,
+    /// The backend refused the credentials it was given (a wrong password or user): a
+    /// configuration error to fix, not an outage to wait out.
+    Authentication,
     /// Anything else.
     Other,
 }

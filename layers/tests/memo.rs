@@ -561,3 +561,54 @@ async fn the_composite_memoizes_per_tenant() {
     stack.clone().oneshot(ask(999)).await.unwrap();
     assert_eq!(model.calls(), 2, "one provider call per tenant");
 }
+
+/// A store that refuses its credentials on every call; counts what it is asked.
+#[derive(Default)]
+struct RefusingStore {
+    gets: AtomicUsize,
+    puts: AtomicUsize,
+}
+
+#[async_trait]
+impl MemoStore for RefusingStore {
+    async fn get(&self, _: &MemoKey) -> Result<Option<ChatResponse>, StoreError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        Err(StoreError::new(
+            StoreErrorKind::Authentication,
+            "NOAUTH Authentication required",
+        ))
+    }
+
+    async fn put(&self, _: &MemoKey, _: &ChatResponse) -> Result<(), StoreError> {
+        self.puts.fetch_add(1, Ordering::SeqCst);
+        Err(StoreError::new(
+            StoreErrorKind::Authentication,
+            "NOAUTH Authentication required",
+        ))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_refusing_its_credentials_is_skipped_like_an_unreachable_one() {
+    let (warnings, _guard) = capture_warnings();
+    let store = Arc::new(RefusingStore::default());
+    let llm = MockModel::echo();
+    let model = MemoLayer::new(Arc::clone(&store) as Arc<dyn MemoStore>)
+        .store_backoff(Duration::from_secs(1))
+        .layer(llm.clone());
+    for _ in 0..5 {
+        let r = model
+            .clone()
+            .oneshot(question(Scope::org(1)))
+            .await
+            .unwrap();
+        assert!(!r.report.memo_hit);
+    }
+    assert_eq!(llm.calls(), 5);
+    // Asked once, not twice per request (a lookup and a write) for as long as it refuses.
+    assert_eq!(store.gets.load(Ordering::SeqCst), 1);
+    assert_eq!(store.puts.load(Ordering::SeqCst), 0);
+    let warnings = warnings.lock().unwrap();
+    assert_eq!(warnings.len(), 5, "every request says why: {warnings:?}");
+    assert!(warnings[0].contains("NOAUTH"), "{warnings:?}");
+}

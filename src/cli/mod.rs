@@ -110,8 +110,27 @@ pub(crate) fn limit_json(limit: &ContextLimitError) -> serde_json::Value {
     })
 }
 
+/// Logs to standard error, never standard output (which carries the commands' JSON):
+/// warnings and errors by default, what `RUST_LOG` asks for when it is set (directives
+/// it cannot read are skipped). Colours only on a terminal.
+fn install_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::LevelFilter;
+    let filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::WARN.into())
+        .from_env_lossy();
+    // Fails only when a subscriber is already set, which this binary never does.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
 pub(crate) fn run() -> ExitCode {
     let cli = Cli::parse();
+    install_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -19,7 +19,10 @@ use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit, emit, input, limit_json, wa
 /// The exit codes, for `--help`.
 pub(crate) const EXIT_CODES_HELP: &str = "Exit codes:
   0  the provider answered; {\"response\", \"report\"} on stdout
-  2  bad input: unreadable or invalid JSON, policy or catalog, or a missing API key
+  2  bad input: unreadable or invalid JSON, policy or catalog, a missing API key, or a
+     --redis URL that is not valid or whose credentials the server refuses (a Redis
+     that cannot be reached is not an error: the request is sent without the memo,
+     with a warning on stderr)
   3  the request cannot fit the policy's allowance; nothing was sent
      ({\"error\": \"context_limit\", …} on stdout)
   4  the provider (or the network) failed after retries
@@ -60,7 +63,9 @@ pub(crate) struct SendArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
     /// Share memoized responses and artifacts with every other process using this Redis
-    /// (`redis://[:password@]host:port/[db]`). Requests with temperature 0 are memoized.
+    /// (`redis://[:password@]host:port/[db]`). Requests with temperature 0 are memoized,
+    /// and identical ones in flight make one provider call. A Redis that cannot be
+    /// reached is skipped with a warning; refused credentials are bad input (exit 2).
     #[cfg(feature = "redis")]
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
@@ -174,8 +179,10 @@ async fn with_redis(
 ) -> Result<ContextPolicyLayer, Exit> {
     use llm_context::memo::MemoLayer;
     use llm_context::redis::RedisStores;
-    // A Redis that cannot be reached at start is a configuration error (exit 2); once
-    // connected, an outage degrades to the provider (see `memo`).
+    // Only what the user got wrong fails here (exit 2): a URL that is not valid, or
+    // credentials the server refuses. A server that cannot be reached is an outage: the
+    // stores start degraded with a warning on stderr and the request goes to the
+    // provider.
     let stores = RedisStores::connect(url)
         .await
         .map_err(|e| Exit::bad_input(format!("--redis: {e}")))?;

@@ -142,10 +142,13 @@ impl RedisStore {
     }
 
     /// Connects to `url` with the connect and response timeouts of `options`, as
-    /// [`RedisStores::connect_with`](super::RedisStores::connect_with) does: fails
-    /// when the URL is not valid or the server cannot be reached within
-    /// [`RedisOptions::connect_timeout`], and no error shows the URL's password. The
-    /// connection is multiplexed and reconnects on its own; clones share it.
+    /// [`RedisStores::connect_with`](super::RedisStores::connect_with) does: fails on a
+    /// URL that is not valid or credentials the server refuses
+    /// ([`StoreErrorKind::Authentication`]), and no error shows the URL's password. A
+    /// server that cannot be reached is not an error here: the store starts without it
+    /// (each call fails with [`StoreErrorKind::Unavailable`] meanwhile) and connects when
+    /// it is back; [`ping`](Self::ping) tells whether it is. The connection is
+    /// multiplexed and reconnects on its own; clones share it.
     ///
     /// The key prefix of `options` is not used: the keys are under the store's
     /// [namespace](Self::with_namespace), [`DEFAULT_REDIS_NAMESPACE`] unless set.
@@ -180,6 +183,11 @@ impl RedisStore {
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// Whether the server answers now (`PING`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        super::connect::ping(&self.conn, self.secret.as_deref()).await
     }
 
     fn error(&self, what: &str, e: &RedisError) -> StoreError {

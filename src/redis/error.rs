@@ -9,7 +9,9 @@ pub(crate) fn store_error(
     error: &redis_client::RedisError,
     secret: Option<&str>,
 ) -> StoreError {
-    let kind = if error.is_timeout() {
+    let kind = if is_auth_error(error) {
+        StoreErrorKind::Authentication
+    } else if error.is_timeout() {
         StoreErrorKind::Timeout
     } else if error.is_connection_refusal() || error.is_io_error() || error.is_connection_dropped()
     {
@@ -22,6 +24,33 @@ pub(crate) fn store_error(
         message = message.replace(secret, "***");
     }
     StoreError::new(kind, message)
+}
+
+/// Whether the server refused the credentials: a wrong password or user
+/// (`WRONGPASS`, redis-rs' own authentication failure), none given where one is required
+/// (`NOAUTH`), or an ACL user without the permission a command needs (`NOPERM`).
+pub(crate) fn is_auth_error(error: &redis_client::RedisError) -> bool {
+    error.kind() == redis_client::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+}
+
+/// Whether `error` says the server could not be reached or answered that it is not ready
+/// (loading its data set, a failover in progress): an outage, which passes.
+pub(crate) fn is_outage(error: &redis_client::RedisError) -> bool {
+    use redis_client::{ErrorKind, ServerErrorKind};
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || matches!(
+            error.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ClusterDown
+            )
+        )
 }
 
 /// The password of a Redis URL (`redis://user:PASSWORD@host` or `?pass=PASSWORD`).

@@ -5,6 +5,8 @@
 //!
 //! ```text
 //! {prefix}:memo:{scope key}:{digest hex}        a memoized response (JSON), with a TTL
+//! {prefix}:flight:{scope key}:{digest hex}      the lock of that response's call in
+//!                                               flight: its holder's token, with a lease
 //! {prefix}:art:{scope key}:{session}:data       hash: artifact id → artifact (JSON)
 //! {prefix}:art:{scope key}:{session}:idx        sorted set: artifact id → last use
 //! {prefix}:art:{scope key}:{session}:meta       hash: `seq` (use counter), `bytes`
@@ -32,6 +34,11 @@ use llm_context_layers::memo::MemoKey;
 
 pub(crate) fn memo(prefix: &str, key: &MemoKey) -> String {
     format!("{prefix}:memo:{}:{}", key.scope_key(), key.digest_hex())
+}
+
+/// The lock of the call in flight for one memo key.
+pub(crate) fn flight(prefix: &str, key: &MemoKey) -> String {
+    format!("{prefix}:flight:{}:{}", key.scope_key(), key.digest_hex())
 }
 
 /// The three keys of one session's artifacts: data, index and meta.

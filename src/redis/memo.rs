@@ -3,17 +3,24 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use llm_context_layers::memo::{MemoKey, MemoStore};
+use llm_context_layers::memo::{Claim, MemoKey, MemoStore};
 use llm_context_layers::{ChatResponse, StoreError};
 use redis_client::aio::ConnectionManager;
 
 use super::error::store_error;
+use super::flight::{Flight, FlightScripts};
 use super::keys;
 use super::options::{RedisOptions, millis};
 use super::{decode_json, encode_bounded};
 
 /// A [`MemoStore`] on Redis: one key per response, `SET … PX ttl`, named by tenant
 /// (`{prefix}:memo:{scope key}:{digest}`).
+///
+/// Identical requests in flight at once in one tenant make one provider call across
+/// every process sharing the Redis: the first takes a lock with a lease
+/// ([`RedisOptions::flight_lease`], default 5 s) that it renews while its call runs, the
+/// others poll for its answer. A failed call releases the lock at once; a process that
+/// died stops renewing, so its lock lapses within the lease and a waiter takes over.
 ///
 /// Entries expire after [`RedisOptions::memo_ttl`]; a response larger than
 /// [`RedisOptions::max_memo_bytes`] is not stored ([`StoreErrorKind::TooLarge`](llm_context_layers::StoreErrorKind::TooLarge), which the
@@ -25,6 +32,7 @@ pub struct RedisMemoStore {
     conn: ConnectionManager,
     options: Arc<RedisOptions>,
     secret: Option<Arc<str>>,
+    flight: Arc<FlightScripts>,
 }
 
 impl std::fmt::Debug for RedisMemoStore {
@@ -50,7 +58,13 @@ impl RedisMemoStore {
             conn,
             options,
             secret,
+            flight: Arc::new(FlightScripts::new()),
         }
+    }
+
+    /// Whether the server answers now (`PING`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        super::connect::ping(&self.conn, self.secret.as_deref()).await
     }
 
     fn error(&self, what: &str, e: &redis_client::RedisError) -> StoreError {
@@ -83,5 +97,18 @@ impl MemoStore for RedisMemoStore {
             .query_async::<()>(&mut conn)
             .await
             .map_err(|e| self.error("memo put", &e))
+    }
+
+    async fn claim(&self, key: &MemoKey) -> Result<Claim, StoreError> {
+        Flight {
+            conn: &self.conn,
+            scripts: &self.flight,
+            secret: self.secret.as_ref(),
+            memo_key: keys::memo(self.options.key_prefix(), key),
+            lock_key: keys::flight(self.options.key_prefix(), key),
+            lease: self.options.flight_lease(),
+        }
+        .claim()
+        .await
     }
 }

@@ -39,15 +39,18 @@
 //! in-memory and SQLite backends.
 //!
 //! Errors are [`StoreError`]s whose messages never carry the URL's password. When Redis
-//! goes away, the memo layer serves from the provider and logs a warning until the
-//! connection comes back.
+//! is away — at start-up too — the memo layer serves from the provider and logs a
+//! warning until the connection comes back; refused credentials fail the constructor
+//! with [`StoreErrorKind::Authentication`](llm_context_layers::StoreErrorKind::Authentication).
 //!
 //! Tests of this module run against a real `redis-server`: `scripts/test.sh` installs
 //! one where it is missing, starts it on a free port and sets `REDIS_URL`.
 
 mod artifacts;
+mod connect;
 mod durable;
 mod error;
+mod flight;
 pub(crate) mod keys;
 mod memo;
 mod options;
@@ -55,7 +58,6 @@ mod options;
 use std::sync::Arc;
 
 use llm_context_layers::{StoreError, StoreErrorKind};
-use redis_client::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -64,13 +66,8 @@ pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisStore};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
 
+pub(crate) use connect::open;
 pub(crate) use error::store_error;
-use error::{redact_url, url_password};
-
-/// Reconnection tries after a lost connection, before a command fails; the next command
-/// starts over. Few and short: the memo layer is waiting, bounded by its own timeout.
-const RECONNECT_RETRIES: usize = 3;
-const RECONNECT_MAX_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Both Redis stores, on one connection.
 #[derive(Clone, Debug)]
@@ -89,8 +86,18 @@ impl RedisStores {
         Self::connect_with(url, RedisOptions::default()).await
     }
 
-    /// Connects with these options. Fails when the URL is not valid or the server cannot
-    /// be reached within [`RedisOptions::connect_timeout`].
+    /// Connects with these options.
+    ///
+    /// Fails only on a configuration error: a URL that is not valid or settings the
+    /// server refuses ([`StoreErrorKind::Invalid`]), or credentials it refuses — a wrong
+    /// password or user, or none where one is required
+    /// ([`StoreErrorKind::Authentication`]). A server that cannot be reached within
+    /// [`RedisOptions::connect_timeout`] is an outage, not an error: the stores start
+    /// degraded (a `warn` event, `redis_unreachable`, says so; every call fails with
+    /// [`StoreErrorKind::Unavailable`] or `Timeout`, which the memo and offload steps
+    /// answer by calling the provider, within the memo's own store timeout) and connect
+    /// as soon as the server is back. Use
+    /// [`ping`](Self::ping) to require a live server.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
         let (conn, secret) = open(url, &options).await?;
         let options = Arc::new(options);
@@ -99,51 +106,12 @@ impl RedisStores {
             artifacts: RedisArtifactStore::with_secret(conn, options, secret),
         })
     }
-}
 
-/// Opens a multiplexed connection to `url` that reconnects by itself, with the timeouts
-/// of `options`; returns it with the URL's password, which the stores scrub from their
-/// errors. A direct probe comes first, so that a refused connection or a bad password is
-/// reported as such rather than as the manager's retries timing out. Errors never show
-/// the password; an unreadable URL is [`StoreErrorKind::Invalid`].
-pub(crate) async fn open(
-    url: &str,
-    options: &RedisOptions,
-) -> Result<(ConnectionManager, Option<Arc<str>>), StoreError> {
-    let shown = redact_url(url);
-    let secret: Option<Arc<str>> = url_password(url).map(Arc::from);
-    let fail =
-        |what: String, e: &redis_client::RedisError| store_error(&what, e, secret.as_deref());
-
-    let client = redis_client::Client::open(url).map_err(|e| {
-        let mut error = fail(format!("URL {shown} is not valid"), &e);
-        error.kind = StoreErrorKind::Invalid;
-        error
-    })?;
-    // One direct attempt first: its error says why (refused, bad password) instead of
-    // the manager's retries ending in a timeout.
-    let probe = tokio::time::timeout(
-        options.connect_timeout(),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .map_err(|_| timed_out(&shown, options))?
-    .map_err(|e| fail(format!("cannot connect to {shown}"), &e))?;
-    drop(probe);
-
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(options.connect_timeout()))
-        .set_response_timeout(Some(options.response_timeout()))
-        .set_number_of_retries(RECONNECT_RETRIES)
-        .set_max_delay(RECONNECT_MAX_DELAY);
-    let conn = tokio::time::timeout(
-        options.connect_timeout(),
-        ConnectionManager::new_with_config(client, config),
-    )
-    .await
-    .map_err(|_| timed_out(&shown, options))?
-    .map_err(|e| fail(format!("cannot connect to {shown}"), &e))?;
-    Ok((conn, secret))
+    /// Whether the server answers now (`PING`), for a readiness check or a caller that
+    /// will not start degraded.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.memo.ping().await
+    }
 }
 
 /// `value` as JSON, unless it is over `max` bytes ([`StoreErrorKind::TooLarge`]). `what`
@@ -184,14 +152,4 @@ pub(crate) fn decode_json<T: DeserializeOwned>(
             format!("redis {what} does not decode: {e}"),
         )
     })
-}
-
-fn timed_out(shown: &str, options: &RedisOptions) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Timeout,
-        format!(
-            "cannot connect to {shown} within {:?}",
-            options.connect_timeout()
-        ),
-    )
 }

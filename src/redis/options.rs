@@ -24,6 +24,7 @@ pub struct RedisOptions {
     max_session_bytes: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
+    flight_lease: Duration,
 }
 
 impl Default for RedisOptions {
@@ -38,6 +39,7 @@ impl Default for RedisOptions {
             max_session_bytes: 64 * 1024 * 1024,
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(1),
+            flight_lease: Duration::from_secs(5),
         }
     }
 }
@@ -95,6 +97,15 @@ impl RedisOptions {
         self
     }
 
+    /// How long the lock of a memoized call in flight holds without renewal (default
+    /// 5 s): the longest that requests waiting in other processes wait for a process
+    /// that died mid-call. Its holder renews it every third of this while the call runs,
+    /// so a call may take any time.
+    pub fn with_flight_lease(mut self, lease: Duration) -> Self {
+        self.flight_lease = lease;
+        self
+    }
+
     /// The key prefix.
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
@@ -133,6 +144,11 @@ impl RedisOptions {
     /// The per-command timeout.
     pub fn response_timeout(&self) -> Duration {
         self.response_timeout
+    }
+
+    /// The lease of a memoized call in flight.
+    pub fn flight_lease(&self) -> Duration {
+        self.flight_lease
     }
 }
 

@@ -54,9 +54,15 @@ impl OwnRedis {
     }
 
     pub(crate) fn start_on(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    /// A server on `port` with more configuration, e.g. `["--requirepass", "s3cret"]`.
+    pub(crate) fn start_with(port: u16, config: &[&str]) -> Self {
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            .args(config)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

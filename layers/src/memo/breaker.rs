@@ -43,12 +43,10 @@ impl Breaker {
             .map(|o| o.reason.clone())
     }
 
-    /// Records a failure; only an unreachable or slow store is skipped afterwards.
+    /// Records a failure; only a store that cannot be used (unreachable, slow, or
+    /// refusing the credentials) is skipped afterwards.
     pub(crate) fn failed(&self, error: &StoreError) {
-        let outage = matches!(
-            error.kind,
-            StoreErrorKind::Unavailable | StoreErrorKind::Timeout
-        );
+        let outage = unusable(error.kind);
         if !outage || self.backoff.is_zero() {
             return;
         }
@@ -69,4 +67,13 @@ impl Breaker {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Open>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Whether a store failing this way fails every call for a while, whatever is asked: then
+/// it is not asked again for the same request, and skipped for the backoff.
+pub(crate) fn unusable(kind: StoreErrorKind) -> bool {
+    matches!(
+        kind,
+        StoreErrorKind::Unavailable | StoreErrorKind::Timeout | StoreErrorKind::Authentication
+    )
 }

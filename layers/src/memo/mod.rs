@@ -46,7 +46,11 @@
 //! **Single flight**: concurrent identical requests in one scope make one call; the others
 //! wait for its answer. If it fails, they all fail ([`FlightError`]) and nothing is stored.
 //! No lock is held across the call; a waiter gives back its inner readiness while it
-//! waits.
+//! waits. A store shared by many processes (Redis, in `llm-context`) extends this across
+//! them through [`MemoStore::claim`]: one process makes the call under a short lease it
+//! renews while the call runs, the others poll the store for its answer, and take the
+//! call over as soon as the lease is released (the call failed) or lapses (the process
+//! died).
 //!
 //! **Store failures degrade, never fail**: a store error or a store slower than
 //! [`MemoLayer::store_timeout`] sends the request to the provider and logs a `warn` event
@@ -65,15 +69,18 @@ mod flight;
 mod future;
 mod key;
 mod layer;
+mod lease;
 mod memory_store;
 mod predicate;
 mod service;
+mod shared_flight;
 mod store;
 
 pub use flight::FlightError;
 pub use future::ResponseFuture;
 pub use key::MemoKey;
 pub use layer::{DEFAULT_STORE_BACKOFF, DEFAULT_STORE_TIMEOUT, MemoLayer};
+pub use lease::{Claim, MemoLease};
 pub use memory_store::{DEFAULT_MAX_BYTES, DEFAULT_TTL, LocalMemoStore};
 pub use predicate::{DefaultPredicate, MemoPredicate};
 pub use service::Memo;

@@ -6,11 +6,13 @@ use std::task::{Context, Poll};
 
 use tower::{Service, ServiceExt};
 
+use super::breaker::unusable;
 use super::flight::{FlightError, Join, follow};
 use super::future::ResponseFuture;
 use super::key::MemoKey;
 use super::layer::{MemoLayer, MemoState, debug_memo};
 use super::predicate::{DefaultPredicate, MemoPredicate};
+use super::shared_flight::{self, Settled};
 use super::store::MemoStore;
 use crate::BoxError;
 use crate::model::PreparationReport;
@@ -129,15 +131,38 @@ where
         Lookup::Miss => true,
         // A store that cannot be reached is not asked again for this request: that would
         // double the time it waits. A bad entry is overwritten.
-        Lookup::Failed(kind) => {
-            !matches!(kind, StoreErrorKind::Unavailable | StoreErrorKind::Timeout)
-        }
+        Lookup::Failed(kind) => !unusable(kind),
     };
 
-    if !ready {
-        inner.ready().await.map_err(Into::into)?;
+    // Across processes sharing the store: one of them makes the call, the others wait
+    // for its answer in the store.
+    let lease = if store_reachable {
+        let give_back = || {
+            if ready {
+                inner = inner.clone();
+                ready = false;
+            }
+        };
+        match shared_flight::claim_or_wait(&shared, &key, give_back).await {
+            Settled::Answered(response) => {
+                lead.publish(Ok((*response).clone()));
+                return Ok(served_from_memo(*response));
+            }
+            Settled::Lead(lease) => lease,
+        }
+    } else {
+        None
+    };
+
+    if !ready && let Err(error) = inner.ready().await.map_err(Into::<BoxError>::into) {
+        shared_flight::release(&shared, &key, lease).await;
+        return Err(error);
     }
-    let result: Result<ChatResponse, BoxError> = inner.call(req).await.map_err(Into::into);
+    let call = inner.call(req);
+    let result: Result<ChatResponse, BoxError> =
+        shared_flight::renewing(&shared, &key, lease.as_deref(), call)
+            .await
+            .map_err(Into::into);
     match result {
         Ok(response) => {
             // What the inner layers did to *this* request is not part of the answer.
@@ -147,9 +172,14 @@ where
             if store_reachable {
                 save(&shared, &key, &stored).await;
             }
+            // After the answer is stored, so that a waiter elsewhere finds it.
+            shared_flight::release(&shared, &key, lease).await;
             Ok(response)
         }
         Err(error) => {
+            // At once: waiters elsewhere make the call themselves rather than wait out
+            // the lease.
+            shared_flight::release(&shared, &key, lease).await;
             lead.publish(Err(Arc::from(error.to_string())));
             Err(error)
         }
@@ -210,7 +240,7 @@ async fn save(shared: &MemoState, key: &MemoKey, response: &ChatResponse) {
     }
 }
 
-fn skipped(shared: &MemoState, reason: &StoreError) -> StoreError {
+pub(super) fn skipped(shared: &MemoState, reason: &StoreError) -> StoreError {
     StoreError::new(
         reason.kind,
         format!(
@@ -220,16 +250,19 @@ fn skipped(shared: &MemoState, reason: &StoreError) -> StoreError {
     )
 }
 
-fn timed_out(shared: &MemoState) -> StoreError {
+pub(super) fn timed_out(shared: &MemoState) -> StoreError {
     StoreError::new(
         StoreErrorKind::Timeout,
         format!("no answer within {:?}", shared.timeout),
     )
 }
 
-fn degraded(op: &'static str, key: &MemoKey, error: &StoreError) {
+pub(super) fn degraded(op: &'static str, key: &MemoKey, error: &StoreError) {
     let consequence = match op {
         "get" => "calling the provider without the memo",
+        "claim" => "calling the provider without sharing the call with other processes",
+        "renew" => "the lease may lapse and another process make the same call",
+        "release" => "waiters in other processes wait for the lease to lapse",
         _ => "the response is served but not memoized",
     };
     tracing::warn!(

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::key::MemoKey;
+use super::lease::Claim;
 use crate::model::ChatResponse;
 use crate::store::StoreError;
 
@@ -37,6 +38,18 @@ pub trait MemoStore: Send + Sync + 'static {
 
     /// Stores `response` under `key`, replacing what was there.
     async fn put(&self, key: &MemoKey, response: &ChatResponse) -> Result<(), StoreError>;
+
+    /// Claims the call for `key` among every process sharing this store, after a lookup
+    /// missed: the stored answer if there is one by now, else a [lease](super::MemoLease)
+    /// to make the call under, else [`Claim::Held`] while another process makes it. The
+    /// check and the claim are one atomic step, so two processes never both lead.
+    ///
+    /// The default is [`Claim::Unshared`]: a store only one process uses needs no more
+    /// than the memo layer's own single flight.
+    async fn claim(&self, key: &MemoKey) -> Result<Claim, StoreError> {
+        let _ = key;
+        Ok(Claim::Unshared)
+    }
 }
 
 #[async_trait]
@@ -47,5 +60,9 @@ impl<T: MemoStore + ?Sized> MemoStore for Arc<T> {
 
     async fn put(&self, key: &MemoKey, response: &ChatResponse) -> Result<(), StoreError> {
         (**self).put(key, response).await
+    }
+
+    async fn claim(&self, key: &MemoKey) -> Result<Claim, StoreError> {
+        (**self).claim(key).await
     }
 }
