@@ -490,3 +490,21 @@ fn broken_tool_pairing_is_refused_when_repair_is_off() {
     assert!(stderr.contains("`c2`"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn an_input_over_the_size_limit_is_refused_before_it_is_read() {
+    // A sparse file of 256 MiB + 1 byte: refused from its size, in one line, exit 2.
+    let path = temp_file("huge.json", "");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(256 * 1024 * 1024 + 1)
+        .unwrap();
+    let out = run(&["prepare", "--json", path.to_str().unwrap()], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("256 MiB limit"), "{stderr}");
+    std::fs::remove_file(&path).unwrap();
+}

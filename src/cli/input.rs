@@ -8,26 +8,52 @@ use llm_context::{ChatRequest, ContextPolicy, load_policy};
 
 use super::Exit;
 
+/// The largest request body the commands read: 256 MiB. A transcript that size is
+/// hundreds of times any model's window, and reading it takes several times its size in
+/// memory; past it the command stops reading and exits 2 instead of exhausting memory.
+pub(crate) const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
+
 /// Reads the request body from a file, or from stdin for `-` or no argument.
 fn read_body(path: Option<&Path>) -> Result<serde_json::Value, Exit> {
     let (text, source) = match path.filter(|p| *p != Path::new("-")) {
-        None => (read_stdin()?, "stdin".to_owned()),
-        Some(p) => (
-            std::fs::read_to_string(p)
-                .map_err(|e| Exit::bad_input(format!("cannot read {}: {e}", p.display())))?,
-            p.display().to_string(),
+        None => (
+            read_bounded(std::io::stdin().lock(), "stdin", MAX_INPUT_BYTES)?,
+            "stdin".to_owned(),
         ),
+        Some(p) => {
+            let source = p.display().to_string();
+            let cannot = |e: std::io::Error| Exit::bad_input(format!("cannot read {source}: {e}"));
+            let file = std::fs::File::open(p).map_err(cannot)?;
+            // A file says its size: refuse it before reading any of it.
+            if file.metadata().map_err(cannot)?.len() > MAX_INPUT_BYTES {
+                return Err(over_limit(&source));
+            }
+            (read_bounded(file, &source, MAX_INPUT_BYTES)?, source)
+        }
     };
     serde_json::from_str(&text)
         .map_err(|e| Exit::bad_input(format!("{source} is not valid JSON: {e}")))
 }
 
-fn read_stdin() -> Result<String, Exit> {
+/// All of `input` as text, or an error once it passes `limit` bytes (nothing past the
+/// limit is read).
+fn read_bounded(input: impl Read, source: &str, limit: u64) -> Result<String, Exit> {
     let mut text = String::new();
-    std::io::stdin()
+    input
+        .take(limit.saturating_add(1))
         .read_to_string(&mut text)
-        .map_err(|e| Exit::bad_input(format!("cannot read stdin: {e}")))?;
+        .map_err(|e| Exit::bad_input(format!("cannot read {source}: {e}")))?;
+    if text.len() as u64 > limit {
+        return Err(over_limit(source));
+    }
     Ok(text)
+}
+
+fn over_limit(source: &str) -> Exit {
+    Exit::bad_input(format!(
+        "{source} is over the {} MiB limit of a request body",
+        MAX_INPUT_BYTES / (1024 * 1024)
+    ))
 }
 
 /// The policy of `--policy FILE`, or the default.
@@ -43,4 +69,22 @@ pub(crate) fn policy(path: Option<&Path>) -> Result<ContextPolicy, Exit> {
 pub(crate) fn request(path: Option<&Path>) -> Result<(ChatRequest, BodyContext), Exit> {
     let body = read_body(path)?;
     request_from_body(&body).map_err(|e| Exit::bad_input(format!("bad request body: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_stops_at_the_limit() {
+        assert_eq!(
+            read_bounded(&b"0123456789"[..], "stdin", 10)
+                .ok()
+                .as_deref(),
+            Some("0123456789")
+        );
+        // One byte over: an error, and no more than limit + 1 bytes were asked for.
+        let mut endless = std::io::repeat(b'x');
+        assert!(read_bounded(&mut endless, "stdin", 10).is_err());
+    }
 }

@@ -350,17 +350,23 @@ impl Usage {
 
     /// The whole prompt: fresh + cache reads + cache writes.
     pub fn prompt_tokens(&self) -> u64 {
-        self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        // Figures come from a server: saturate rather than overflow (a panic in debug).
+        self.input_tokens
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
     }
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, o: Self) {
-        self.input_tokens += o.input_tokens;
-        self.output_tokens += o.output_tokens;
-        self.cache_read_tokens += o.cache_read_tokens;
-        self.cache_write_tokens += o.cache_write_tokens;
-        self.cache_write_1h_tokens += o.cache_write_1h_tokens;
+        // Totals of server-sent figures saturate rather than overflow.
+        self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(o.cache_read_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(o.cache_write_tokens);
+        self.cache_write_1h_tokens = self
+            .cache_write_1h_tokens
+            .saturating_add(o.cache_write_1h_tokens);
     }
 }
 
@@ -425,5 +431,25 @@ impl ChatResponse {
     pub fn with_finish_reason(mut self, reason: FinishReason) -> Self {
         self.finish_reason = reason;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Usage;
+
+    #[test]
+    fn usage_figures_at_the_top_of_u64_saturate() {
+        // A server can send any figure: adding them overflowed (a panic in debug builds).
+        let huge = Usage::new(u64::MAX - 1, u64::MAX, u64::MAX / 2 + 1, u64::MAX / 2 + 1);
+        assert_eq!(huge.prompt_tokens(), u64::MAX);
+        let mut total = huge.clone();
+        total += huge;
+        assert_eq!(total.input_tokens, u64::MAX);
+        assert_eq!(total.output_tokens, u64::MAX);
+        let mut small = Usage::new(1, 2, 3, 4);
+        small += Usage::new(10, 20, 30, 40);
+        assert_eq!(small, Usage::new(11, 22, 33, 44));
+        assert_eq!(small.prompt_tokens(), 11 + 33 + 44);
     }
 }
