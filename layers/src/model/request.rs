@@ -443,7 +443,7 @@ mod tests {
         // A server can send any figure: adding them overflowed (a panic in debug builds).
         let huge = Usage::new(u64::MAX - 1, u64::MAX, u64::MAX / 2 + 1, u64::MAX / 2 + 1);
         assert_eq!(huge.prompt_tokens(), u64::MAX);
-        let mut total = huge.clone();
+        let mut total = huge;
         total += huge;
         assert_eq!(total.input_tokens, u64::MAX);
         assert_eq!(total.output_tokens, u64::MAX);
