@@ -508,3 +508,77 @@ fn an_input_over_the_size_limit_is_refused_before_it_is_read() {
     assert!(stderr.contains("256 MiB limit"), "{stderr}");
     std::fs::remove_file(&path).unwrap();
 }
+
+/// The peak resident memory of `llm-context prepare --json` on `body`, in bytes: read from
+/// `/proc` while the child is blocked writing its output to a pipe nobody reads yet, which
+/// is after it has read, parsed and prepared everything.
+fn prepare_peak(body: &str) -> u64 {
+    use std::io::{Read, Write};
+    let path = temp_file(&format!("peak-{}.json", body.len()), body);
+    let mut child = Command::new(BIN)
+        .args(["prepare", "--json", "--window", "1000000000"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let hwm = || -> Option<u64> {
+        let text = std::fs::read_to_string(&status).ok()?;
+        let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    };
+    // Blocked on a full pipe: its state is sleeping and its output has begun.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let peak = hwm().expect("the child is still running, blocked on its output");
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    std::io::sink().write_all(&rest).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    peak
+}
+
+#[test]
+fn memory_stays_within_a_few_times_the_input() {
+    // Before: the body was held as text, as a JSON tree, as the model and as a second tree
+    // of every message, then written as one string: 46× the input for tiny messages and
+    // 5.6× for tool-heavy ones.
+    let mut messages = vec![json!({"role": "system", "content": "You are an SRE agent."})];
+    for i in 0..6_000 {
+        let id = format!("call_{i}");
+        let line = format!(
+            "{{\"ts\":\"2026-11-30T12:{:02}:00Z\",\"msg\":\"réessai — 接続 {i}\"}}\n",
+            i % 60
+        );
+        messages.push(json!({"role": "user", "content": format!("check host {i}")}));
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "logs", "arguments": "{\"lines\":40}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": line.repeat(if i % 8 == 0 { 120 } else { 25 })}));
+        messages.push(json!({"role": "assistant", "content": "The retries are still failing."}));
+    }
+    let tool_heavy = json!({"model": "gpt-5.4", "messages": messages}).to_string();
+    let tiny: Vec<Value> = (0..150_000)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("m{i}")}))
+        .collect();
+    let tiny = json!({"model": "gpt-5.4", "messages": tiny}).to_string();
+    let constant = 24 << 20;
+    let heavy_peak = prepare_peak(&tool_heavy);
+    assert!(
+        heavy_peak <= 4 * tool_heavy.len() as u64 + constant,
+        "{heavy_peak} bytes at peak for {} bytes in",
+        tool_heavy.len()
+    );
+    // Tiny messages cost the model's ~150 bytes a message whatever the text: bounded, but
+    // not by 4×.
+    let tiny_peak = prepare_peak(&tiny);
+    assert!(
+        tiny_peak <= 12 * tiny.len() as u64 + constant,
+        "{tiny_peak} bytes at peak for {} bytes in",
+        tiny.len()
+    );
+}

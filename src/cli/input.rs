@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use llm_context::openai::body::{BodyContext, request_from_body};
+use llm_context::openai::body::{BodyContext, request_from_str};
 use llm_context::{ChatRequest, ContextPolicy, load_policy};
 
 use super::Exit;
@@ -13,8 +13,9 @@ use super::Exit;
 /// memory; past it the command stops reading and exits 2 instead of exhausting memory.
 pub(crate) const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
 
-/// Reads the request body from a file, or from stdin for `-` or no argument.
-fn read_body(path: Option<&Path>) -> Result<serde_json::Value, Exit> {
+/// Reads the request body's text from a file, or from stdin for `-` or no argument, and
+/// says where it came from.
+fn read_body(path: Option<&Path>) -> Result<(String, String), Exit> {
     let (text, source) = match path.filter(|p| *p != Path::new("-")) {
         None => (
             read_bounded(std::io::stdin().lock(), "stdin", MAX_INPUT_BYTES)?,
@@ -31,8 +32,7 @@ fn read_body(path: Option<&Path>) -> Result<serde_json::Value, Exit> {
             (read_bounded(file, &source, MAX_INPUT_BYTES)?, source)
         }
     };
-    serde_json::from_str(&text)
-        .map_err(|e| Exit::bad_input(format!("{source} is not valid JSON: {e}")))
+    Ok((text, source))
 }
 
 /// All of `input` as text, or an error once it passes `limit` bytes (nothing past the
@@ -67,8 +67,15 @@ pub(crate) fn policy(path: Option<&Path>) -> Result<ContextPolicy, Exit> {
 /// The request of a Chat Completions body read from `path` (or stdin), with what is
 /// needed to write the prepared request back as a body.
 pub(crate) fn request(path: Option<&Path>) -> Result<(ChatRequest, BodyContext), Exit> {
-    let body = read_body(path)?;
-    request_from_body(&body).map_err(|e| Exit::bad_input(format!("bad request body: {e}")))
+    let (text, source) = read_body(path)?;
+    // From the text, one message at a time: no JSON tree of the whole transcript.
+    request_from_str(&text).map_err(|e| {
+        Exit::bad_input(if e.is_syntax() {
+            format!("{source} is {}", e.reason)
+        } else {
+            format!("bad request body: {e}")
+        })
+    })
 }
 
 #[cfg(test)]

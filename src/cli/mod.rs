@@ -73,12 +73,17 @@ impl Exit {
 /// write failure (a full disk, `> /dev/full`) is a one-line error and exit 1. `println!`
 /// panics on both.
 pub(crate) fn emit(text: &str, code: u8) -> Result<u8, Exit> {
+    emit_with(code, |out| out.write_all(text.as_bytes()))
+}
+
+/// [`emit`] for output written piece by piece by `write`, through a buffer.
+pub(crate) fn emit_with(
+    code: u8,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<u8, Exit> {
     use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    let mut stdout = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    match write(&mut stdout).and_then(|()| stdout.flush()) {
         Ok(()) => Ok(code),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Exit {
             code,

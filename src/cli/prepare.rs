@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use llm_context::openai::body::body_from_request;
+
+use llm_context::openai::body::write_body;
 use llm_context::{ContextLimitError, ContextPolicyLayer, PreparationReport};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
@@ -46,11 +47,14 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
                 .ok_or_else(|| Exit::internal("internal error: the stack did not dispatch"))?;
             let report = response.report;
             if args.json {
-                let out = json!({
-                    "request": body_from_request(&prepared, &ctx),
-                    "report": report_json(&report),
-                });
-                emit(&format!("{out}\n"), 0)
+                // Streamed: the prepared body is never built as one JSON tree or string.
+                super::emit_with(0, |out| {
+                    out.write_all(b"{\"request\":")?;
+                    write_body(&prepared, &ctx, &mut *out)?;
+                    out.write_all(b",\"report\":")?;
+                    serde_json::to_writer(&mut *out, &report_json(&report))?;
+                    out.write_all(b"}\n")
+                })
             } else {
                 emit(
                     &super::picture::render(received, &prepared, &report, reserve),

@@ -32,6 +32,11 @@
 //! `cli` feature: the command-line tool reads and writes request bodies with it, with or
 //! without the client.
 
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::{self, Write};
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use llm_context_layers::prefix::leading_system_end;
@@ -48,6 +53,8 @@ pub struct WireError {
     pub path: String,
     /// What is wrong.
     pub reason: String,
+    /// The text is not JSON at all (from [`request_from_str`]).
+    syntax: bool,
 }
 
 impl WireError {
@@ -55,14 +62,79 @@ impl WireError {
         Self {
             path: path.into(),
             reason: reason.into(),
+            syntax: false,
+        }
+    }
+
+    /// Whether the body is not JSON at all, rather than JSON of the wrong shape.
+    pub fn is_syntax(&self) -> bool {
+        self.syntax
+    }
+
+    /// A `serde_json` error from reading `path`: a syntax error, or the wrong shape.
+    fn json(path: &str, e: &serde_json::Error, shape: &str) -> Self {
+        match e.classify() {
+            serde_json::error::Category::Data => Self::new(path, shape),
+            _ => Self {
+                syntax: true,
+                ..Self::new(path, format!("not valid JSON: {e}"))
+            },
         }
     }
 }
 
-/// What [`request_from_body`] keeps so that [`body_from_request`] loses nothing.
+/// What [`request_from_body`] keeps so that [`body_from_request`] loses nothing: each
+/// message's JSON text as it came, and digests that recognise it among the sent messages
+/// (not a second copy of the transcript).
 #[derive(Clone, Debug, Default)]
 pub struct BodyContext {
-    messages: Vec<(Message, Map<String, Value>)>,
+    messages: Vec<Original>,
+}
+
+/// One message as received.
+#[derive(Clone, Debug)]
+struct Original {
+    raw: Box<RawValue>,
+    digests: Digests,
+    /// A system message (the head is matched in place).
+    system: bool,
+}
+
+/// What identifies a message for the mapping back: its head (role, name, tool-call id,
+/// tool calls) and its content. In-process only, never stored, so the standard hasher
+/// serves; two salts make 128 bits, so a false match is not a practical concern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Digests {
+    head: u128,
+    content: u128,
+}
+
+impl Digests {
+    fn of(m: &Message) -> Self {
+        fn digest(value: &impl Hash) -> u128 {
+            let half = |salt: u8| {
+                let mut h = DefaultHasher::new();
+                salt.hash(&mut h);
+                value.hash(&mut h);
+                h.finish()
+            };
+            (u128::from(half(1)) << 64) | u128::from(half(2))
+        }
+        Self {
+            head: digest(&(&m.role, &m.name, &m.tool_call_id, &m.tool_calls)),
+            content: digest(&m.content),
+        }
+    }
+}
+
+impl BodyContext {
+    fn push(&mut self, raw: Box<RawValue>, m: &Message) {
+        self.messages.push(Original {
+            raw,
+            digests: Digests::of(m),
+            system: m.role == Role::System,
+        });
+    }
 }
 
 /// Reads an OpenAI Chat Completions request body.
@@ -70,11 +142,7 @@ pub fn request_from_body(body: &Value) -> Result<(ChatRequest, BodyContext), Wir
     let obj = body
         .as_object()
         .ok_or_else(|| WireError::new("$", "the request body must be a JSON object"))?;
-    let model = match obj.get("model") {
-        Some(Value::String(m)) => m.clone(),
-        Some(_) => return Err(WireError::new("model", "must be a string")),
-        None => return Err(WireError::new("model", "is required")),
-    };
+    model_of(obj)?;
     let wire_messages = match obj.get("messages") {
         Some(Value::Array(a)) => a,
         Some(_) => return Err(WireError::new("messages", "must be an array")),
@@ -83,12 +151,79 @@ pub fn request_from_body(body: &Value) -> Result<(ChatRequest, BodyContext), Wir
     let mut ctx = BodyContext::default();
     let mut messages = Vec::with_capacity(wire_messages.len());
     for (i, wm) in wire_messages.iter().enumerate() {
-        let m = message_from_wire(wm)
-            .map_err(|e| WireError::new(format!("messages[{i}]{}", e.path), e.reason))?;
-        ctx.messages
-            .push((m.clone(), wm.as_object().cloned().unwrap_or_default()));
+        let m = message_from_wire(wm).map_err(|e| at_message(i, e))?;
+        let raw = serde_json::value::to_raw_value(wm)
+            .map_err(|e| WireError::new(format!("messages[{i}]"), e.to_string()))?;
+        ctx.push(raw, &m);
         messages.push(m);
     }
+    Ok((from_parts(obj, messages)?, ctx))
+}
+
+/// [`request_from_body`] from the body's text, keeping each message's text as it came
+/// rather than a JSON tree of the whole body: the command-line tool reads transcripts of
+/// hundreds of megabytes this way, at a few times their size in memory.
+///
+/// ```
+/// use llm_context::openai::body::{request_from_str, write_body};
+///
+/// let text = r#"{"model": "m", "messages": [{"role": "user", "content": "hi", "x_note": 1}]}"#;
+/// let (request, ctx) = request_from_str(text).unwrap();
+/// let mut out = Vec::new();
+/// write_body(&request, &ctx, &mut out).unwrap();
+/// let out: serde_json::Value = serde_json::from_slice(&out).unwrap();
+/// assert_eq!(out["messages"][0]["x_note"], 1);
+/// assert!(request_from_str("{not json").unwrap_err().is_syntax());
+/// ```
+pub fn request_from_str(text: &str) -> Result<(ChatRequest, BodyContext), WireError> {
+    let top: BTreeMap<String, &RawValue> = serde_json::from_str(text)
+        .map_err(|e| WireError::json("$", &e, "the request body must be a JSON object"))?;
+    // The other fields are small: read them as values, as `request_from_body` does.
+    let mut obj = Map::new();
+    for (k, raw) in &top {
+        if k != "messages" {
+            let v = serde_json::from_str(raw.get())
+                .map_err(|e| WireError::json(k, &e, "is not a JSON value"))?;
+            obj.insert(k.clone(), v);
+        }
+    }
+    model_of(&obj)?;
+    let Some(raw_messages) = top.get("messages") else {
+        return Err(WireError::new("messages", "is required"));
+    };
+    let raws: Vec<Box<RawValue>> = serde_json::from_str(raw_messages.get())
+        .map_err(|e| WireError::json("messages", &e, "must be an array"))?;
+    let mut ctx = BodyContext::default();
+    let mut messages = Vec::with_capacity(raws.len());
+    for (i, raw) in raws.into_iter().enumerate() {
+        // One message's tree at a time, dropped as soon as it is read.
+        let m = {
+            let v: Value = serde_json::from_str(raw.get())
+                .map_err(|e| at_message(i, WireError::json("", &e, "is not a JSON value")))?;
+            message_from_wire(&v).map_err(|e| at_message(i, e))?
+        };
+        ctx.push(raw, &m);
+        messages.push(m);
+    }
+    Ok((from_parts(&obj, messages)?, ctx))
+}
+
+/// The body's `model`, which must be a string.
+fn model_of(obj: &Map<String, Value>) -> Result<&str, WireError> {
+    match obj.get("model") {
+        Some(Value::String(m)) => Ok(m),
+        Some(_) => Err(WireError::new("model", "must be a string")),
+        None => Err(WireError::new("model", "is required")),
+    }
+}
+
+fn at_message(i: usize, e: WireError) -> WireError {
+    WireError::new(format!("messages[{i}]{}", e.path), e.reason)
+}
+
+/// The request of a body's top-level fields and its messages, read already.
+fn from_parts(obj: &Map<String, Value>, messages: Vec<Message>) -> Result<ChatRequest, WireError> {
+    let model = model_of(obj)?.to_owned();
     let tools = match obj.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a
@@ -113,34 +248,94 @@ pub fn request_from_body(body: &Value) -> Result<(ChatRequest, BodyContext), Wir
             }
         }
     }
-    let request = ChatRequest::new(model, messages)
+    Ok(ChatRequest::new(model, messages)
         .with_tools(tools)
-        .with_params(params);
-    Ok((request, ctx))
+        .with_params(params))
 }
 
 /// Writes a request back as an OpenAI Chat Completions body. Messages found unchanged in
 /// `ctx` are written as they came; others are written from the neutral model.
 pub fn body_from_request(req: &ChatRequest, ctx: &BodyContext) -> Value {
+    let mut out = top_level(req);
+    let messages = sent_messages(req, ctx)
+        .map(|piece| match piece {
+            // Read back from text this crate parsed before: it is JSON.
+            Piece::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+            Piece::Value(v) => v,
+        })
+        .collect();
+    out.insert("messages".into(), Value::Array(messages));
+    Value::Object(out)
+}
+
+/// [`body_from_request`] written to `out` as JSON text, without building the body in
+/// memory: unchanged messages are copied from their original text, byte for byte.
+pub fn write_body(req: &ChatRequest, ctx: &BodyContext, mut out: impl Write) -> io::Result<()> {
+    out.write_all(b"{\"messages\":[")?;
+    for (i, piece) in sent_messages(req, ctx).enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        match piece {
+            Piece::Raw(raw) => out.write_all(raw.get().as_bytes())?,
+            Piece::Value(v) => serde_json::to_writer(&mut out, &v)?,
+        }
+    }
+    out.write_all(b"]")?;
+    for (k, v) in top_level(req) {
+        out.write_all(b",")?;
+        serde_json::to_writer(&mut out, &k)?;
+        out.write_all(b":")?;
+        serde_json::to_writer(&mut out, &v)?;
+    }
+    out.write_all(b"}")
+}
+
+/// A sent message as it is written: its original text, or a value.
+enum Piece<'a> {
+    Raw(&'a RawValue),
+    Value(Value),
+}
+
+/// The messages of the body: the prefix's, then each of `req.messages` as it came when it
+/// is unchanged, with its other fields and the new content when a layer rewrote it, and
+/// from the neutral model when the stack added it.
+fn sent_messages<'a>(
+    req: &'a ChatRequest,
+    ctx: &'a BodyContext,
+) -> impl Iterator<Item = Piece<'a>> + 'a {
+    let prefix = req
+        .prefix
+        .iter()
+        .flat_map(|p| p.as_messages())
+        .map(|m| Piece::Value(message_to_wire(&m)));
+    let digests: Vec<Digests> = req.messages.iter().map(Digests::of).collect();
+    let counterparts = counterparts(&ctx.messages, &req.messages, &digests);
+    let tail = req
+        .messages
+        .iter()
+        .zip(digests)
+        .zip(counterparts)
+        .map(
+            |((m, digests), found)| match found.map(|i| &ctx.messages[i]) {
+                Some(orig) if orig.digests == digests => Piece::Raw(&orig.raw),
+                Some(orig) => match serde_json::from_str::<Map<String, Value>>(orig.raw.get()) {
+                    Ok(mut fields) => {
+                        fields.insert("content".into(), content_to_wire(&m.content));
+                        Piece::Value(Value::Object(fields))
+                    }
+                    Err(_) => Piece::Value(message_to_wire(m)),
+                },
+                None => Piece::Value(message_to_wire(m)),
+            },
+        );
+    prefix.chain(tail)
+}
+
+/// Every top-level field of the body but `messages`.
+fn top_level(req: &ChatRequest) -> Map<String, Value> {
     let mut out = Map::new();
     out.insert("model".into(), Value::String(req.model.clone()));
-    let mut messages = Vec::new();
-    if let Some(prefix) = &req.prefix {
-        messages.extend(prefix.as_messages().iter().map(message_to_wire));
-    }
-    let counterparts = counterparts(&ctx.messages, &req.messages);
-    for (m, found) in req.messages.iter().zip(counterparts) {
-        messages.push(match found.map(|i| &ctx.messages[i]) {
-            Some((orig, raw)) if orig == m => Value::Object(raw.clone()),
-            Some((_, raw)) => {
-                let mut raw = raw.clone();
-                raw.insert("content".into(), content_to_wire(&m.content));
-                Value::Object(raw)
-            }
-            None => message_to_wire(m),
-        });
-    }
-    out.insert("messages".into(), Value::Array(messages));
     if !req.tools.is_empty() {
         out.insert(
             "tools".into(),
@@ -169,7 +364,7 @@ pub fn body_from_request(req: &ChatRequest, ctx: &BodyContext) -> Value {
     for (k, v) in &p.extra {
         out.insert(k.clone(), v.clone());
     }
-    Value::Object(out)
+    out
 }
 
 /// For each sent message, the index of the message it came from in `originals`, or
@@ -181,27 +376,28 @@ pub fn body_from_request(req: &ChatRequest, ctx: &BodyContext) -> Value {
 /// the oldest turns and the oldest rounds of a turn, so the rest is matched from the
 /// newest end, each message to the newest original before the one matched after it.
 fn counterparts(
-    originals: &[(Message, Map<String, Value>)],
+    originals: &[Original],
     sent: &[Message],
+    digests: &[Digests],
 ) -> Vec<Option<usize>> {
     let mut out = vec![None; sent.len()];
     let in_head = originals
         .iter()
-        .position(|(m, _)| m.role != Role::System)
+        .position(|o| !o.system)
         .unwrap_or(originals.len());
     let out_head = leading_system_end(sent).min(in_head);
     let mut head_matched = 0;
-    for (i, m) in sent[..out_head].iter().enumerate() {
-        if same_message(&originals[i].0, m) {
+    for i in 0..out_head {
+        if same_message(&originals[i], &sent[i], &digests[i]) {
             out[i] = Some(i);
             head_matched = i + 1;
         }
     }
     let mut end = originals.len();
-    for (i, m) in sent.iter().enumerate().skip(out_head).rev() {
+    for i in (out_head..sent.len()).rev() {
         let found = originals[head_matched..end]
             .iter()
-            .rposition(|(orig, _)| same_message(orig, m));
+            .rposition(|orig| same_message(orig, &sent[i], &digests[i]));
         if let Some(j) = found {
             end = head_matched + j;
             out[i] = Some(end);
@@ -210,17 +406,13 @@ fn counterparts(
     out
 }
 
-/// Whether `new` is `orig`, possibly with its content rewritten by a layer. The layers
-/// rewrite only tool results, and a tool result is known by its `tool_call_id`: any
-/// other message must be unchanged to be the same, whatever its content looks like (a
-/// user message can quote a preview).
-fn same_message(orig: &Message, new: &Message) -> bool {
-    let same_head = orig.role == new.role
-        && orig.name == new.name
-        && orig.tool_call_id == new.tool_call_id
-        && orig.tool_calls == new.tool_calls;
-    same_head
-        && (orig.content == new.content
+/// Whether `new` (with `digests`) is `orig`, possibly with its content rewritten by a
+/// layer. The layers rewrite only tool results, and a tool result is known by its
+/// `tool_call_id`: any other message must be unchanged to be the same, whatever its
+/// content looks like (a user message can quote a preview).
+fn same_message(orig: &Original, new: &Message, digests: &Digests) -> bool {
+    orig.digests.head == digests.head
+        && (orig.digests.content == digests.content
             || (new.is_tool_result()
                 && new.tool_call_id.is_some()
                 && new.content.as_str().is_some_and(|t| {
