@@ -38,7 +38,7 @@ use serde::Deserialize;
 use crate::redact::{Redactor, SHORT_LIMIT, TEXT_LIMIT};
 
 /// The most characters of an unparsed error body kept in a [`ProviderError`].
-pub const RAW_BODY_LIMIT: usize = 2_048;
+pub const RAW_BODY_LIMIT: usize = TEXT_LIMIT;
 
 /// Which API answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -28,7 +28,7 @@ const KEY_SHAPE_MIN: usize = 16;
 const MAX_BACKSLASHES: usize = 64;
 
 /// The most characters kept of a provider's message or an unparsed body.
-pub(crate) const TEXT_LIMIT: usize = crate::error::RAW_BODY_LIMIT;
+pub(crate) const TEXT_LIMIT: usize = 2_048;
 /// The most characters kept of a short value: a request id, an error type or code.
 pub(crate) const SHORT_LIMIT: usize = 256;
 

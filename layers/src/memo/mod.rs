@@ -65,6 +65,7 @@
 //! [`ContextPolicyLayer`]: crate::ContextPolicyLayer
 
 mod breaker;
+mod degrade;
 mod flight;
 mod future;
 mod key;
@@ -74,6 +75,7 @@ mod memory_store;
 mod predicate;
 mod service;
 mod shared_flight;
+mod state;
 mod store;
 
 pub use flight::FlightError;

@@ -7,17 +7,19 @@ use std::task::{Context, Poll};
 use tower::{Service, ServiceExt};
 
 use super::breaker::unusable;
+use super::degrade::{degraded, skipped, timed_out};
 use super::flight::{FlightError, Join, follow};
 use super::future::ResponseFuture;
 use super::key::MemoKey;
-use super::layer::{MemoLayer, MemoState, debug_memo};
+use super::layer::MemoLayer;
 use super::predicate::{DefaultPredicate, MemoPredicate};
 use super::shared_flight::{self, Settled};
+use super::state::{MemoState, debug_memo};
 use super::store::MemoStore;
 use crate::BoxError;
 use crate::model::PreparationReport;
 use crate::model::{ChatRequest, ChatResponse, MemoHint};
-use crate::store::{StoreError, StoreErrorKind};
+use crate::store::StoreErrorKind;
 
 /// The service of [`MemoLayer`]. See the [module docs](super).
 #[derive(Clone)]
@@ -238,38 +240,4 @@ async fn save(shared: &MemoState, key: &MemoKey, response: &ChatResponse) {
             degraded("put", key, &error);
         }
     }
-}
-
-pub(super) fn skipped(shared: &MemoState, reason: &StoreError) -> StoreError {
-    StoreError::new(
-        reason.kind,
-        format!(
-            "skipped for up to {:?} after it failed: {}",
-            shared.backoff, reason.message
-        ),
-    )
-}
-
-pub(super) fn timed_out(shared: &MemoState) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Timeout,
-        format!("no answer within {:?}", shared.timeout),
-    )
-}
-
-pub(super) fn degraded(op: &'static str, key: &MemoKey, error: &StoreError) {
-    let consequence = match op {
-        "get" => "calling the provider without the memo",
-        "claim" => "calling the provider without sharing the call with other processes",
-        "renew" => "the lease may lapse and another process make the same call",
-        "release" => "waiters in other processes wait for the lease to lapse",
-        _ => "the response is served but not memoized",
-    };
-    tracing::warn!(
-        event = "memo_store_degraded",
-        op,
-        scope = %key.scope_key(),
-        reason = %error,
-        "memo store {op} failed, {consequence}: {error}"
-    );
 }

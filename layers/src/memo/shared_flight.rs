@@ -14,10 +14,10 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use super::degrade::{degraded, skipped, timed_out};
 use super::key::MemoKey;
-use super::layer::MemoState;
 use super::lease::{Claim, MemoLease};
-use super::service::{degraded, skipped, timed_out};
+use super::state::MemoState;
 use crate::model::ChatResponse;
 
 /// The first wait before asking the store again, doubled up to [`MAX_POLL`]: an answer
