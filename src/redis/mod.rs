@@ -41,7 +41,7 @@
 //! Errors are [`StoreError`]s whose messages never carry the URL's password. When Redis
 //! is away — at start-up too — the memo layer serves from the provider and logs a
 //! warning until the connection comes back; refused credentials fail the constructor
-//! with [`StoreErrorKind::Authentication`](llm_context_layers::StoreErrorKind::Authentication).
+//! with [`StoreErrorKind::Authentication`].
 //!
 //! Tests of this module run against a real `redis-server`: `scripts/test.sh` installs
 //! one where it is missing, starts it on a free port and sets `REDIS_URL`.
