@@ -191,4 +191,25 @@ impl ArtifactStore for SqliteStore {
         })
         .transpose()
     }
+
+    /// The same use as [`get`](Self::get), without reading or decoding the text: the
+    /// stack asks this for every preview and stub in a request.
+    async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
+        let (scope, session, id) = (scope.key(), session.to_owned(), id.to_owned());
+        self.with_conn(move |conn| {
+            conn.prepare_cached(
+                "UPDATE artifacts SET used =
+                   (SELECT max(used) FROM artifacts WHERE scope = ?1 AND session = ?2) + 1
+                 WHERE scope = ?1 AND session = ?2 AND id = ?3
+                 RETURNING 1",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![scope, session, id], |_| Ok(()))
+                    .optional()
+            })
+            .map(|found| found.is_some())
+            .map_err(sql_error)
+        })
+        .await
+    }
 }

@@ -128,6 +128,30 @@ pub async fn the_least_recently_used_goes_first_and_a_read_is_a_use(make: MakeAr
     );
 }
 
+pub async fn contains_says_what_get_finds_and_is_a_use(make: MakeArtifacts) {
+    let b = make(2, ROOMY.1).await;
+    let scope = tenant("art-contains");
+    b.store.put(&scope, "s1", "a", artifact("a")).await.unwrap();
+    b.store.put(&scope, "s1", "b", artifact("b")).await.unwrap();
+    assert!(b.store.contains(&scope, "s1", "a").await.unwrap());
+    assert!(!b.store.contains(&scope, "s1", "missing").await.unwrap());
+    assert!(
+        !b.store.contains(&scope, "s2", "a").await.unwrap(),
+        "another session"
+    );
+    let other = tenant("art-contains-other");
+    assert!(
+        !b.store.contains(&other, "s1", "a").await.unwrap(),
+        "another tenant"
+    );
+    // Asking about "a" made "b" the least recently used: the next write evicts "b".
+    b.store.put(&scope, "s1", "c", artifact("c")).await.unwrap();
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["a", "b", "c"]).await,
+        ["a", "c"]
+    );
+}
+
 pub async fn the_same_id_twice_is_one_copy_and_a_use(make: MakeArtifacts) {
     let b = make(3, ROOMY.1).await;
     let scope = tenant("art-once");
@@ -210,6 +234,7 @@ macro_rules! artifact_contract {
             an_artifact_reads_back_exactly,
             tenants_and_sessions_never_see_each_other,
             the_least_recently_used_goes_first_and_a_read_is_a_use,
+            contains_says_what_get_finds_and_is_a_use,
             the_same_id_twice_is_one_copy_and_a_use,
             the_byte_bound_holds_and_keeps_the_newest,
             an_artifact_over_the_byte_bound_is_refused_and_evicts_nothing,
