@@ -2,6 +2,8 @@
 //! on 127.0.0.1 standing in for the provider, and the documented exit codes.
 
 mod common;
+#[cfg(feature = "redis")]
+mod support;
 
 use std::process::{Command, Output, Stdio};
 
@@ -331,37 +333,19 @@ async fn bad_input_exits_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("model"));
 }
 
-/// The Redis server `scripts/test.sh` started.
-#[cfg(feature = "redis")]
-fn redis_url() -> String {
-    std::env::var("REDIS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .expect("REDIS_URL is not set: run `bash scripts/test.sh`, which starts a redis-server")
-}
-
-/// A tenant of its own, so an earlier run's memo in the same Redis cannot answer.
-#[cfg(feature = "redis")]
-fn fresh_tenant(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{nanos}")
-}
-
 /// `--redis URL`: two separate processes share one memo (and one artifact store) through
 /// a real Redis, per tenant.
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_shares_the_memo_between_processes() {
-    let url = redis_url();
+    let url = support::redis_url();
     let server = openai_server(ResponseTemplate::new(200).set_body_raw(
         common::fixture("openai-response-text.json"),
         "application/json",
     ))
     .await;
-    let tenant = fresh_tenant("cli");
+    // A tenant of its own, so an earlier run's memo in the same Redis cannot answer.
+    let tenant = support::unique_prefix("cli");
     let deterministic = json!({
         "model": "gpt-5.4",
         "temperature": 0,
@@ -437,7 +421,7 @@ async fn redis_shares_the_memo_between_processes() {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread")]
 async fn the_memo_is_per_provider_and_base_url() {
-    let url = redis_url();
+    let url = support::redis_url();
     let openai = || async {
         openai_server(ResponseTemplate::new(200).set_body_raw(
             common::fixture("openai-response-text.json"),
@@ -454,7 +438,7 @@ async fn the_memo_is_per_provider_and_base_url() {
         ),
     )
     .await;
-    let tenant = fresh_tenant("upstream");
+    let tenant = support::unique_prefix("upstream");
     let body = json!({
         "model": "claude-sonnet-4-6",
         "temperature": 0,

@@ -70,16 +70,11 @@ async fn redis_stopped_mid_test_requests_still_succeed_through_the_provider() {
     // Redis comes back on the same port: the connection manager reconnects and the memo
     // works again, without a new store or a restart.
     let _redis = support::OwnRedis::start_on(redis.port);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let reply = model.clone().oneshot(question()).await.unwrap();
-        if reply.report.memo_hit {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the memo did not come back after Redis restarted"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::until_memo_hit(
+        &model,
+        question,
+        Duration::from_secs(20),
+        "the memo did not come back after Redis restarted",
+    )
+    .await;
 }

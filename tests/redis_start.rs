@@ -67,18 +67,13 @@ async fn stores_built_while_redis_is_down_serve_degraded_and_recover() {
 
     // Redis comes up on that port: the same stores connect, and the memo works.
     let _redis = support::OwnRedis::start_with(port, &["--requirepass", "hunter2"]);
-    let deadline = tokio::time::Instant::now() + RECOVERY;
-    loop {
-        let reply = model.clone().oneshot(question()).await.unwrap();
-        if reply.report.memo_hit {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the memo did not come back once Redis was up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::until_memo_hit(
+        &model,
+        question,
+        RECOVERY,
+        "the memo did not come back once Redis was up",
+    )
+    .await;
     stores.ping().await.unwrap();
     stores
         .artifacts

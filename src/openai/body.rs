@@ -137,32 +137,16 @@ impl BodyContext {
     }
 }
 
-/// Reads an OpenAI Chat Completions request body.
+/// Reads an OpenAI Chat Completions request body. The same reading as
+/// [`request_from_str`], which a caller holding the body's text should prefer: a tree is
+/// written back to text here so that each message's original JSON can be kept.
 pub fn request_from_body(body: &Value) -> Result<(ChatRequest, BodyContext), WireError> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| WireError::new("$", "the request body must be a JSON object"))?;
-    model_of(obj)?;
-    let wire_messages = match obj.get("messages") {
-        Some(Value::Array(a)) => a,
-        Some(_) => return Err(WireError::new("messages", "must be an array")),
-        None => return Err(WireError::new("messages", "is required")),
-    };
-    let mut ctx = BodyContext::default();
-    let mut messages = Vec::with_capacity(wire_messages.len());
-    for (i, wm) in wire_messages.iter().enumerate() {
-        let m = message_from_wire(wm).map_err(|e| at_message(i, e))?;
-        let raw = serde_json::value::to_raw_value(wm)
-            .map_err(|e| WireError::new(format!("messages[{i}]"), e.to_string()))?;
-        ctx.push(raw, &m);
-        messages.push(m);
-    }
-    Ok((from_parts(obj, messages)?, ctx))
+    request_from_str(&body.to_string())
 }
 
-/// [`request_from_body`] from the body's text, keeping each message's text as it came
-/// rather than a JSON tree of the whole body: the command-line tool reads transcripts of
-/// hundreds of megabytes this way, at a few times their size in memory.
+/// Reads an OpenAI Chat Completions request body from its text, keeping each message's
+/// text as it came rather than a JSON tree of the whole body: the command-line tool reads
+/// transcripts of hundreds of megabytes this way, at a few times their size in memory.
 ///
 /// ```
 /// use llm_context::openai::body::{request_from_str, write_body};

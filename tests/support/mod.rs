@@ -34,6 +34,29 @@ pub(crate) fn unique_prefix(test: &str) -> String {
     )
 }
 
+/// Sends `ask()` through `model` until a reply comes from the memo, failing with `what`
+/// after `within`: for tests where a Redis comes back and the memo must follow.
+pub(crate) async fn until_memo_hit<S>(
+    model: &S,
+    ask: impl Fn() -> llm_context::ChatRequest,
+    within: Duration,
+    what: &str,
+) where
+    S: tower::Service<llm_context::ChatRequest, Response = llm_context::ChatResponse> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    use tower::ServiceExt;
+    let deadline = Instant::now() + within;
+    loop {
+        let reply = model.clone().oneshot(ask()).await.unwrap();
+        if reply.report.memo_hit {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Stores on the test Redis, under a fresh prefix.
 pub(crate) async fn stores(test: &str, options: RedisOptions) -> RedisStores {
     RedisStores::connect_with(&redis_url(), options.with_key_prefix(unique_prefix(test)))

@@ -57,7 +57,8 @@ pub use preview::{
 };
 pub(crate) use preview::{preview_chars, render_counted};
 pub(crate) use reference::{
-    REFERS, STUB, genuine_preview, mark, offloadable_text, refers_to_artifact,
+    PREVIEW, REFERS, STUB, genuine_preview, mark, offloadable_marked, offloadable_text,
+    refers_to_artifact,
 };
 pub use store::{Artifact, ArtifactStore};
 pub(crate) use store::{Displaced, store_all};

@@ -55,23 +55,37 @@ pub(crate) fn genuine_preview<'a>(
         .filter(|p| p.preview_chars <= policy.tool_result_max_chars && !untrusted.contains(text))
 }
 
-/// The text of a tool result that offloading may replace: plain text that is not already
-/// a preview or a stub.
+/// The text of a tool result that offloading may replace: longer than the threshold,
+/// and plain text rather than a preview or a stub.
 pub(crate) fn offloadable_text<'a>(
     m: &'a Message,
     policy: &ContextPolicy,
     untrusted: &Untrusted,
 ) -> Option<&'a str> {
+    // The length first: only a long result is worth parsing as a preview or a stub.
+    let text = long_tool_text(m, policy)?;
+    plain(mark(m, policy, untrusted)).then_some(text)
+}
+
+/// [`offloadable_text`] for a message whose [`mark`] is known already (the planner reads
+/// every content once).
+pub(crate) fn offloadable_marked<'a>(
+    m: &'a Message,
+    policy: &ContextPolicy,
+    mark: u8,
+) -> Option<&'a str> {
+    long_tool_text(m, policy).filter(|_| plain(mark))
+}
+
+fn plain(mark: u8) -> bool {
+    mark & (PREVIEW | STUB) == 0
+}
+
+fn long_tool_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Option<&'a str> {
     if !m.is_tool_result() {
         return None;
     }
     let text = m.content.as_str()?;
     // A byte length at or under the limit is a char count at or under it: skip counting.
-    if text.len() <= policy.tool_result_max_chars
-        || genuine_preview(text, policy, untrusted).is_some()
-        || parse_stub(text).is_some()
-    {
-        return None;
-    }
-    Some(text)
+    (text.len() > policy.tool_result_max_chars).then_some(text)
 }

@@ -199,6 +199,8 @@ pub(crate) struct Repaired {
     /// For each repaired message, its index in the messages as received (`None` for an
     /// added one).
     pub(crate) origin: Vec<Option<usize>>,
+    /// How many messages were received.
+    pub(crate) received: usize,
 }
 
 impl Repaired {
@@ -208,11 +210,7 @@ impl Repaired {
         self.origin[index..]
             .iter()
             .find_map(|o| *o)
-            .unwrap_or_else(|| self.origin.iter().flatten().count() + self.dropped())
-    }
-
-    fn dropped(&self) -> usize {
-        self.count - self.origin.iter().filter(|o| o.is_none()).count()
+            .unwrap_or(self.received)
     }
 }
 
@@ -248,6 +246,7 @@ pub(crate) fn repair(messages: &mut Vec<Message>) -> Option<Repaired> {
         dropped_tokens: orphans.iter().map(|&i| tokens(&messages[i])).sum(),
         added_tokens: added.iter().map(|(_, m)| tokens(m)).sum(),
         origin: Vec::with_capacity(messages.len() + added.len()),
+        received: messages.len(),
     };
     let old = std::mem::take(messages);
     let mut out = Vec::with_capacity(old.len() + added.len());

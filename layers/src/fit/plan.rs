@@ -1,8 +1,9 @@
 //! The linear planner: which messages stay, which are cleared, which go.
 
 use crate::artifact::{
-    Artifact, Displaced, READ_ARTIFACT_TOOL, REFERS, STUB, Untrusted, artifact_id, genuine_preview,
-    is_artifact_stub, mark, offloadable_text, preview_chars, read_artifact_tool_tokens, stub_text,
+    Artifact, Displaced, PREVIEW, READ_ARTIFACT_TOOL, REFERS, STUB, Untrusted, artifact_id,
+    genuine_preview, is_artifact_stub, mark, offloadable_marked, preview_chars,
+    read_artifact_tool_tokens, stub_text,
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::Cut;
@@ -263,7 +264,7 @@ pub(crate) fn plan(
             sent.push(cost);
             continue;
         }
-        match offloaded_cost(m, &size, policy, untrusted) {
+        match offloaded_cost(m, &size, policy, mark) {
             Some(offloaded) => {
                 refers_already = true;
                 sent.push(offloaded);
@@ -480,9 +481,9 @@ fn offloaded_cost(
     m: &Message,
     size: &MessageSize,
     policy: &ContextPolicy,
-    untrusted: &Untrusted,
+    mark: u8,
 ) -> Option<usize> {
-    let text = offloadable_text(m, policy, untrusted)?;
+    let text = offloadable_marked(m, policy, mark)?;
     // Plain-text content: `content_chars` is the text's length, measured already.
     let original = size.content_chars;
     if original <= policy.tool_result_max_chars {
@@ -565,7 +566,11 @@ fn clear_until_fit(
         // it is the joined text's) and the stub's cost both follow from it.
         let size = MessageSize::of(msg);
         // A preview already names a stored artifact: point the stub at it.
-        let (id, store, original_chars) = match genuine_preview(&text, policy, m.untrusted) {
+        // Only a message marked as a preview is parsed again, for its id.
+        let preview = (m.marks[i] & PREVIEW != 0)
+            .then(|| genuine_preview(&text, policy, m.untrusted))
+            .flatten();
+        let (id, store, original_chars) = match preview {
             Some(p) => (Some(p.id.into_owned()), None, p.original_chars),
             None if stages.offloads() => {
                 let id = artifact_id(&req.scope, &req.session, &text);
