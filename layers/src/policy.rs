@@ -60,8 +60,15 @@ pub struct ContextPolicy {
     /// Tool results longer than this many characters are offloaded; also the preview
     /// length.
     pub tool_result_max_chars: usize,
-    /// The most artifacts kept per session.
+    /// The most artifacts kept per session by the default store. Artifacts the session's
+    /// latest request refers to are kept even past it (so no preview or stub points at
+    /// nothing); `max_artifact_bytes` bounds those. Default 32.
     pub max_artifacts: usize,
+    /// The most bytes of artifact text one request may refer to (its previews and the stubs
+    /// naming an artifact). Past it, the oldest of them are cleared with a stub naming no
+    /// artifact, which says why, so the store never has to evict an artifact a request
+    /// still names. Default 32 MiB.
+    pub max_artifact_bytes: usize,
     /// The most characters kept per artifact; longer ones are marked truncated.
     pub artifact_max_chars: usize,
     /// Cache-aware pruning (see [`cut`](crate::fit::cut)): when whole turns must go, prune until
@@ -91,6 +98,7 @@ impl Default for ContextPolicy {
             never_clear: BTreeSet::new(),
             tool_result_max_chars: 6_000,
             max_artifacts: 32,
+            max_artifact_bytes: 32 << 20,
             artifact_max_chars: 1_000_000,
             low_water_tokens: None,
             repair_pairing: true,
@@ -193,6 +201,12 @@ impl ContextPolicy {
         self
     }
 
+    /// Sets `max_artifact_bytes`.
+    pub fn with_max_artifact_bytes(mut self, n: usize) -> Self {
+        self.max_artifact_bytes = n;
+        self
+    }
+
     /// Sets `artifact_max_chars`.
     pub fn with_artifact_max_chars(mut self, n: usize) -> Self {
         self.artifact_max_chars = n;
@@ -236,7 +250,7 @@ impl ContextPolicy {
 
     /// Checks every field; the error names the first field that cannot work.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        let counts: [(&'static str, Option<usize>); 8] = [
+        let counts: [(&'static str, Option<usize>); 9] = [
             ("max_tokens", self.max_tokens),
             ("context_window", self.context_window),
             ("reserve_tokens", Some(self.reserve_tokens)),
@@ -244,6 +258,7 @@ impl ContextPolicy {
             ("preserve_tool_results", self.preserve_tool_results),
             ("tool_result_max_chars", Some(self.tool_result_max_chars)),
             ("max_artifacts", Some(self.max_artifacts)),
+            ("max_artifact_bytes", Some(self.max_artifact_bytes)),
             ("low_water_tokens", self.low_water_tokens),
         ];
         for (field, value) in counts {

@@ -1,5 +1,6 @@
 //! A bounded in-memory [`ArtifactStore`].
 
+use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -13,8 +14,12 @@ use crate::store::{StoreError, StoreErrorKind};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ArtifactLimits {
-    /// Artifacts per (scope, session). Default 32 (`ContextPolicy::max_artifacts`).
+    /// Artifacts per (scope, session), besides those the session's latest request refers
+    /// to. Default 32 (`ContextPolicy::max_artifacts`).
     pub per_session: usize,
+    /// Bytes of artifact text per (scope, session), with the same exception. Default
+    /// 32 MiB (`ContextPolicy::max_artifact_bytes`).
+    pub session_bytes: usize,
     /// Sessions kept. Default 128.
     pub sessions: usize,
     /// Bytes of artifact text kept in all. Default 256 MiB.
@@ -25,6 +30,7 @@ impl Default for ArtifactLimits {
     fn default() -> Self {
         Self {
             per_session: 32,
+            session_bytes: 32 << 20,
             sessions: 128,
             total_bytes: 256 << 20,
         }
@@ -35,6 +41,12 @@ impl ArtifactLimits {
     /// Sets the artifacts kept per session.
     pub fn with_per_session(mut self, n: usize) -> Self {
         self.per_session = n.max(1);
+        self
+    }
+
+    /// Sets the bytes kept per session.
+    pub fn with_session_bytes(mut self, n: usize) -> Self {
+        self.session_bytes = n;
         self
     }
 
@@ -53,8 +65,56 @@ impl ArtifactLimits {
 
 type SessionKey = (String, String);
 
+/// One session's artifacts, least recently used first, and the ids its latest request
+/// refers to (never evicted while they are).
+struct Session {
+    artifacts: LruCache<String, Artifact>,
+    live: HashSet<String>,
+    bytes: usize,
+}
+
+impl Session {
+    fn new() -> Self {
+        Self {
+            artifacts: LruCache::unbounded(),
+            live: HashSet::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Evicts artifacts outside the live set, least recently used first, while `over`
+    /// says the session is over a bound; returns the bytes freed.
+    fn evict_unreferenced(&mut self, mut over: impl FnMut(usize, usize) -> bool) -> usize {
+        let victims: Vec<String> = {
+            let (mut n, mut bytes) = (self.artifacts.len(), self.bytes);
+            let mut out = Vec::new();
+            // `iter().rev()` walks least recently used first.
+            for (id, a) in self.artifacts.iter().rev() {
+                if !over(n, bytes) {
+                    break;
+                }
+                if self.live.contains(id) {
+                    continue;
+                }
+                n -= 1;
+                bytes -= a.text.len();
+                out.push(id.clone());
+            }
+            out
+        };
+        let mut freed = 0;
+        for id in victims {
+            if let Some(a) = self.artifacts.pop(&id) {
+                freed += a.text.len();
+            }
+        }
+        self.bytes -= freed;
+        freed
+    }
+}
+
 struct Inner {
-    sessions: LruCache<SessionKey, LruCache<String, Artifact>>,
+    sessions: LruCache<SessionKey, Session>,
     bytes: usize,
 }
 
@@ -78,11 +138,14 @@ struct Inner {
 /// # }
 /// ```
 ///
-/// Eviction is least recently used at every level, because an agent reads back what it
-/// offloaded recently: within a session, the least recently stored or read artifact goes
-/// when the session is full; past `sessions`, the least recently used session goes whole;
-/// past `total_bytes`, artifacts of the least recently used sessions go until the total
-/// fits. A read counts as a use.
+/// Eviction never takes an artifact the session's latest request refers to (its live set,
+/// see [`ArtifactStore::commit`]); among the others it is least recently used at every
+/// level, because an agent reads back what it offloaded recently. Within a session, the
+/// least recently stored or read artifact goes when the session is over `per_session` or
+/// `session_bytes`; past `sessions`, the least recently used session goes whole (its next
+/// commit reports its ids missing, and the stack stores them again); past `total_bytes`,
+/// unreferenced artifacts of the least recently used sessions go first, then whole idle
+/// sessions. A read counts as a use.
 pub struct LocalArtifactStore {
     limits: ArtifactLimits,
     inner: Mutex<Inner>,
@@ -124,7 +187,11 @@ impl LocalArtifactStore {
 
     /// Artifacts held in all.
     pub fn len(&self) -> usize {
-        self.lock().sessions.iter().map(|(_, s)| s.len()).sum()
+        self.lock()
+            .sessions
+            .iter()
+            .map(|(_, s)| s.artifacts.len())
+            .sum()
     }
 
     /// Whether the store holds nothing.
@@ -148,6 +215,74 @@ impl LocalArtifactStore {
     }
 }
 
+impl Inner {
+    /// The session `key`, made (and the least recently used one evicted past the
+    /// `sessions` bound) when it is new; now the most recently used.
+    fn session(&mut self, key: SessionKey, limits: &ArtifactLimits) -> &mut Session {
+        if !self.sessions.contains(&key) {
+            if self.sessions.len() >= limits.sessions
+                && let Some((_, evicted)) = self.sessions.pop_lru()
+            {
+                self.bytes -= evicted.bytes;
+            }
+            self.sessions.put(key.clone(), Session::new());
+        }
+        self.sessions.get_mut(&key).expect("inserted above")
+    }
+
+    /// Stores `artifact` in the most recently used session unless it is there (ids are
+    /// content-addressed: the same id is the same text).
+    fn insert(&mut self, key: &SessionKey, id: String, artifact: Artifact) {
+        let Some(session) = self.sessions.peek_mut(key) else {
+            return;
+        };
+        if session.artifacts.get(&id).is_some() {
+            return;
+        }
+        let size = artifact.text.len();
+        session.artifacts.put(id, artifact);
+        session.bytes += size;
+        self.bytes += size;
+    }
+
+    /// Brings the session `key` within its bounds, then the store within its byte bound,
+    /// evicting only what no session's latest request refers to, and then whole idle
+    /// sessions (never `key`'s).
+    fn enforce(&mut self, key: &SessionKey, limits: &ArtifactLimits) {
+        if let Some(session) = self.sessions.peek_mut(key) {
+            let freed = session.evict_unreferenced(|n, bytes| {
+                n > limits.per_session || bytes > limits.session_bytes
+            });
+            self.bytes -= freed;
+        }
+        if self.bytes <= limits.total_bytes {
+            return;
+        }
+        // Least recently used sessions first (`iter().rev()`); `key` is the most recent.
+        let order: Vec<SessionKey> = self.sessions.iter().rev().map(|(k, _)| k.clone()).collect();
+        for k in &order {
+            let excess = self.bytes.saturating_sub(limits.total_bytes);
+            if excess == 0 {
+                return;
+            }
+            if let Some(session) = self.sessions.peek_mut(k) {
+                let start = session.bytes;
+                // Over while less than the excess has been freed from this session.
+                let freed = session.evict_unreferenced(|_, bytes| start - bytes < excess);
+                self.bytes -= freed;
+            }
+        }
+        for k in order.iter().filter(|k| *k != key) {
+            if self.bytes <= limits.total_bytes {
+                return;
+            }
+            if let Some(evicted) = self.sessions.pop(k) {
+                self.bytes -= evicted.bytes;
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl ArtifactStore for LocalArtifactStore {
     async fn put(
@@ -157,54 +292,12 @@ impl ArtifactStore for LocalArtifactStore {
         id: &str,
         artifact: Artifact,
     ) -> Result<(), StoreError> {
-        let size = artifact.text.len();
-        if size > self.limits.total_bytes {
-            return Err(StoreError::new(
-                StoreErrorKind::TooLarge,
-                format!(
-                    "an artifact of {size} bytes exceeds the store's {} bytes",
-                    self.limits.total_bytes
-                ),
-            ));
-        }
+        self.check_size(&artifact)?;
         let mut inner = self.lock();
-        let inner = &mut *inner;
         let key = (scope.key(), session.to_owned());
-        if !inner.sessions.contains(&key) {
-            if inner.sessions.len() >= self.limits.sessions
-                && let Some((_, evicted)) = inner.sessions.pop_lru()
-            {
-                inner.bytes -= evicted.iter().map(|(_, a)| a.text.len()).sum::<usize>();
-            }
-            inner.sessions.put(key.clone(), LruCache::unbounded());
-        }
-        let artifacts = inner.sessions.get_mut(&key).expect("inserted above");
-        if artifacts.get(id).is_some() {
-            // Content-addressed: the same id is the same text. Promoted by `get`.
-            return Ok(());
-        }
-        if artifacts.len() >= self.limits.per_session
-            && let Some((_, evicted)) = artifacts.pop_lru()
-        {
-            inner.bytes -= evicted.text.len();
-        }
-        artifacts.put(id.to_owned(), artifact);
-        inner.bytes += size;
-        // Over the byte bound: take from the least recently used sessions, never the
-        // artifact just stored (it is the most recent of the most recent session).
-        while inner.bytes > self.limits.total_bytes {
-            let Some(oldest) = inner.sessions.peek_lru().map(|(k, _)| k.clone()) else {
-                break;
-            };
-            // `peek_mut` leaves the session's recency alone.
-            let popped = inner.sessions.peek_mut(&oldest).and_then(|s| s.pop_lru());
-            match popped {
-                Some((_, a)) => inner.bytes -= a.text.len(),
-                None => {
-                    inner.sessions.pop_lru();
-                }
-            }
-        }
+        inner.session(key.clone(), &self.limits);
+        inner.insert(&key, id.to_owned(), artifact);
+        inner.enforce(&key, &self.limits);
         Ok(())
     }
 
@@ -219,6 +312,159 @@ impl ArtifactStore for LocalArtifactStore {
         Ok(inner
             .sessions
             .get_mut(&key)
-            .and_then(|s| s.get(id).cloned()))
+            .and_then(|s| s.artifacts.get(id).cloned()))
+    }
+
+    async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
+        let inner = self.lock();
+        let key = (scope.key(), session.to_owned());
+        Ok(inner
+            .sessions
+            .peek(&key)
+            .is_some_and(|s| s.artifacts.contains(id)))
+    }
+
+    async fn commit(
+        &self,
+        scope: &Scope,
+        session: &str,
+        new: Vec<(String, Artifact)>,
+        referenced: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut inner = self.lock();
+        let key = (scope.key(), session.to_owned());
+        let s = inner.session(key.clone(), &self.limits);
+        s.live.clear();
+        s.live.extend(referenced.iter().cloned());
+        for (id, artifact) in new {
+            // One artifact over the store's whole bound is a missing reference.
+            if self.check_size(&artifact).is_ok() {
+                inner.insert(&key, id, artifact);
+            }
+        }
+        inner.enforce(&key, &self.limits);
+        let s = inner
+            .sessions
+            .get_mut(&key)
+            .expect("the current session is never evicted");
+        Ok(referenced
+            .iter()
+            .filter(|id| s.artifacts.get(id.as_str()).is_none())
+            .cloned()
+            .collect())
+    }
+}
+
+impl LocalArtifactStore {
+    fn check_size(&self, artifact: &Artifact) -> Result<(), StoreError> {
+        let size = artifact.text.len();
+        if size > self.limits.total_bytes {
+            return Err(StoreError::new(
+                StoreErrorKind::TooLarge,
+                format!(
+                    "an artifact of {size} bytes exceeds the store's {} bytes",
+                    self.limits.total_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn art(n: usize) -> Artifact {
+        Artifact::new(&"x".repeat(n), usize::MAX)
+    }
+
+    fn ids(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn the_live_set_outlasts_the_count_bound() {
+        let store = LocalArtifactStore::new(ArtifactLimits::default().with_per_session(2));
+        let s = Scope::org(1);
+        let new = vec![
+            ("a".into(), art(1)),
+            ("b".into(), art(1)),
+            ("c".into(), art(1)),
+        ];
+        let missing = store
+            .commit(&s, "s", new, &ids(&["a", "b", "c"]))
+            .await
+            .unwrap();
+        // All three are referenced: over the bound, none evicted.
+        assert!(missing.is_empty());
+        assert_eq!(store.len(), 3);
+        // The next request refers to "c" and a new "d": "a" and "b" may go now.
+        let missing = store
+            .commit(&s, "s", vec![("d".into(), art(1))], &ids(&["c", "d"]))
+            .await
+            .unwrap();
+        assert!(missing.is_empty());
+        assert_eq!(store.len(), 2);
+        assert!(store.contains(&s, "s", "c").await.unwrap());
+        assert!(store.contains(&s, "s", "d").await.unwrap());
+        // A plain put evicts around the live set too.
+        store.put(&s, "s", "e", art(1)).await.unwrap();
+        assert!(store.contains(&s, "s", "c").await.unwrap());
+        assert!(store.contains(&s, "s", "d").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_byte_bounds_evict_only_unreferenced_artifacts() {
+        let limits = ArtifactLimits::default()
+            .with_session_bytes(10)
+            .with_total_bytes(25);
+        let store = LocalArtifactStore::new(limits);
+        let (s, t) = (Scope::org(1), Scope::org(2));
+        store.put(&s, "s", "old", art(6)).await.unwrap();
+        let missing = store
+            .commit(&s, "s", vec![("big".into(), art(8))], &ids(&["big"]))
+            .await
+            .unwrap();
+        assert!(missing.is_empty());
+        assert!(
+            !store.contains(&s, "s", "old").await.unwrap(),
+            "over 10 bytes"
+        );
+        assert!(store.contains(&s, "s", "big").await.unwrap());
+        // Another session pushes the total over 25: the first session's live artifact
+        // stays, its whole session is idle and goes only when nothing else frees room.
+        store
+            .commit(&t, "s", vec![("t1".into(), art(9))], &ids(&["t1"]))
+            .await
+            .unwrap();
+        assert_eq!(store.bytes(), 17);
+        store
+            .commit(&t, "s", vec![("t2".into(), art(9))], &ids(&["t1", "t2"]))
+            .await
+            .unwrap();
+        assert!(store.contains(&t, "s", "t1").await.unwrap());
+        assert!(store.contains(&t, "s", "t2").await.unwrap());
+        assert!(
+            !store.contains(&s, "s", "big").await.unwrap(),
+            "idle session evicted"
+        );
+        assert!(store.bytes() <= 25);
+    }
+
+    #[tokio::test]
+    async fn commit_reports_what_it_does_not_hold() {
+        let store = LocalArtifactStore::new(ArtifactLimits::default().with_total_bytes(4));
+        let s = Scope::org(1);
+        let missing = store
+            .commit(
+                &s,
+                "s",
+                vec![("ok".into(), art(2)), ("huge".into(), art(5))],
+                &ids(&["ok", "huge", "never"]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(missing, ids(&["huge", "never"]));
     }
 }

@@ -72,6 +72,49 @@ pub trait ArtifactStore: Send + Sync + 'static {
     async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
         Ok(self.get(scope, session, id).await?.is_some())
     }
+
+    /// Stores what one prepared request displaced and records every artifact id the
+    /// request refers to (`referenced`, which includes the new ones) as the session's
+    /// *live* set, replacing the previous request's. Returns the ids of `referenced` the
+    /// store does not hold afterwards, in their order: the caller sends none of them.
+    ///
+    /// A store with bounds evicts only artifacts outside the live set, so every id the
+    /// session's latest request names stays readable while that request is the latest.
+    /// The live set may exceed the bounds: the planner keeps a request's references within
+    /// [`ContextPolicy::max_artifacts`](crate::ContextPolicy::max_artifacts) and
+    /// [`ContextPolicy::max_artifact_bytes`](crate::ContextPolicy::max_artifact_bytes),
+    /// and a store's bounds should be at least those. A whole idle session may still be
+    /// evicted (a bound on sessions); its next commit then reports its ids missing and the
+    /// stack stores them again from the request.
+    ///
+    /// The shipped stores do all of it in one atomic step. The default puts each artifact
+    /// and then asks [`contains`](Self::contains) for each reference, which reports what
+    /// is missing but cannot keep the store's own eviction off the live set: a store with
+    /// bounds should override it.
+    async fn commit(
+        &self,
+        scope: &Scope,
+        session: &str,
+        new: Vec<(String, Artifact)>,
+        referenced: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        for (id, artifact) in new {
+            match self.put(scope, session, &id, artifact).await {
+                Ok(()) => {}
+                // One artifact the store refuses is one missing reference, not a failed
+                // request.
+                Err(e) if e.kind == crate::store::StoreErrorKind::TooLarge => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut missing = Vec::new();
+        for id in referenced {
+            if !self.contains(scope, session, id).await? {
+                missing.push(id.clone());
+            }
+        }
+        Ok(missing)
+    }
 }
 
 /// An artifact to store: the full text a preview or a stub stands for.

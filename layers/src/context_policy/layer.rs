@@ -37,11 +37,14 @@ impl<P> std::fmt::Debug for ContextPolicyLayer<P> {
 }
 
 impl ContextPolicyLayer {
-    /// A layer for a policy, with a bounded in-memory artifact store (`max_artifacts` per
-    /// session, 128 sessions); fails when the policy does not validate.
+    /// A layer for a policy, with a bounded in-memory artifact store (`max_artifacts` and
+    /// `max_artifact_bytes` per session, 128 sessions); fails when the policy does not
+    /// validate.
     pub fn new(policy: ContextPolicy) -> Result<Self, PolicyError> {
         policy.validate()?;
-        let limits = ArtifactLimits::default().with_per_session(policy.max_artifacts);
+        let limits = ArtifactLimits::default()
+            .with_per_session(policy.max_artifacts)
+            .with_session_bytes(policy.max_artifact_bytes);
         let store: Arc<dyn ArtifactStore> = Arc::new(LocalArtifactStore::new(limits));
         Ok(Self {
             shared: Arc::new(Composite {
