@@ -74,6 +74,23 @@ impl MessageSize {
     /// Measures `message` (one pass over its text).
     pub fn of(message: &Message) -> Self {
         let (content_chars, images) = content_chars_of(&message.content);
+        Self {
+            content_chars,
+            images,
+            ..Self::without_content(message)
+        }
+    }
+
+    /// Measures `message`, whose text content is known to have `content_chars` characters:
+    /// only the other fields are read.
+    pub(crate) fn with_content_chars(message: &Message, content_chars: usize) -> Self {
+        Self {
+            content_chars,
+            ..Self::without_content(message)
+        }
+    }
+
+    fn without_content(message: &Message) -> Self {
         let mut other_chars = message.name.as_deref().map_or(0, char_count)
             + message.tool_call_id.as_deref().map_or(0, char_count);
         for call in &message.tool_calls {
@@ -81,9 +98,9 @@ impl MessageSize {
                 char_count(&call.id) + char_count(&call.name) + json_chars(&call.arguments);
         }
         Self {
-            content_chars,
+            content_chars: 0,
             other_chars,
-            images,
+            images: 0,
             calls: message.tool_calls.len(),
         }
     }

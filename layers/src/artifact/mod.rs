@@ -55,15 +55,14 @@ pub use memory::{ArtifactLimits, LocalArtifactStore};
 pub use preview::{
     ARTIFACT_ID_LEN, ARTIFACT_ID_PREFIX, OFFLOAD_INSTRUCTIONS, artifact_id, is_preview,
 };
-pub(crate) use preview::{preview_chars, render_counted};
+pub(crate) use preview::{preview_chars, preview_chars_unescaped, render_counted};
 pub(crate) use reference::{
     PREVIEW, REFERS, STUB, genuine_preview, mark, offloadable_marked, offloadable_text,
-    refers_to_artifact,
 };
+pub(crate) use store::Displaced;
 pub use store::{Artifact, ArtifactStore};
-pub(crate) use store::{Displaced, store_all};
 pub use stub::is_stub;
-pub(crate) use stub::{is_artifact_stub, stub_text};
+pub(crate) use stub::{parse_stub, stub_text, unkept_stub_text};
 pub use tool::{
     ArtifactReader, DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, READ_ARTIFACT_TOOL, read_artifact_tool,
 };

@@ -170,6 +170,25 @@ pub(crate) fn preview_chars(
         + json_string_chars(OFFLOAD_INSTRUCTIONS)
 }
 
+/// A lower bound of [`preview_chars`] from the figures alone, without reading the text:
+/// exact when the preview's head needs no JSON escape. The planner sizes results with it
+/// first and reads the text only of those it keeps.
+pub(crate) fn preview_chars_unescaped(
+    original_chars: usize,
+    preview_chars: usize,
+    artifact_max_chars: usize,
+) -> usize {
+    FIXED_CHARS
+        + ARTIFACT_ID_LEN
+        + 2
+        + original_chars.min(preview_chars)
+        + bool_len(original_chars > preview_chars)
+        + decimal_digits(original_chars as u64)
+        + decimal_digits(original_chars.min(artifact_max_chars) as u64)
+        + bool_len(original_chars > artifact_max_chars)
+        + json_string_chars(OFFLOAD_INSTRUCTIONS)
+}
+
 const FIXED_CHARS: usize = r#"{"context_artifact":"","preview":,"preview_truncated":,"original_chars":,"stored_chars":,"artifact_truncated":,"instructions":}"#.len();
 
 fn bool_len(b: bool) -> usize {

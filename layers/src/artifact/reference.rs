@@ -13,15 +13,6 @@ pub(crate) const STUB: u8 = 2;
 /// The content refers to an artifact (a preview, or a stub naming one).
 pub(crate) const REFERS: u8 = 4;
 
-/// Whether a message points at an artifact (a preview, or a stub naming one).
-pub(crate) fn refers_to_artifact(
-    m: &Message,
-    policy: &ContextPolicy,
-    untrusted: &Untrusted,
-) -> bool {
-    mark(m, policy, untrusted) & REFERS != 0
-}
-
 /// What a tool result's content is to the stack: a preview, a stub, a reference to an
 /// artifact, or (0) plain text. Only the stack's own formats, exactly as it writes them,
 /// count: tool output that imitates them is plain text.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ChatRequest, Scope};
+use crate::model::Scope;
 use crate::store::StoreError;
 use crate::tokens::{char_count, truncate_chars};
 
@@ -122,25 +122,4 @@ pub trait ArtifactStore: Send + Sync + 'static {
 pub(crate) struct Displaced {
     pub(crate) id: String,
     pub(crate) artifact: Artifact,
-}
-
-/// Stores every displaced result. A failure is logged and skipped: the preview (or stub)
-/// is still sent, so the budget holds, and a later read of that id answers the model
-/// with an `unknown_artifact` result it can recover from.
-pub(crate) async fn store_all(store: &dyn ArtifactStore, req: &ChatRequest, items: Vec<Displaced>) {
-    for item in items {
-        if let Err(e) = store
-            .put(&req.scope, &req.session, &item.id, item.artifact)
-            .await
-        {
-            tracing::warn!(
-                event = "artifact_not_stored",
-                error = %e,
-                artifact = %item.id,
-                scope = %req.scope.key(),
-                session = %req.session,
-                "could not store an artifact; the model gets the preview only"
-            );
-        }
-    }
 }

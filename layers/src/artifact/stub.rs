@@ -8,6 +8,8 @@ use super::preview::is_artifact_id;
 
 const STUB_INSTRUCTIONS: &str =
     "Older tool result cleared to fit the context window. Call the tool again if you need it.";
+const STUB_INSTRUCTIONS_UNKEPT: &str = "Older tool result cleared: the session keeps only so \
+many tool results for read_context_artifact, and this one is past it. Call the tool again if you need it.";
 const STUB_INSTRUCTIONS_ARTIFACT: &str = "Older tool result cleared to fit the context window. \
 Call read_context_artifact with this artifact_id to read it back.";
 
@@ -43,7 +45,16 @@ pub(crate) fn parse_stub(text: &str) -> Option<Option<String>> {
     }
     // Byte for byte what the stack writes for these fields.
     let again = stub_text(stub.tool.as_deref(), stub.original_chars, id);
-    (again == text).then(|| stub.context_artifact.map(Cow::into_owned))
+    let genuine = again == text
+        || (id.is_none() && unkept_stub_text(stub.tool.as_deref(), stub.original_chars) == text);
+    genuine.then(|| stub.context_artifact.map(Cow::into_owned))
+}
+
+/// The stub for a result whose artifact is not kept: the request's references are past
+/// the session's bound ([`ContextPolicy::max_artifact_bytes`](crate::ContextPolicy::max_artifact_bytes)),
+/// or the store could not keep it.
+pub(crate) fn unkept_stub_text(tool: Option<&str>, original_chars: usize) -> String {
+    render(tool, original_chars, None, STUB_INSTRUCTIONS_UNKEPT)
 }
 
 /// The stub for a result of `tool` that had `original_chars` characters.
@@ -52,21 +63,26 @@ pub(crate) fn stub_text(
     original_chars: usize,
     artifact: Option<&str>,
 ) -> String {
+    let instructions = if artifact.is_some() {
+        STUB_INSTRUCTIONS_ARTIFACT
+    } else {
+        STUB_INSTRUCTIONS
+    };
+    render(tool, original_chars, artifact, instructions)
+}
+
+fn render(
+    tool: Option<&str>,
+    original_chars: usize,
+    artifact: Option<&str>,
+    instructions: &str,
+) -> String {
     let stub = Stub {
         context_cleared: true,
         tool: tool.map(Cow::Borrowed),
         original_chars,
         context_artifact: artifact.map(Cow::Borrowed),
-        instructions: Cow::Borrowed(if artifact.is_some() {
-            STUB_INSTRUCTIONS_ARTIFACT
-        } else {
-            STUB_INSTRUCTIONS
-        }),
+        instructions: Cow::Borrowed(instructions),
     };
     serde_json::to_string(&stub).expect("stub serialises")
-}
-
-/// Whether `text` is a clear stub that names an artifact.
-pub(crate) fn is_artifact_stub(text: &str) -> bool {
-    matches!(parse_stub(text), Some(Some(_)))
 }

@@ -10,6 +10,7 @@ use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::fit::{CutStore, LocalCutStore};
 use crate::memo::{DefaultPredicate, MemoLayer};
+use crate::offload::OffloadMemory;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prefix::PrefixLayer;
 
@@ -50,6 +51,7 @@ impl ContextPolicyLayer {
             shared: Arc::new(Composite {
                 reader: ArtifactReader::new(store.clone()),
                 store,
+                memory: OffloadMemory::default(),
                 policy,
                 prefix: PrefixLayer::new(),
                 catalog: Catalog::builtin(),
@@ -78,6 +80,8 @@ impl<P> ContextPolicyLayer<P> {
         self.with_shared(|s| {
             s.reader = ArtifactReader::new(store.clone());
             s.store = store;
+            // What the sessions offloaded into the old store says nothing of the new one.
+            s.memory = OffloadMemory::default();
         })
     }
 

@@ -7,10 +7,10 @@ use tower::{Service, ServiceExt};
 
 use super::steps::{Composite, prepare};
 use crate::BoxError;
-use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted, store_all, verify};
+use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted, verify};
 use crate::fit::Scratch;
 use crate::model::{ChatRequest, ChatResponse, Message};
-use crate::offload::Prepared;
+use crate::offload::{Prepared, commit};
 
 /// Whether the reply asks only for artifact pages.
 fn only_artifact_reads(m: &Message) -> bool {
@@ -51,8 +51,13 @@ where
     let mut resolved = Vec::new();
     let mut round = 0;
     loop {
-        let to_store = std::mem::take(&mut prepared.to_store);
-        store_all(shared.store.as_ref(), &prepared.req, to_store).await;
+        commit(
+            shared.store.as_ref(),
+            Some(&shared.memory),
+            &shared.policy,
+            &mut prepared,
+        )
+        .await;
         let resolving = shared.auto_resolve.is_some_and(|max| round < max);
         let sent = resolving.then(|| prepared.req.clone());
         if round > 0 {

@@ -74,7 +74,7 @@ where
             Ok(p) => p,
             Err(e) => return ResponseFuture::failed(e),
         };
-        if prepared.to_store.is_empty() && self.shared.auto_resolve.is_none() {
+        if !prepared.needs_store() && self.shared.auto_resolve.is_none() {
             let learn = self.shared.calibration.as_ref().map(|c| Learn {
                 calibration: c.clone(),
                 model: prepared.req.model.clone(),

@@ -8,7 +8,7 @@ use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::fit::{self, CutStore, Scratch, Stages};
 use crate::model::ChatRequest;
-use crate::offload::{Prepared, offload_request};
+use crate::offload::{OffloadMemory, Prepared, offload_request};
 use crate::policy::ContextPolicy;
 use crate::prefix::PrefixLayer;
 
@@ -21,6 +21,9 @@ pub(crate) struct Composite {
     /// Context windows (when the policy sets no ceiling) and cache minimums.
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) store: Arc<dyn ArtifactStore>,
+    /// What each session offloaded before, so a transcript sent again is not offloaded
+    /// again.
+    pub(crate) memory: OffloadMemory,
     pub(crate) reader: ArtifactReader,
     pub(crate) auto_resolve: Option<usize>,
     /// Sessions' previous cuts, for cache-aware pruning.
@@ -49,7 +52,16 @@ pub(super) fn prepare(
         shared.calibration.as_ref(),
         previous,
     )?;
-    let fitted = fit::prepare(req, &shared.policy, untrusted, Stages::All, budget, scratch)?;
+    let memory = shared.memory.session(&req.scope, &req.session);
+    let fitted = fit::prepare(
+        req,
+        &shared.policy,
+        untrusted,
+        Stages::All,
+        budget,
+        memory.as_deref(),
+        scratch,
+    )?;
     if let (Some(store), Some(cut)) = (cuts, fitted.cut)
         && Some(cut) != previous
     {
@@ -58,11 +70,12 @@ pub(super) fn prepare(
     let mut prepared = offload_request(
         fitted.req,
         fitted.report,
-        fitted.displaced,
+        fitted.applied,
         &shared.policy,
         untrusted,
         fitted.reserved_tool,
-        Some(fitted.refers),
+        true,
+        memory.as_deref(),
     )?;
     shared.prefix.mark(&mut prepared.req);
     Ok(prepared)

@@ -7,13 +7,14 @@ use tower::Service;
 
 use super::cut::Cut;
 use super::pairing;
-use super::plan::{self, Budget, Scratch, Stages};
+use super::plan::{self, Applied, Budget, Scratch, Stages};
 use crate::BoxError;
-use crate::artifact::{Displaced, Untrusted};
+use crate::artifact::Untrusted;
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::future::{Learn, ResponseFuture};
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
+use crate::offload::SessionMemory;
 use crate::policy::{ContextPolicy, PolicyError};
 
 /// A fitted request.
@@ -22,12 +23,12 @@ pub(crate) struct Fitted {
     /// Where whole turns were cut (`None` when none were).
     pub(crate) cut: Option<Cut>,
     pub(crate) report: PreparationReport,
-    /// Cleared contents to store (empty unless `stages.clear_artifacts`).
-    pub(crate) displaced: Vec<Displaced>,
+    /// What the artifacts need: cleared contents to store (none unless the stages
+    /// offload), the references so far, the long results kept. Its `messages` are
+    /// `req`'s, moved there.
+    pub(crate) applied: Applied,
     /// Whether the read tool's tokens were counted in the plan.
     pub(crate) reserved_tool: bool,
-    /// Whether a kept message refers to an artifact.
-    pub(crate) refers: bool,
 }
 
 /// Plans and applies the stages to a request: the pure core of the fitting layers.
@@ -37,6 +38,7 @@ pub(crate) fn prepare(
     untrusted: &Untrusted,
     stages: Stages,
     budget: Budget,
+    memory: Option<&SessionMemory>,
     scratch: &mut Scratch,
 ) -> Result<Fitted, BoxError> {
     let repaired = if policy.repair_pairing {
@@ -45,10 +47,9 @@ pub(crate) fn prepare(
         pairing::check(&req.messages)?;
         None
     };
-    let planned = plan::plan(&req, policy, untrusted, stages, budget, scratch)?;
+    let planned = plan::plan(&req, policy, untrusted, stages, budget, memory, scratch)?;
     let cut = planned.cut;
     let reserved_tool = planned.reserved_tool;
-    let refers = planned.refers;
     let mut report = planned.report.clone();
     if let Some(r) = &repaired {
         // The report speaks of the request as received.
@@ -63,11 +64,11 @@ pub(crate) fn prepare(
             "tool calls and results did not pair up; repaired"
         );
     }
-    let mut displaced = Vec::new();
-    if report.removed_messages > 0 || report.cleared_observations > 0 {
-        let messages = std::mem::take(&mut req.messages);
-        (req.messages, displaced) =
-            planned.apply(messages, &scratch.actions, policy.artifact_max_chars);
+    let changes = report.removed_messages > 0 || report.cleared_observations > 0;
+    let messages = std::mem::take(&mut req.messages);
+    let mut applied = planned.apply(messages, &scratch.actions, policy.artifact_max_chars);
+    req.messages = std::mem::take(&mut applied.messages);
+    if changes {
         tracing::info!(
             event = "context_compacted",
             before_tokens = report.before_tokens,
@@ -86,9 +87,8 @@ pub(crate) fn prepare(
         req,
         cut,
         report,
-        displaced,
+        applied,
         reserved_tool,
-        refers,
     })
 }
 
@@ -184,6 +184,7 @@ where
             &untrusted,
             self.stages,
             budget,
+            None,
             &mut self.scratch,
         ) {
             Ok(fitted) => {

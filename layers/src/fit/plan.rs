@@ -1,9 +1,11 @@
 //! The linear planner: which messages stay, which are cleared, which go.
 
+use std::sync::Arc;
+
 use crate::artifact::{
     Artifact, Displaced, PREVIEW, READ_ARTIFACT_TOOL, REFERS, STUB, Untrusted, artifact_id,
-    genuine_preview, is_artifact_stub, mark, offloadable_marked, preview_chars,
-    read_artifact_tool_tokens, stub_text,
+    genuine_preview, mark, offloadable_marked, parse_stub, preview_chars, preview_chars_unescaped,
+    read_artifact_tool_tokens, stub_text, unkept_stub_text,
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::Cut;
@@ -11,6 +13,7 @@ use crate::fit::turns::Layout;
 use crate::model::ChatRequest;
 use crate::model::PreparationReport;
 use crate::model::{Content, Message};
+use crate::offload::{ContentKey, Remembered, SessionMemory, content_key};
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count, estimate_tool_tokens};
 
@@ -91,11 +94,60 @@ pub(crate) struct Cleared {
     pub(crate) index: usize,
     /// The stub that replaces its content.
     pub(crate) stub: String,
-    /// The id under which the replaced content must be stored (`None` when no store is
-    /// used, or the content is a preview whose artifact is already stored).
-    pub(crate) store: Option<String>,
+    /// The artifact the stub names, if any.
+    pub(crate) names: Option<String>,
+    /// Whether the replaced content must be stored under `names` (not when no store is
+    /// used, when the content is a preview whose artifact is stored, or when the session
+    /// stored it already).
+    pub(crate) store: bool,
+    /// The content's key, when the session's offload memory should learn its id.
+    pub(crate) key: Option<ContentKey>,
     /// The characters of the replaced content, counted while planning.
     pub(crate) chars: usize,
+    /// The bytes of the artifact the stub names (0 when it names none).
+    pub(crate) bytes: usize,
+}
+
+/// A long plain tool result, which the offload step replaces with a preview when it is
+/// kept: found while measuring, sized exactly only once the plan keeps it.
+#[derive(Clone, Debug)]
+pub(crate) struct Long {
+    /// The message's index (in the request planned; after [`Plan::apply`], in the fitted
+    /// request).
+    pub(crate) index: usize,
+    pub(crate) key: ContentKey,
+    /// The characters of the text.
+    pub(crate) chars: usize,
+    /// What the session made for this text before, if it remembers.
+    pub(crate) known: Option<Arc<Remembered>>,
+    /// The preview's characters, once known exactly.
+    pub(crate) preview_chars: Option<usize>,
+}
+
+impl Long {
+    /// The bytes its artifact holds (an upper bound when not stored yet and the text is
+    /// longer than the artifact keeps).
+    fn bytes(&self, text_len: usize) -> usize {
+        self.known.as_ref().map_or(text_len, |k| k.stored_bytes)
+    }
+}
+
+/// A message of the fitted request that names an artifact, for the store's live set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Reference {
+    /// Its index in the fitted (later the prepared) request.
+    pub(crate) index: usize,
+    pub(crate) id: String,
+    /// The characters of the result it stands for.
+    pub(crate) chars: usize,
+}
+
+/// A result replaced by a reference to an artifact the session stored before: its text,
+/// kept until the store confirms it still holds the artifact (or stores it again).
+#[derive(Debug)]
+pub(crate) struct Kept {
+    pub(crate) id: String,
+    pub(crate) text: String,
 }
 
 /// The outcome of planning.
@@ -109,42 +161,101 @@ pub(crate) struct Plan {
     pub(crate) report: PreparationReport,
     /// Whether the read tool's tokens were counted (it may be added by offloading).
     pub(crate) reserved_tool: bool,
-    /// Whether a kept message refers to an artifact (before offloading adds more).
-    pub(crate) refers: bool,
+    /// The long plain results kept, for the offload step, by index.
+    pub(crate) longs: Vec<Long>,
+    /// Kept messages that named an artifact as received (trusted previews and stubs).
+    pub(crate) inputs: Vec<Reference>,
+}
+
+/// What [`Plan::apply`] hands on: the fitted messages and what the artifacts need.
+#[derive(Debug, Default)]
+pub(crate) struct Applied {
+    pub(crate) messages: Vec<Message>,
+    /// Cleared contents to store.
+    pub(crate) displaced: Vec<Displaced>,
+    /// Every fitted message that names an artifact so far (stubs and input references),
+    /// by index in the fitted request.
+    pub(crate) refs: Vec<Reference>,
+    /// Texts of cleared results whose artifact the session stored before.
+    pub(crate) kept: Vec<Kept>,
+    /// What the session's offload memory should learn.
+    pub(crate) made: Vec<(ContentKey, Remembered)>,
+    /// The long results kept, by index in the fitted request.
+    pub(crate) longs: Vec<Long>,
 }
 
 impl Plan {
     /// Applies the plan to the messages it was made for, in place: kept messages move
     /// down over dropped ones, and the list's buffer is reused rather than a new one
     /// made. `actions` are the plan's, left in the [`Scratch`] it was made with.
-    /// Returns the kept messages and the cleared contents to store.
     pub(crate) fn apply(
         self,
         mut messages: Vec<Message>,
         actions: &[Action],
         artifact_max_chars: usize,
-    ) -> (Vec<Message>, Vec<Displaced>) {
+    ) -> Applied {
         debug_assert_eq!(messages.len(), actions.len());
-        let mut displaced = Vec::new();
-        for Cleared {
-            index,
-            stub,
-            store,
-            chars,
-        } in self.clears
-        {
-            let Some(m) = messages.get_mut(index) else {
+        let mut out = Applied::default();
+        let mut refs = self.inputs;
+        for c in self.clears {
+            let Some(m) = messages.get_mut(c.index) else {
                 continue;
             };
-            if let Some(id) = store {
-                let artifact = Artifact::counted(&m.content.text(), chars, artifact_max_chars);
-                displaced.push(Displaced { id, artifact });
+            let original = std::mem::replace(&mut m.content, Content::Text(c.stub));
+            let Some(id) = c.names else {
+                continue;
+            };
+            refs.push(Reference {
+                index: c.index,
+                id: id.clone(),
+                chars: c.chars,
+            });
+            if c.store {
+                let artifact = Artifact::counted(&original.text(), c.chars, artifact_max_chars);
+                if let Some(key) = c.key {
+                    out.made.push((
+                        key,
+                        Remembered {
+                            id: id.clone(),
+                            chars: c.chars,
+                            stored_bytes: artifact.text.len(),
+                            preview: None,
+                        },
+                    ));
+                }
+                out.displaced.push(Displaced { id, artifact });
+            } else if let Content::Text(text) = original
+                && c.key.is_some()
+            {
+                // Stored before, by the session's memory: kept in case the store lost it.
+                out.kept.push(Kept { id, text });
             }
-            m.content = Content::Text(stub);
+        }
+        let mut longs = self.longs;
+        longs.retain(|l| actions[l.index] == Action::Keep);
+        // Indices in the fitted request: each minus the messages dropped before it.
+        refs.sort_unstable_by_key(|r| r.index);
+        let mut dropped = 0;
+        let (mut r, mut l) = (0, 0);
+        for (i, a) in actions.iter().enumerate() {
+            while r < refs.len() && refs[r].index == i {
+                refs[r].index -= dropped;
+                r += 1;
+            }
+            while l < longs.len() && longs[l].index == i {
+                longs[l].index -= dropped;
+                l += 1;
+            }
+            if *a == Action::Drop {
+                dropped += 1;
+            }
         }
         let mut actions = actions.iter();
         messages.retain(|_| actions.next() != Some(&Action::Drop));
-        (messages, displaced)
+        out.messages = messages;
+        out.refs = refs;
+        out.longs = longs;
+        out
     }
 }
 
@@ -162,6 +273,8 @@ pub(crate) struct Scratch {
     clear_order: Vec<usize>,
     cost: Vec<usize>,
     layout: Layout,
+    /// The long plain results, while planning.
+    longs: Vec<Long>,
     /// The actions of the last plan made with this scratch, one per message.
     pub(crate) actions: Vec<Action>,
 }
@@ -215,6 +328,10 @@ struct Measured<'a> {
     previous_cut: Option<usize>,
     /// What pruning aims for ([`ContextPolicy::prune_target`]).
     prune_target: usize,
+    /// The long plain results, by index.
+    longs: &'a [Long],
+    /// What the session offloaded or cleared before.
+    memory: Option<&'a SessionMemory>,
 }
 
 /// The lists a decision writes.
@@ -237,6 +354,7 @@ pub(crate) fn plan(
     untrusted: &Untrusted,
     stages: Stages,
     budget: Budget,
+    memory: Option<&SessionMemory>,
     scratch: &mut Scratch,
 ) -> Result<Plan, ContextLimitError> {
     let msgs = &req.messages;
@@ -247,65 +365,134 @@ pub(crate) fn plan(
         clear_order,
         cost,
         layout,
+        longs,
         actions,
     } = scratch;
     sent.clear();
     marks.clear();
-    // One pass over every message's text; the offloaded size follows from it.
+    longs.clear();
+    let (max, art_max) = (policy.tool_result_max_chars, policy.artifact_max_chars);
+    // One pass over every message's text. A long result the session offloaded before is
+    // hashed instead of counted, and its preview's size is remembered; a new one is sized
+    // from its length alone for now (see below).
     let mut refers_already = false;
     let mut original_tokens = 0;
-    for m in msgs {
-        let size = MessageSize::of(m);
-        let cost = size.tokens();
+    for (i, m) in msgs.iter().enumerate() {
         let mark = mark(m, policy, untrusted);
-        original_tokens += cost;
         marks.push(mark);
-        if !stages.offloads() {
+        let long = stages
+            .offloads()
+            .then(|| offloadable_marked(m, policy, mark))
+            .flatten();
+        let Some(text) = long else {
+            let cost = MessageSize::of(m).tokens();
+            original_tokens += cost;
+            refers_already |= mark & REFERS != 0;
+            sent.push(cost);
+            continue;
+        };
+        let key = content_key(text);
+        let known = memory.and_then(|mem| mem.get(key)).cloned();
+        let size = match &known {
+            Some(k) => MessageSize::with_content_chars(m, k.chars),
+            None => MessageSize::of(m),
+        };
+        let cost = size.tokens();
+        original_tokens += cost;
+        if size.content_chars <= max {
             sent.push(cost);
             continue;
         }
-        match offloaded_cost(m, &size, policy, mark) {
-            Some(offloaded) => {
-                refers_already = true;
-                sent.push(offloaded);
-            }
-            None => {
-                refers_already |= mark & REFERS != 0;
-                sent.push(cost);
-            }
-        }
+        refers_already = true;
+        let exact = known
+            .as_ref()
+            .and_then(|k| k.preview.as_ref())
+            .map(|p| p.chars);
+        let preview =
+            exact.unwrap_or_else(|| preview_chars_unescaped(size.content_chars, max, art_max));
+        sent.push(size.tokens_with_content(preview));
+        longs.push(Long {
+            index: i,
+            key,
+            chars: size.content_chars,
+            known,
+            preview_chars: exact,
+        });
     }
     layout.fill(msgs);
     clear_order.clear();
     if stages.clears() {
         clearable(msgs, policy, marks, clear_order);
     }
-    let measured = Measured {
-        req,
-        untrusted,
-        stages,
-        layout,
-        allowance: budget.calibrate(policy.prompt_allowance(budget.model_window)),
-        prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
-        tool_tokens: estimate_tool_tokens(&req.tools),
-        original_tokens,
-        sent,
-        clear_order,
-        marks,
-        previous_cut: budget
-            .previous_cut
-            .and_then(|cut| find_cut(cut, msgs, layout)),
-        prune_target: budget.calibrate(policy.prune_target(budget.model_window)),
-    };
-    let mut out = Decision { cost, actions };
+    let previous_cut = budget
+        .previous_cut
+        .and_then(|cut| find_cut(cut, msgs, layout));
     let may_add_tool = stages.offloads() && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
+    // Plan first, then size: a new long result costs at least its unescaped preview, and
+    // only those the plan keeps are read to size their preview exactly. When that makes
+    // one dearer, plan again with it sized (a kept result stays sized, so this ends).
+    loop {
+        let measured = Measured {
+            req,
+            untrusted,
+            stages,
+            layout,
+            allowance: budget.calibrate(policy.prompt_allowance(budget.model_window)),
+            prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
+            tool_tokens: estimate_tool_tokens(&req.tools),
+            original_tokens,
+            sent,
+            clear_order,
+            marks,
+            previous_cut,
+            prune_target: budget.calibrate(policy.prune_target(budget.model_window)),
+            longs,
+            memory,
+        };
+        let mut out = Decision {
+            cost: &mut *cost,
+            actions: &mut *actions,
+        };
+        let mut plan = decide_with_tool(&measured, policy, may_add_tool, refers_already, &mut out)?;
+        let mut dearer = false;
+        for l in longs.iter_mut() {
+            if l.preview_chars.is_some() || actions[l.index] != Action::Keep {
+                continue;
+            }
+            let m = &msgs[l.index];
+            let text = m.content.as_str().unwrap_or_default();
+            let exact = preview_chars(text, l.chars, max, art_max);
+            l.preview_chars = Some(exact);
+            let now = MessageSize::with_content_chars(m, l.chars).tokens_with_content(exact);
+            if now != sent[l.index] {
+                sent[l.index] = now;
+                dearer = true;
+            }
+        }
+        if !dearer {
+            plan.longs = longs.clone();
+            return Ok(plan);
+        }
+    }
+}
+
+/// [`decide`] with the read tool counted when the request will refer to an artifact:
+/// when something refers to one already, or when clearing (with artifact ids) turns out
+/// to be needed, in which case the plan is decided again with the tool counted.
+fn decide_with_tool(
+    m: &Measured<'_>,
+    policy: &ContextPolicy,
+    may_add_tool: bool,
+    refers_already: bool,
+    out: &mut Decision<'_>,
+) -> Result<Plan, ContextLimitError> {
     let tool_cost = read_artifact_tool_tokens();
     if may_add_tool && refers_already {
-        return decide(&measured, policy, tool_cost, &mut out);
+        return decide(m, policy, tool_cost, out);
     }
-    let plan = decide(&measured, policy, 0, &mut out)?;
-    if may_add_tool && stages.offloads() && plan.report.cleared_observations > 0 {
-        return decide(&measured, policy, tool_cost, &mut out);
+    let plan = decide(m, policy, 0, out)?;
+    if may_add_tool && plan.report.cleared_observations > 0 {
+        return decide(m, policy, tool_cost, out);
     }
     Ok(plan)
 }
@@ -432,17 +619,26 @@ fn decide(
         }
     }
 
+    clears.retain(|c| actions[c.index] == Action::Clear);
+    let inputs = if stages.offloads() {
+        let inputs = input_references(m, policy, actions);
+        report.unkept_artifacts =
+            bound_references(m, policy, &inputs, actions, &mut clears, cost, &mut total);
+        inputs
+            .into_iter()
+            .filter(|r| actions[r.index] == Action::Keep)
+            .collect()
+    } else {
+        Vec::new()
+    };
     report.after_tokens = total;
-    let mut refers = false;
-    for (a, mark) in actions.iter().zip(m.marks) {
+    for a in actions.iter() {
         match a {
-            Action::Keep => refers |= mark & REFERS != 0,
+            Action::Keep => {}
             Action::Drop => report.removed_messages += 1,
             Action::Clear => report.cleared_observations += 1,
         }
     }
-    clears.retain(|c| actions[c.index] == Action::Clear);
-    refers |= clears.iter().any(|c| is_artifact_stub(&c.stub));
     if report.removed_messages > 0 {
         report.history_start = (layout.head_end..cost.len()).find(|&i| actions[i] != Action::Drop);
     }
@@ -459,8 +655,111 @@ fn decide(
         cut,
         report,
         reserved_tool: reserved > 0,
-        refers,
+        longs: Vec::new(),
+        inputs,
     })
+}
+
+/// The kept messages that name an artifact as received: previews and stubs the store
+/// vouched for. Only those marked so are parsed again, for their id.
+fn input_references(
+    m: &Measured<'_>,
+    policy: &ContextPolicy,
+    actions: &[Action],
+) -> Vec<Reference> {
+    let mut out = Vec::new();
+    for (i, mark) in m.marks.iter().enumerate() {
+        if mark & REFERS == 0 || actions[i] != Action::Keep {
+            continue;
+        }
+        let text = m.req.messages[i].content.as_str().unwrap_or_default();
+        let found = if mark & PREVIEW != 0 {
+            genuine_preview(text, policy, m.untrusted)
+                .map(|p| (p.id.into_owned(), p.original_chars))
+        } else {
+            parse_stub(text).flatten().map(|id| (id, 0))
+        };
+        if let Some((id, chars)) = found {
+            out.push(Reference {
+                index: i,
+                id,
+                chars,
+            });
+        }
+    }
+    out
+}
+
+/// Keeps the artifacts the request names within `max_artifact_bytes`: past it, the oldest
+/// results that would name one are cleared with a stub saying their artifact is not kept,
+/// so the store never has to evict an artifact the request names. Returns how many.
+///
+/// The bytes cleared are rounded up to a quarter of the bound, oldest first, so the
+/// results a growing session clears change once in a quarter-bound of new results rather
+/// than on every turn: each change rewrites the transcript from that result on, and the
+/// provider's cached prefix with it.
+fn bound_references(
+    m: &Measured<'_>,
+    policy: &ContextPolicy,
+    inputs: &[Reference],
+    actions: &mut [Action],
+    clears: &mut Vec<Cleared>,
+    cost: &mut [usize],
+    total: &mut usize,
+) -> usize {
+    let msgs = &m.req.messages;
+    let art_max = policy.artifact_max_chars;
+    // (index, bytes, original chars) of every message that will name an artifact.
+    let mut named: Vec<(usize, usize, usize)> = Vec::new();
+    for l in m.longs {
+        if actions[l.index] == Action::Keep {
+            let len = msgs[l.index].content.as_str().map_or(0, str::len);
+            named.push((l.index, l.bytes(len), l.chars));
+        }
+    }
+    for c in clears.iter().filter(|c| c.names.is_some()) {
+        named.push((c.index, c.bytes, c.chars));
+    }
+    for r in inputs {
+        // The artifact is stored already; its characters stand for its bytes.
+        named.push((r.index, r.chars.min(art_max), r.chars));
+    }
+    let sum: usize = named.iter().map(|n| n.1).sum();
+    let bound = policy.max_artifact_bytes;
+    if sum <= bound {
+        return 0;
+    }
+    named.sort_unstable_by_key(|n| n.0);
+    let quantum = (bound / 4).max(1);
+    let target = (sum - bound).div_ceil(quantum) * quantum;
+    let mut freed = 0;
+    let mut unkept = 0;
+    for &(i, bytes, chars) in &named {
+        if freed >= target {
+            break;
+        }
+        freed += bytes;
+        unkept += 1;
+        let msg = &msgs[i];
+        let stub = unkept_stub_text(msg.name.as_deref(), chars);
+        let new_cost =
+            MessageSize::with_content_chars(msg, 0).tokens_with_content(char_count(&stub));
+        // A stub naming no artifact is shorter than any preview or stub naming one.
+        *total = *total - cost[i] + new_cost;
+        cost[i] = new_cost;
+        actions[i] = Action::Clear;
+        clears.retain(|c| c.index != i);
+        clears.push(Cleared {
+            index: i,
+            stub,
+            names: None,
+            store: false,
+            key: None,
+            chars,
+            bytes: 0,
+        });
+    }
+    unkept
 }
 
 /// The number of turns before `cut` in this transcript, if it is there: at its old
@@ -474,28 +773,6 @@ fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
         return Some(k);
     }
     turns.iter().position(|t| cut.is_at(msgs, t.range.start))
-}
-
-/// The cost of a tool result once offloaded, or `None` when offloading leaves it alone.
-fn offloaded_cost(
-    m: &Message,
-    size: &MessageSize,
-    policy: &ContextPolicy,
-    mark: u8,
-) -> Option<usize> {
-    let text = offloadable_marked(m, policy, mark)?;
-    // Plain-text content: `content_chars` is the text's length, measured already.
-    let original = size.content_chars;
-    if original <= policy.tool_result_max_chars {
-        return None;
-    }
-    let preview = preview_chars(
-        text,
-        original,
-        policy.tool_result_max_chars,
-        policy.artifact_max_chars,
-    );
-    Some(size.tokens_with_content(preview))
 }
 
 /// Tool results that may be cleared, oldest first: not already a stub, not among the
@@ -570,26 +847,67 @@ fn clear_until_fit(
         let preview = (m.marks[i] & PREVIEW != 0)
             .then(|| genuine_preview(&text, policy, m.untrusted))
             .flatten();
-        let (id, store, original_chars) = match preview {
-            Some(p) => (Some(p.id.into_owned()), None, p.original_chars),
+        let cleared = match preview {
+            Some(p) => Cleared {
+                names: Some(p.id.into_owned()),
+                store: false,
+                key: None,
+                chars: p.original_chars,
+                bytes: p.original_chars.min(policy.artifact_max_chars),
+                ..Cleared::at(i)
+            },
             None if stages.offloads() => {
-                let id = artifact_id(&req.scope, &req.session, &text);
-                (Some(id.clone()), Some(id), size.content_chars)
+                // The session may have stored this text before: the same id, not made
+                // again, and nothing stored again.
+                let long = m.longs.binary_search_by_key(&i, |l| l.index).ok();
+                let key = long.map_or_else(|| content_key(&text), |l| m.longs[l].key);
+                let known = long
+                    .and_then(|l| m.longs[l].known.clone())
+                    .or_else(|| m.memory.and_then(|mem| mem.get(key)).cloned());
+                let (id, store, bytes) = match known {
+                    Some(k) => (k.id.clone(), false, k.stored_bytes),
+                    None => (
+                        artifact_id(&req.scope, &req.session, &text),
+                        true,
+                        text.len(),
+                    ),
+                };
+                Cleared {
+                    names: Some(id),
+                    store,
+                    key: Some(key),
+                    chars: size.content_chars,
+                    bytes,
+                    ..Cleared::at(i)
+                }
             }
-            None => (None, None, size.content_chars),
+            None => Cleared {
+                chars: size.content_chars,
+                ..Cleared::at(i)
+            },
         };
-        let stub = stub_text(msg.name.as_deref(), original_chars, id.as_deref());
+        let stub = stub_text(msg.name.as_deref(), cleared.chars, cleared.names.as_deref());
         let new_cost = size.tokens_with_content(char_count(&stub));
         if new_cost < cost[i] {
             *total -= cost[i] - new_cost;
             cost[i] = new_cost;
             actions[i] = Action::Clear;
-            clears.push(Cleared {
-                index: i,
-                stub,
-                store,
-                chars: size.content_chars,
-            });
+            clears.push(Cleared { stub, ..cleared });
+        }
+    }
+}
+
+impl Cleared {
+    /// A clear of message `index` naming no artifact, to fill in.
+    fn at(index: usize) -> Self {
+        Self {
+            index,
+            stub: String::new(),
+            names: None,
+            store: false,
+            key: None,
+            chars: 0,
+            bytes: 0,
         }
     }
 }
@@ -611,6 +929,7 @@ mod tests {
                 previous_cut: None,
                 factor: 1.0,
             },
+            None,
             scratch,
         )
         .unwrap();

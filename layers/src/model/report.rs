@@ -26,6 +26,18 @@ pub struct PreparationReport {
     pub cleared_observations: usize,
     /// Tool results replaced by a preview of an artifact.
     pub offloaded_results: usize,
+    /// Of `offloaded_results`, those whose preview the session had made already (an
+    /// agent loop sends its earlier results again every turn): found by a content hash,
+    /// not made again.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reused_previews: usize,
+    /// Of `cleared_observations`, those cleared with a stub naming no artifact because the
+    /// request's references would exceed
+    /// [`ContextPolicy::max_artifact_bytes`](crate::ContextPolicy::max_artifact_bytes), or
+    /// because the store could not keep their artifact: the stub says so, and no preview
+    /// or stub points at nothing.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unkept_artifacts: usize,
     /// `max_tokens - reserve_tokens`, in estimated tokens: divided by the
     /// [calibration](crate::calibration) factor when the layer calibrates.
     pub prompt_allowance: usize,
@@ -109,6 +121,8 @@ impl PreparationReport {
         self.repaired += inner.repaired;
         self.cleared_observations += inner.cleared_observations;
         self.offloaded_results += inner.offloaded_results;
+        self.reused_previews += inner.reused_previews;
+        self.unkept_artifacts += inner.unkept_artifacts;
         self.pruned_turns += inner.pruned_turns;
         self.dropped_rounds += inner.dropped_rounds;
         self.folded_messages += inner.folded_messages;

@@ -3,11 +3,10 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
-use super::{Prepared, ResponseFuture, offload_request};
+use super::{OffloadMemory, Prepared, ResponseFuture, commit, offload_request};
 use crate::BoxError;
-use crate::artifact::{
-    ArtifactStore, Untrusted, has_claims, read_artifact_tool_tokens, store_all, verify,
-};
+use crate::artifact::{ArtifactStore, Untrusted, has_claims, read_artifact_tool_tokens, verify};
+use crate::fit::Applied;
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 use crate::policy::{ContextPolicy, PolicyError};
 
@@ -17,6 +16,8 @@ use crate::policy::{ContextPolicy, PolicyError};
 pub struct OffloadLayer {
     policy: ContextPolicy,
     store: Arc<dyn ArtifactStore>,
+    /// What each session offloaded before (shared by every service of the layer).
+    memory: OffloadMemory,
 }
 
 impl std::fmt::Debug for OffloadLayer {
@@ -32,7 +33,11 @@ impl OffloadLayer {
     /// the policy does not validate.
     pub fn new(policy: ContextPolicy, store: Arc<dyn ArtifactStore>) -> Result<Self, PolicyError> {
         policy.validate()?;
-        Ok(Self { policy, store })
+        Ok(Self {
+            policy,
+            store,
+            memory: OffloadMemory::default(),
+        })
     }
 }
 
@@ -81,21 +86,21 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let layer = self.layer.clone();
         if !has_claims(&req) {
-            let prepared = match offload(req, &self.layer.policy, &Untrusted::default()) {
+            let prepared = match offload(req, &layer, &Untrusted::default()) {
                 Ok(p) => p,
                 Err(e) => return ResponseFuture::failed(e),
             };
-            if prepared.to_store.is_empty() {
+            if !prepared.needs_store() {
                 return ResponseFuture::direct(self.inner.call(prepared.req), prepared.report);
             }
             return self.stored_then_called(async move { Ok(prepared) });
         }
         // Previews or stubs in the request: the store says which are the stack's own.
-        let (store, policy) = (self.layer.store.clone(), self.layer.policy.clone());
         self.stored_then_called(async move {
-            let untrusted = verify(store.as_ref(), &req).await;
-            offload(req, &policy, &untrusted)
+            let untrusted = verify(layer.store.as_ref(), &req).await;
+            offload(req, &layer, &untrusted)
         })
     }
 }
@@ -114,11 +119,16 @@ where
     ) -> ResponseFuture<S::Future> {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let store = self.layer.store.clone();
+        let layer = self.layer.clone();
         ResponseFuture::boxed(Box::pin(async move {
             let mut prepared = prepare.await?;
-            let to_store = std::mem::take(&mut prepared.to_store);
-            store_all(store.as_ref(), &prepared.req, to_store).await;
+            commit(
+                layer.store.as_ref(),
+                Some(&layer.memory),
+                &layer.policy,
+                &mut prepared,
+            )
+            .await;
             let mut response = inner.call(prepared.req).await.map_err(Into::into)?;
             prepared.report.absorb_inner(&response.report);
             response.report = prepared.report;
@@ -131,7 +141,7 @@ where
 /// an added read tool change its estimate.
 fn offload(
     req: ChatRequest,
-    policy: &ContextPolicy,
+    layer: &OffloadLayer,
     untrusted: &Untrusted,
 ) -> Result<Prepared, BoxError> {
     let before = req.estimate_tokens();
@@ -140,7 +150,17 @@ fn offload(
         before_tokens: before,
         ..PreparationReport::default()
     };
-    let mut prepared = offload_request(req, report, Vec::new(), policy, untrusted, false, None)?;
+    let memory = layer.memory.session(&req.scope, &req.session);
+    let mut prepared = offload_request(
+        req,
+        report,
+        Applied::default(),
+        &layer.policy,
+        untrusted,
+        false,
+        false,
+        memory.as_deref(),
+    )?;
     let (replaced, previews) = prepared.rewritten_tokens;
     let added_tool = if prepared.req.tools.len() > tools {
         read_artifact_tool_tokens()

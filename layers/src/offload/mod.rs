@@ -60,10 +60,16 @@
 //! An unknown, evicted or other tenant's id is an error *result* the model can read,
 //! never a failed run. A store that is down is logged and the preview is sent anyway.
 
+mod commit;
 mod layer;
+pub(crate) mod memory;
 mod prepare;
 mod rewrite;
 
 pub use crate::future::ResponseFuture;
+pub(crate) use commit::commit;
 pub use layer::{Offload, OffloadLayer};
+pub(crate) use memory::{
+    ContentKey, OffloadMemory, Preview, Remembered, SessionMemory, content_key,
+};
 pub(crate) use prepare::{Prepared, offload_request};

@@ -1,59 +1,81 @@
 //! Offloading a whole request: previews, the read tool, and what to store.
 
-use super::rewrite::offload_messages;
+use super::rewrite::{find_longs, offload_messages};
 use crate::BoxError;
 use crate::artifact::{
-    Displaced, Untrusted, check_read_tool, read_artifact_tool, read_artifact_tool_tokens,
-    refers_to_artifact,
+    Displaced, PREVIEW, REFERS, Untrusted, check_read_tool, genuine_preview, mark, parse_stub,
+    read_artifact_tool, read_artifact_tool_tokens,
 };
-use crate::model::{ChatRequest, PreparationReport};
+use crate::fit::{Applied, Kept, Reference};
+use crate::model::{ChatRequest, Message, PreparationReport};
+use crate::offload::{ContentKey, Remembered, SessionMemory};
 use crate::policy::ContextPolicy;
 
-/// A request ready for the inner service, and what must be stored first.
+/// A request ready for the inner service, and what the store must do first.
 pub(crate) struct Prepared {
     pub(crate) req: ChatRequest,
     pub(crate) report: PreparationReport,
     pub(crate) to_store: Vec<Displaced>,
+    /// Every message of `req` that names an artifact, by index: the store's live set.
+    pub(crate) refs: Vec<Reference>,
+    /// Texts whose artifact the session stored before, in case the store lost it.
+    pub(crate) kept: Vec<Kept>,
+    /// What the session's offload memory learns once the store has the artifacts.
+    pub(crate) made: Vec<(ContentKey, Remembered)>,
     /// The estimated tokens of the offloaded results, before and after (already in
     /// `report` when a planner sized the request as offloaded).
     pub(crate) rewritten_tokens: (usize, usize),
 }
 
-/// Offloads oversized results of an already fitted request, and adds the read tool when
-/// anything in the request now refers to an artifact. `reserved_tool` says whether the
-/// planner counted the read tool's tokens; when the tool turns out not to be needed, the
-/// report's `after_tokens` gives them back. `refers` is the planner's answer to "does a
-/// kept message refer to an artifact already", when there was a planner (it read every
-/// content once; reading them all again costs a cache miss a message on long transcripts).
+impl Prepared {
+    /// Whether the store has anything to do before the request is sent.
+    pub(crate) fn needs_store(&self) -> bool {
+        !self.to_store.is_empty() || !self.refs.is_empty()
+    }
+}
+
+/// Offloads oversized results of a request (fitted already when `applied` comes from a
+/// planner), and adds the read tool when anything in the request now refers to an
+/// artifact. `reserved_tool` says whether the planner counted the read tool's tokens; when
+/// the tool turns out not to be needed, the report's `after_tokens` gives them back.
+/// `planned` says the planner found the long results and the input references (it read
+/// every content once; reading them all again costs a cache miss a message on long
+/// transcripts); without it they are found here.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn offload_request(
     mut req: ChatRequest,
     mut report: PreparationReport,
-    mut to_store: Vec<Displaced>,
+    applied: Applied,
     policy: &ContextPolicy,
     untrusted: &Untrusted,
     reserved_tool: bool,
-    refers: Option<bool>,
+    planned: bool,
+    memory: Option<&SessionMemory>,
 ) -> Result<Prepared, BoxError> {
     let has_tool = check_read_tool(&req)?;
-    let (offloaded, rewritten_tokens) = offload_messages(
-        &mut req.messages,
-        &req.scope,
-        &req.session,
-        policy,
-        untrusted,
-    );
-    let offloaded_any = !offloaded.is_empty();
-    report.offloaded_results += offloaded.len();
-    to_store.extend(offloaded);
-    let refers = offloaded_any
-        || match refers {
-            Some(known) => known,
-            None => req
-                .messages
-                .iter()
-                .any(|m| refers_to_artifact(m, policy, untrusted)),
-        };
-    if refers && !has_tool {
+    let Applied {
+        displaced: mut to_store,
+        mut refs,
+        mut kept,
+        mut made,
+        longs,
+        ..
+    } = applied;
+    let longs = if planned {
+        longs
+    } else {
+        refs.extend(input_references(&req.messages, policy, untrusted));
+        find_longs(&req.messages, policy, untrusted, memory)
+    };
+    let offloaded = offload_messages(&mut req.messages, longs, &req.scope, &req.session, policy);
+    report.offloaded_results += offloaded.refs.len();
+    report.reused_previews += offloaded.reused;
+    refs.extend(offloaded.refs);
+    refs.sort_unstable_by_key(|r| r.index);
+    to_store.extend(offloaded.displaced);
+    kept.extend(offloaded.kept);
+    made.extend(offloaded.made);
+    if !refs.is_empty() && !has_tool {
         req.tools.push(read_artifact_tool());
     } else if reserved_tool && !has_tool {
         report.after_tokens -= read_artifact_tool_tokens();
@@ -62,6 +84,35 @@ pub(crate) fn offload_request(
         req,
         report,
         to_store,
-        rewritten_tokens,
+        refs,
+        kept,
+        made,
+        rewritten_tokens: offloaded.tokens,
     })
+}
+
+/// The messages that name an artifact as received (previews and stubs the store vouched
+/// for), found without a planner.
+fn input_references(
+    messages: &[Message],
+    policy: &ContextPolicy,
+    untrusted: &Untrusted,
+) -> Vec<Reference> {
+    let mut out = Vec::new();
+    for (index, m) in messages.iter().enumerate() {
+        let mark = mark(m, policy, untrusted);
+        if mark & REFERS == 0 {
+            continue;
+        }
+        let text = m.content.as_str().unwrap_or_default();
+        let found = if mark & PREVIEW != 0 {
+            genuine_preview(text, policy, untrusted).map(|p| (p.id.into_owned(), p.original_chars))
+        } else {
+            parse_stub(text).flatten().map(|id| (id, 0))
+        };
+        if let Some((id, chars)) = found {
+            out.push(Reference { index, id, chars });
+        }
+    }
+    out
 }

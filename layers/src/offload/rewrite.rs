@@ -4,45 +4,135 @@
 use crate::artifact::{
     Artifact, Displaced, Untrusted, artifact_id, offloadable_text, render_counted,
 };
+use crate::fit::{Kept, Long, Reference};
 use crate::model::{Content, Message, Scope};
+use crate::offload::{ContentKey, Preview, Remembered, SessionMemory, content_key};
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count};
 
-/// Offloads every oversized tool result of `messages` in place; returns what to store and
-/// the estimated tokens of the replaced results, before and after (a preview can cost
-/// more than a result just over the threshold).
-pub(crate) fn offload_messages(
-    messages: &mut [Message],
-    scope: &Scope,
-    session: &str,
+/// What offloading the long results of one request made.
+#[derive(Debug, Default)]
+pub(crate) struct Offloaded {
+    /// Artifacts to store.
+    pub(crate) displaced: Vec<Displaced>,
+    /// The previews sent, by message index.
+    pub(crate) refs: Vec<Reference>,
+    /// Texts replaced by a preview the session made before (stored before).
+    pub(crate) kept: Vec<Kept>,
+    /// What the session's memory should learn.
+    pub(crate) made: Vec<(ContentKey, Remembered)>,
+    /// Previews found in the session's memory.
+    pub(crate) reused: usize,
+    /// The estimated tokens of the replaced results, before and after (a preview can cost
+    /// more than a result just over the threshold).
+    pub(crate) tokens: (usize, usize),
+}
+
+/// The long plain results of `messages` for a request that was not planned (the offload
+/// layer on its own): each text hashed, and counted unless the session knows it.
+pub(crate) fn find_longs(
+    messages: &[Message],
     policy: &ContextPolicy,
     untrusted: &Untrusted,
-) -> (Vec<Displaced>, (usize, usize)) {
+    memory: Option<&SessionMemory>,
+) -> Vec<Long> {
     let mut out = Vec::new();
-    let (mut before, mut after) = (0, 0);
-    for m in messages.iter_mut() {
+    for (index, m) in messages.iter().enumerate() {
         let Some(text) = offloadable_text(m, policy, untrusted) else {
             continue;
         };
-        // One count of the text serves the test, the preview, the artifact and the saving.
-        let size = MessageSize::of(m);
-        let chars = size.content_chars;
-        if chars <= policy.tool_result_max_chars {
+        let key = content_key(text);
+        let known = memory.and_then(|mem| mem.get(key)).cloned();
+        let chars = known.as_ref().map_or_else(|| char_count(text), |k| k.chars);
+        if chars > policy.tool_result_max_chars {
+            out.push(Long {
+                index,
+                key,
+                chars,
+                known,
+                preview_chars: None,
+            });
+        }
+    }
+    out
+}
+
+/// Replaces each of `longs` in `messages` with its preview: the session's own when it
+/// made one before (copied, nothing hashed, rendered or stored again), else a new one
+/// with an artifact to store.
+pub(crate) fn offload_messages(
+    messages: &mut [Message],
+    longs: Vec<Long>,
+    scope: &Scope,
+    session: &str,
+    policy: &ContextPolicy,
+) -> Offloaded {
+    let mut out = Offloaded::default();
+    for long in longs {
+        let Some(m) = messages.get_mut(long.index) else {
+            continue;
+        };
+        let size = MessageSize::with_content_chars(m, long.chars);
+        let reuse = long
+            .known
+            .as_ref()
+            .and_then(|k| k.preview.as_ref().map(|p| (k, p)));
+        if let Some((known, preview)) = reuse {
+            out.tokens.0 += size.tokens();
+            out.tokens.1 += size.tokens_with_content(preview.chars);
+            let original = std::mem::replace(&mut m.content, Content::Text(preview.text.clone()));
+            if let Content::Text(text) = original {
+                out.kept.push(Kept {
+                    id: known.id.clone(),
+                    text,
+                });
+            }
+            out.refs.push(Reference {
+                index: long.index,
+                id: known.id.clone(),
+                chars: long.chars,
+            });
+            out.reused += 1;
             continue;
         }
-        let id = artifact_id(scope, session, text);
+        let Some(text) = m.content.as_str() else {
+            continue;
+        };
+        // A result only cleared before has its id remembered, not a preview.
+        let id = match &long.known {
+            Some(k) => k.id.clone(),
+            None => artifact_id(scope, session, text),
+        };
         let preview = render_counted(
             &id,
             text,
-            chars,
+            long.chars,
             policy.tool_result_max_chars,
             policy.artifact_max_chars,
         );
-        let artifact = Artifact::counted(text, chars, policy.artifact_max_chars);
-        before += size.tokens();
-        after += size.tokens_with_content(char_count(&preview));
+        let preview_chars = long.preview_chars.unwrap_or_else(|| char_count(&preview));
+        let artifact = Artifact::counted(text, long.chars, policy.artifact_max_chars);
+        out.tokens.0 += size.tokens();
+        out.tokens.1 += size.tokens_with_content(preview_chars);
+        out.made.push((
+            long.key,
+            Remembered {
+                id: id.clone(),
+                chars: long.chars,
+                stored_bytes: artifact.text.len(),
+                preview: Some(Preview {
+                    text: preview.clone(),
+                    chars: preview_chars,
+                }),
+            },
+        ));
         m.content = Content::Text(preview);
-        out.push(Displaced { id, artifact });
+        out.refs.push(Reference {
+            index: long.index,
+            id: id.clone(),
+            chars: long.chars,
+        });
+        out.displaced.push(Displaced { id, artifact });
     }
-    (out, (before, after))
+    out
 }

@@ -1,0 +1,194 @@
+//! What a session has offloaded already: the results an agent loop sends again on every
+//! turn are recognised by a fast content hash and get the preview they got before,
+//! without an artifact id, a preview or an artifact being made again.
+//!
+//! ```
+//! use llm_context_layers::mock::MockModel;
+//! use llm_context_layers::{ChatRequest, ContextPolicy, ContextPolicyLayer, Message, ToolCall};
+//! use serde_json::json;
+//! use tower::{Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let log = "GET /api/orders 500\n".repeat(1_000);
+//! let mut messages = vec![
+//!     Message::user("why is checkout failing?"),
+//!     Message::assistant_tool_calls("", vec![ToolCall::new("c1", "read_log", json!({}))]),
+//!     Message::tool_result("c1", "read_log", log.as_str()),
+//! ];
+//! let layer = ContextPolicyLayer::new(ContextPolicy::default()).unwrap();
+//! let model = MockModel::echo();
+//! let first = layer.layer(model.clone())
+//!     .oneshot(ChatRequest::new("mock", messages.clone()).with_session("s"))
+//!     .await
+//!     .unwrap();
+//! assert_eq!((first.report.offloaded_results, first.report.reused_previews), (1, 0));
+//!
+//! // The next turn sends the same result again: the same preview, found, not made.
+//! messages.push(first.message);
+//! messages.push(Message::user("and now?"));
+//! let second = layer.layer(model.clone())
+//!     .oneshot(ChatRequest::new("mock", messages).with_session("s"))
+//!     .await
+//!     .unwrap();
+//! assert_eq!((second.report.offloaded_results, second.report.reused_previews), (1, 1));
+//! let sent = model.requests();
+//! assert_eq!(sent[0].messages[2].content, sent[1].messages[2].content);
+//! # }
+//! ```
+//!
+//! A result is known by XXH3-128 of its text within its (tenant, session): another
+//! session's identical result is not its business, and a forged collision could only
+//! confuse the session that sent it. The memory is bounded by the bytes of the previews
+//! it holds (least recently used sessions go first) and is only a shortcut: whatever it
+//! forgets is made again, to the same bytes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use lru::LruCache;
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::model::Scope;
+
+/// How a result is known: XXH3-128 of its text.
+pub(crate) type ContentKey = u128;
+
+/// The key of `text`.
+pub(crate) fn content_key(text: &str) -> ContentKey {
+    xxh3_128(text.as_bytes())
+}
+
+/// What offloading (or clearing) one result made, kept for the next requests.
+#[derive(Debug)]
+pub(crate) struct Remembered {
+    /// The artifact id.
+    pub(crate) id: String,
+    /// The characters of the original text.
+    pub(crate) chars: usize,
+    /// Bytes the artifact holds.
+    pub(crate) stored_bytes: usize,
+    /// The preview sent in its place, when it was offloaded (a result only ever cleared
+    /// has none).
+    pub(crate) preview: Option<Preview>,
+}
+
+/// A rendered preview and its length in characters.
+#[derive(Debug)]
+pub(crate) struct Preview {
+    pub(crate) text: String,
+    pub(crate) chars: usize,
+}
+
+impl Remembered {
+    fn weight(&self) -> usize {
+        // The map's own share is small next to a preview; count it so that a session of
+        // thousands of cleared results is not free.
+        64 + self.id.len() + self.preview.as_ref().map_or(0, |p| p.text.len())
+    }
+}
+
+type SessionKey = (String, String);
+
+/// One session's results, by content key.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SessionMemory {
+    results: HashMap<ContentKey, Arc<Remembered>>,
+    bytes: usize,
+}
+
+impl SessionMemory {
+    /// What was made for the result with this key, if it is remembered.
+    pub(crate) fn get(&self, key: ContentKey) -> Option<&Arc<Remembered>> {
+        self.results.get(&key)
+    }
+}
+
+/// The offload memory of every session a layer serves. Cloning shares it.
+#[derive(Clone, Debug)]
+pub(crate) struct OffloadMemory {
+    inner: Arc<Mutex<Inner>>,
+    max_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Inner {
+    sessions: LruCache<SessionKey, Arc<SessionMemory>>,
+    bytes: usize,
+}
+
+/// The default bound: 64 MiB of previews, about ten thousand of the default size.
+pub(crate) const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
+
+impl Default for OffloadMemory {
+    fn default() -> Self {
+        Self::new(DEFAULT_MEMORY_BYTES)
+    }
+}
+
+impl OffloadMemory {
+    /// A memory of at most `max_bytes` of previews and ids (0: remembers nothing).
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                sessions: LruCache::unbounded(),
+                bytes: 0,
+            })),
+            max_bytes,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Every critical section leaves the map consistent before it can panic.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session's memory as it is now (a snapshot: a request plans against it while
+    /// another request of the session may add to it).
+    pub(crate) fn session(&self, scope: &Scope, session: &str) -> Option<Arc<SessionMemory>> {
+        if self.max_bytes == 0 {
+            return None;
+        }
+        self.lock()
+            .sessions
+            .get(&(scope.key(), session.to_owned()))
+            .cloned()
+    }
+
+    /// Records what one request made and forgets what its store no longer holds.
+    pub(crate) fn update(
+        &self,
+        scope: &Scope,
+        session: &str,
+        made: Vec<(ContentKey, Remembered)>,
+        lost: &[String],
+    ) {
+        if self.max_bytes == 0 || (made.is_empty() && lost.is_empty()) {
+            return;
+        }
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let key = (scope.key(), session.to_owned());
+        let mut memory = match inner.sessions.pop(&key) {
+            Some(m) => m,
+            None => Arc::new(SessionMemory::default()),
+        };
+        inner.bytes -= memory.bytes;
+        // Copy on write: a request planning against the old snapshot keeps it.
+        let m = Arc::make_mut(&mut memory);
+        if !lost.is_empty() {
+            m.results.retain(|_, r| !lost.contains(&r.id));
+        }
+        for (k, r) in made {
+            m.results.entry(k).or_insert_with(|| Arc::new(r));
+        }
+        m.bytes = m.results.values().map(|r| r.weight()).sum();
+        inner.bytes += m.bytes;
+        inner.sessions.put(key.clone(), memory);
+        while inner.bytes > self.max_bytes {
+            let Some((_, evicted)) = inner.sessions.pop_lru() else {
+                break;
+            };
+            inner.bytes -= evicted.bytes;
+        }
+    }
+}
