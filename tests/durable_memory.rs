@@ -29,7 +29,7 @@ fn artifacts(
     Box::pin(async move {
         let limits = ArtifactLimits::default()
             .with_per_session(count)
-            .with_total_bytes(bytes);
+            .with_session_bytes(bytes);
         ArtifactBackend {
             store: Arc::new(LocalArtifactStore::new(limits)),
             guard: Box::new(()),
@@ -38,3 +38,4 @@ fn artifacts(
 }
 
 artifact_contract!(artifacts);
+no_dangling_contract!(artifacts, 64);

@@ -43,6 +43,7 @@ fn artifacts(
 }
 
 artifact_contract!(artifacts);
+no_dangling_contract!(artifacts, 32);
 
 #[tokio::test]
 async fn a_reopened_file_has_the_last_commit() {

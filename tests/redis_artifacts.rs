@@ -31,6 +31,7 @@ fn contract_store(
 }
 
 artifact_contract!(contract_store);
+no_dangling_contract!(contract_store, 24);
 
 fn artifact(text: &str) -> Artifact {
     Artifact::new(text, 1_000_000)

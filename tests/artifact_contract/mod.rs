@@ -4,6 +4,8 @@
 //! a use), one copy per id, and refusing an artifact larger than the byte bound.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod agent_loop;
+
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;

@@ -316,12 +316,13 @@ impl ArtifactStore for LocalArtifactStore {
     }
 
     async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
-        let inner = self.lock();
+        // A use, as a read is: the stack asks before it trusts a preview it will send.
+        let mut inner = self.lock();
         let key = (scope.key(), session.to_owned());
         Ok(inner
             .sessions
-            .peek(&key)
-            .is_some_and(|s| s.artifacts.contains(id)))
+            .get_mut(&key)
+            .is_some_and(|s| s.artifacts.get(id).is_some()))
     }
 
     async fn commit(
@@ -358,13 +359,11 @@ impl ArtifactStore for LocalArtifactStore {
 impl LocalArtifactStore {
     fn check_size(&self, artifact: &Artifact) -> Result<(), StoreError> {
         let size = artifact.text.len();
-        if size > self.limits.total_bytes {
+        let max = self.limits.session_bytes.min(self.limits.total_bytes);
+        if size > max {
             return Err(StoreError::new(
                 StoreErrorKind::TooLarge,
-                format!(
-                    "an artifact of {size} bytes exceeds the store's {} bytes",
-                    self.limits.total_bytes
-                ),
+                format!("an artifact of {size} bytes exceeds the store's {max} bytes"),
             ));
         }
         Ok(())

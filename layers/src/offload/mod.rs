@@ -49,8 +49,20 @@
 //!
 //! Ids are content-addressed ([`artifact_id`](crate::artifact::artifact_id)): the same transcript sent again, as an agent
 //! loop does every turn, gives the same bytes (the provider's prompt cache survives) and
-//! stores one copy. The planner sizes every tool result as it will be sent, so a result
-//! that offloading shrinks is never the reason a turn is pruned.
+//! stores one copy. The layer remembers what each session offloaded, so the
+//! work of a request grows with what is new in it, not with the transcript: a result seen
+//! before costs one hash of its text. The planner sizes every tool result as it will be
+//! sent, so a result that offloading shrinks is never the reason a turn is pruned; it
+//! reads a new result's text to size its preview only once the plan keeps it.
+//!
+//! Nothing sent points at nothing. Every artifact id a prepared request names (its
+//! previews, and the stubs naming an artifact) goes to the store with the request's new
+//! artifacts in one [`ArtifactStore::commit`](crate::artifact::ArtifactStore::commit), as
+//! the session's live set, which the store's bounds never evict. An id the store no longer
+//! holds is stored again from the request's text, or the result is sent as a stub that
+//! says its artifact is not kept. What one request may name is bounded by
+//! [`ContextPolicy::max_artifact_bytes`](crate::ContextPolicy::max_artifact_bytes): past
+//! it, the composite clears the oldest such results with that stub instead.
 //!
 //! The model reads artifacts back with the `read_context_artifact` tool
 //! ([`read_artifact_tool`](crate::artifact::read_artifact_tool)), which the stack adds to a request whenever something in it
