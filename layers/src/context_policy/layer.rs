@@ -74,6 +74,23 @@ impl<P> ContextPolicyLayer<P> {
         }
     }
 
+    /// Bounds what the layer remembers of each session's offloaded results (their
+    /// previews and ids, so a transcript sent again is not offloaded again) to about
+    /// `bytes`, least recently used sessions forgotten first. Default 64 MiB; 0 remembers
+    /// nothing, and every request offloads its whole transcript again, to the same bytes.
+    ///
+    /// ```
+    /// use llm_context_layers::{ContextPolicy, ContextPolicyLayer};
+    ///
+    /// let layer = ContextPolicyLayer::new(ContextPolicy::default())
+    ///     .unwrap()
+    ///     .with_offload_memory(16 << 20);
+    /// # let _ = layer;
+    /// ```
+    pub fn with_offload_memory(self, bytes: usize) -> Self {
+        self.with_shared(|s| s.memory = OffloadMemory::new(bytes))
+    }
+
     /// Keeps artifacts in `store` (shared with other stacks, durable, …) instead of the
     /// default in-memory one.
     pub fn with_artifact_store(self, store: Arc<dyn ArtifactStore>) -> Self {
@@ -81,7 +98,7 @@ impl<P> ContextPolicyLayer<P> {
             s.reader = ArtifactReader::new(store.clone());
             s.store = store;
             // What the sessions offloaded into the old store says nothing of the new one.
-            s.memory = OffloadMemory::default();
+            s.memory = s.memory.emptied();
         })
     }
 

@@ -137,6 +137,11 @@ impl OffloadMemory {
         }
     }
 
+    /// An empty memory with the same bound.
+    pub(crate) fn emptied(&self) -> Self {
+        Self::new(self.max_bytes)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Every critical section leaves the map consistent before it can panic.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
@@ -190,5 +195,65 @@ impl OffloadMemory {
             };
             inner.bytes -= evicted.bytes;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remembered(id: &str, preview_bytes: usize) -> Remembered {
+        Remembered {
+            id: id.to_owned(),
+            chars: 10_000,
+            stored_bytes: 10_000,
+            preview: Some(Preview {
+                text: "p".repeat(preview_bytes),
+                chars: preview_bytes,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_session_is_forgotten_past_the_bound() {
+        let memory = OffloadMemory::new(3_000);
+        let s = Scope::org(1);
+        memory.update(&s, "a", vec![(1, remembered("x", 1_000))], &[]);
+        memory.update(&s, "b", vec![(2, remembered("y", 1_000))], &[]);
+        // A use of "a" makes "b" the least recently used.
+        assert!(memory.session(&s, "a").unwrap().get(1).is_some());
+        memory.update(&s, "c", vec![(3, remembered("z", 1_000))], &[]);
+        assert!(memory.session(&s, "b").is_none());
+        assert!(memory.session(&s, "a").is_some());
+        assert!(memory.session(&s, "c").is_some());
+        // Another tenant's session of the same name is another session.
+        assert!(memory.session(&Scope::org(2), "a").is_none());
+    }
+
+    #[test]
+    fn what_the_store_lost_is_forgotten_and_a_snapshot_is_left_alone() {
+        let memory = OffloadMemory::new(1 << 20);
+        let s = Scope::org(1);
+        memory.update(
+            &s,
+            "a",
+            vec![(1, remembered("x", 10)), (2, remembered("y", 10))],
+            &[],
+        );
+        let snapshot = memory.session(&s, "a").unwrap();
+        memory.update(&s, "a", Vec::new(), &["x".to_owned()]);
+        let now = memory.session(&s, "a").unwrap();
+        assert!(now.get(1).is_none());
+        assert!(now.get(2).is_some());
+        // A request planning against the earlier snapshot still sees what it saw.
+        assert!(snapshot.get(1).is_some());
+    }
+
+    #[test]
+    fn a_zero_bound_remembers_nothing() {
+        let memory = OffloadMemory::new(0);
+        let s = Scope::org(1);
+        memory.update(&s, "a", vec![(1, remembered("x", 10))], &[]);
+        assert!(memory.session(&s, "a").is_none());
     }
 }
