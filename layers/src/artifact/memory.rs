@@ -315,13 +315,14 @@ impl ArtifactStore for LocalArtifactStore {
             .and_then(|s| s.artifacts.get(id).cloned()))
     }
 
+    /// The same use as [`get`](Self::get) (the artifact contract's), without cloning it.
     async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
         let key = (scope.key(), session.to_owned());
         Ok(inner
             .sessions
-            .peek(&key)
-            .is_some_and(|s| s.artifacts.contains(id)))
+            .get_mut(&key)
+            .is_some_and(|s| s.artifacts.get(id).is_some()))
     }
 
     async fn commit(
