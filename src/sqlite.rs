@@ -23,8 +23,8 @@
 //! For one process, durable across crashes: WAL, every write one atomic transaction. It
 //! implements [`ContextStore`] (compare-and-set on the version), [`MemoryStore`] (TTL,
 //! prefix listing) and [`ArtifactStore`](llm_context_layers::ArtifactStore) (bounded per
-//! session, least recently used out first), so the artifacts a record's summary names
-//! survive a restart with it. It passes the same contract tests as the in-memory backends of
+//! session, least recently used out first, never what the session's latest request
+//! refers to), so the artifacts a record's summary names survive a restart with it. It passes the same contract tests as the in-memory backends of
 //! [`llm_context_layers::durable`] and `llm_context::redis::RedisStore` (feature `redis`),
 //! the backend for many replicas sharing state.
 
@@ -67,12 +67,19 @@ pub struct SqliteOptions {
     /// Expired memory entries deleted per write, oldest first (so the file does not
     /// grow with dead entries nobody reads). Default 64.
     pub purge_batch: usize,
-    /// The most artifacts kept per (tenant, session); the least recently used go.
-    /// Default 1,024: on disk, so that a long-running agent's folded history stays
-    /// readable (the in-memory and Redis stores default to 32).
+    /// The most artifacts kept per (tenant, session) besides those its latest request
+    /// refers to (its live set, see
+    /// [`ArtifactStore::commit`](llm_context_layers::ArtifactStore::commit), kept even
+    /// past this); the least recently used of the others go. Default 1,024: on disk, so
+    /// that a long-running agent's folded history stays readable (the in-memory and Redis
+    /// stores default to 32, the default `ContextPolicy::max_artifacts`).
     pub max_artifacts_per_session: usize,
-    /// The most bytes of artifacts (as JSON) kept per session; the least recently used
-    /// go, and one artifact larger than this is refused. Default 256 MiB.
+    /// The most bytes of artifacts (as JSON) kept per session besides its live set; the
+    /// least recently used of the others go, and one artifact larger than this is
+    /// refused. Default 256 MiB, eight times the default
+    /// `ContextPolicy::max_artifact_bytes` (32 MiB of text per request): a whole live set
+    /// fits with room for JSON escaping and the older artifacts. Keep it above the
+    /// policy's bound, or an artifact a request may refer to can be refused as too large.
     pub max_session_bytes: usize,
 }
 

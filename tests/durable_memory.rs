@@ -20,8 +20,9 @@ async fn backend() -> Backend {
 
 store_contract!(backend());
 
-/// The in-memory store's byte bound is over all its sessions: the contract's tests each
-/// use one store, so it bounds the session they fill.
+/// The in-memory store bounds the bytes of each session and of all its sessions: the
+/// contract's tests each use one store, so both bound the session they fill (and the
+/// whole-store bound is the one that refuses an artifact too large).
 fn artifacts(
     count: usize,
     bytes: usize,
@@ -29,7 +30,8 @@ fn artifacts(
     Box::pin(async move {
         let limits = ArtifactLimits::default()
             .with_per_session(count)
-            .with_session_bytes(bytes);
+            .with_session_bytes(bytes)
+            .with_total_bytes(bytes);
         ArtifactBackend {
             store: Arc::new(LocalArtifactStore::new(limits)),
             guard: Box::new(()),

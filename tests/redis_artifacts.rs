@@ -1,6 +1,7 @@
 //! The Redis artifact store against a real redis-server (run through scripts/test.sh):
 //! replicas read each other's artifacts within a tenant and session only; sessions
-//! expire; the per-session bounds hold under 1,000 concurrent writers.
+//! expire, their live sets with them; the per-session bounds hold under 1,000 concurrent
+//! writers; commits at once from two replicas each keep their live set.
 #![cfg(feature = "redis")]
 
 mod artifact_contract;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use llm_context::redis::{RedisOptions, RedisStores};
+use llm_context::redis::{RedisArtifactStore, RedisOptions, RedisStores};
 use llm_context::{Artifact, ArtifactStore, Scope, StoreErrorKind};
 
 fn contract_store(
@@ -298,4 +299,141 @@ async fn the_byte_bound_holds_under_concurrent_writers() {
             .artifacts,
         5
     );
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("{prefix}-{k}")).collect()
+}
+
+/// Commits `refs` (all new) to `session` and asserts the store reports none missing.
+async fn commit_all(store: &RedisArtifactStore, scope: &Scope, session: &str, refs: &[String]) {
+    let new = refs.iter().map(|id| (id.clone(), artifact(id))).collect();
+    let missing = store.commit(scope, session, new, refs).await.unwrap();
+    assert!(missing.is_empty(), "{session}: {missing:?} missing");
+}
+
+async fn held(store: &RedisArtifactStore, scope: &Scope, session: &str, refs: &[String]) -> usize {
+    let mut n = 0;
+    for id in refs {
+        if let Some(a) = store.get(scope, session, id).await.unwrap() {
+            assert_eq!(&*a.text, id.as_str());
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_committing_at_once_keep_both_live_sets() {
+    let prefix = support::unique_prefix("art-commit-sessions");
+    let options = RedisOptions::default().with_max_artifacts_per_session(2);
+    let one = replica(&prefix, options.clone()).await.artifacts;
+    let two = replica(&prefix, options).await.artifacts;
+    let scope = Scope::org(1);
+    for round in 0..50 {
+        let (a, b) = (ids(&format!("a{round}"), 5), ids(&format!("b{round}"), 5));
+        let first = {
+            let (store, scope, a) = (one.clone(), scope.clone(), a.clone());
+            tokio::spawn(async move { commit_all(&store, &scope, "sa", &a).await })
+        };
+        let second = {
+            let (store, scope, b) = (two.clone(), scope.clone(), b.clone());
+            tokio::spawn(async move { commit_all(&store, &scope, "sb", &b).await })
+        };
+        first.await.unwrap();
+        second.await.unwrap();
+        // Five live over a bound of two, and the previous round's five evicted.
+        for (session, refs) in [("sa", &a), ("sb", &b)] {
+            let usage = one.session_usage(&scope, session).await.unwrap();
+            assert_eq!(usage.artifacts, 5, "round {round}, {session}");
+            assert_eq!(held(&two, &scope, session, refs).await, 5, "round {round}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_commits_to_one_session_at_once_each_hold_their_references() {
+    let prefix = support::unique_prefix("art-commit-race");
+    let options = RedisOptions::default().with_max_artifacts_per_session(2);
+    let one = replica(&prefix, options.clone()).await.artifacts;
+    let two = replica(&prefix, options).await.artifacts;
+    let scope = Scope::org(1);
+    for round in 0..50 {
+        let (a, b) = (ids(&format!("a{round}"), 5), ids(&format!("b{round}"), 5));
+        // Each commit finds every one of its references stored, whichever runs first.
+        let first = {
+            let (store, scope, a) = (one.clone(), scope.clone(), a.clone());
+            tokio::spawn(async move { commit_all(&store, &scope, "s", &a).await })
+        };
+        let second = {
+            let (store, scope, b) = (two.clone(), scope.clone(), b.clone());
+            tokio::spawn(async move { commit_all(&store, &scope, "s", &b).await })
+        };
+        first.await.unwrap();
+        second.await.unwrap();
+        // The later commit's live set is the session's: all of it held, the other set
+        // evicted down to the bound around it.
+        let (held_a, held_b) = (
+            held(&one, &scope, "s", &a).await,
+            held(&one, &scope, "s", &b).await,
+        );
+        assert!(
+            (held_a, held_b) == (5, 0) || (held_a, held_b) == (0, 5),
+            "round {round}: {held_a} of a, {held_b} of b"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_live_set_expires_with_its_session() {
+    let prefix = support::unique_prefix("art-commit-ttl");
+    let stores = replica(
+        &prefix,
+        RedisOptions::default()
+            .with_artifact_ttl(Duration::from_millis(400))
+            .with_max_artifacts_per_session(1),
+    )
+    .await;
+    let store = &stores.artifacts;
+    let (scope, s) = (Scope::org(1), "s1");
+    let refs = ids("live", 2);
+    commit_all(store, &scope, s, &refs).await;
+    // The keys as `keys.rs` lays them out, all there now.
+    let base = format!("{prefix}:art:{}:{s}", scope.key());
+    let mut raw = redis_client::Client::open(support::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let parts = ["data", "idx", "meta", "live"];
+    for part in parts {
+        let exists: u64 = redis_client::cmd("EXISTS")
+            .arg(format!("{base}:{part}"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(exists, 1, "{base}:{part}");
+    }
+    // Reads keep the session alive, its live set too: past the first TTL, a put still
+    // evicts around both live artifacts (its own goes, over a bound of one).
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(store.get(&scope, s, &refs[0]).await.unwrap().is_some());
+    }
+    store.put(&scope, s, "x", artifact("x")).await.unwrap();
+    assert_eq!(held(store, &scope, s, &refs).await, 2);
+    assert_eq!(store.get(&scope, s, "x").await.unwrap(), None);
+
+    // Without use every key of the session goes, the live set with the artifacts.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for part in parts {
+        let exists: u64 = redis_client::cmd("EXISTS")
+            .arg(format!("{base}:{part}"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0, "{base}:{part} outlived the session");
+    }
+    let missing = store.commit(&scope, s, Vec::new(), &refs).await.unwrap();
+    assert_eq!(missing, refs);
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use llm_context_layers::{Artifact, ArtifactStore, Scope, StoreError};
+use llm_context_layers::{Artifact, ArtifactStore, Scope, StoreError, StoreErrorKind};
 use redis_client::Script;
 use redis_client::aio::ConnectionManager;
 
@@ -14,12 +14,23 @@ use super::{decode_json, encode_bounded};
 
 /// An [`ArtifactStore`] on Redis, per (tenant, session).
 ///
-/// Each session has a hash of its artifacts, a sorted set of their last use and a small
-/// meta hash; a Lua script writes an artifact and evicts the least recently used ones in
-/// the same atomic step, so [`RedisOptions::max_artifacts_per_session`] and
-/// [`RedisOptions::max_session_bytes`] hold however many replicas write at once. A read
-/// counts as a use. A session's keys expire together [`RedisOptions::artifact_ttl`] after
-/// its last write or read. Nothing is ever listed with `SCAN`.
+/// Each session has a hash of its artifacts, a sorted set of their last use, a small meta
+/// hash and its *live set*: the ids its latest request refers to, which
+/// [`commit`](ArtifactStore::commit) replaces. A Lua script writes and evicts in one
+/// atomic step, however many replicas write at once: a `put` stores one artifact, a
+/// `commit` stores a request's artifacts, replaces the live set and reports the
+/// references the session does not hold.
+///
+/// What is kept: every artifact in the live set, even past the bounds; besides those, at
+/// most [`RedisOptions::max_artifacts_per_session`] artifacts and
+/// [`RedisOptions::max_session_bytes`] bytes (as JSON) per session. What is evicted: the
+/// least recently written or read artifacts outside the live set, while the session is
+/// over a bound — the one a `put` just stored too, when the live set leaves it no room.
+/// An artifact larger than the byte bound is refused: `put` fails with
+/// [`StoreErrorKind::TooLarge`], `commit` does not store it and reports it missing. A
+/// read counts as a use. A session's keys, its live set included, expire together
+/// [`RedisOptions::artifact_ttl`] after its last write or read; its next commit then
+/// reports its ids missing. Nothing is ever listed with `SCAN`.
 #[derive(Clone)]
 pub struct RedisArtifactStore {
     conn: ConnectionManager,
@@ -31,6 +42,7 @@ pub struct RedisArtifactStore {
 struct Scripts {
     put: Script,
     get: Script,
+    commit: Script,
 }
 
 impl std::fmt::Debug for RedisArtifactStore {
@@ -67,8 +79,16 @@ impl RedisArtifactStore {
             options,
             secret,
             scripts: Arc::new(Scripts {
-                put: Script::new(include_str!("put_artifact.lua")),
+                // Both writers evict the same way: the shared function comes first.
+                put: Script::new(concat!(
+                    include_str!("evict_artifacts.lua"),
+                    include_str!("put_artifact.lua")
+                )),
                 get: Script::new(include_str!("get_artifact.lua")),
+                commit: Script::new(concat!(
+                    include_str!("evict_artifacts.lua"),
+                    include_str!("commit_artifacts.lua")
+                )),
             }),
         }
     }
@@ -79,7 +99,7 @@ impl RedisArtifactStore {
         scope: &Scope,
         session: &str,
     ) -> Result<SessionUsage, StoreError> {
-        let [_, idx, meta] = keys::artifacts(self.options.key_prefix(), scope, session);
+        let [_, idx, meta, _] = keys::artifacts(self.options.key_prefix(), scope, session);
         let mut conn = self.conn.clone();
         let (artifacts, bytes): (usize, Option<usize>) = redis_client::pipe()
             .cmd("ZCARD")
@@ -112,13 +132,14 @@ impl ArtifactStore for RedisArtifactStore {
     ) -> Result<(), StoreError> {
         let max_bytes = self.options.max_session_bytes();
         let value = encode_bounded(&artifact, "artifact", "session", max_bytes)?;
-        let [data, idx, meta] = keys::artifacts(self.options.key_prefix(), scope, session);
+        let [data, idx, meta, live] = keys::artifacts(self.options.key_prefix(), scope, session);
         let mut conn = self.conn.clone();
         self.scripts
             .put
             .key(data)
             .key(idx)
             .key(meta)
+            .key(live)
             .arg(id)
             .arg(value)
             // Zero would evict the artifact just stored.
@@ -137,7 +158,7 @@ impl ArtifactStore for RedisArtifactStore {
         session: &str,
         id: &str,
     ) -> Result<Option<Artifact>, StoreError> {
-        let [data, idx, meta] = keys::artifacts(self.options.key_prefix(), scope, session);
+        let [data, idx, meta, live] = keys::artifacts(self.options.key_prefix(), scope, session);
         let mut conn = self.conn.clone();
         let bytes: Option<Vec<u8>> = self
             .scripts
@@ -145,6 +166,7 @@ impl ArtifactStore for RedisArtifactStore {
             .key(data)
             .key(idx)
             .key(meta)
+            .key(live)
             .arg(id)
             .arg(millis(self.options.artifact_ttl()))
             .invoke_async(&mut conn)
@@ -153,5 +175,48 @@ impl ArtifactStore for RedisArtifactStore {
         bytes
             .map(|bytes| decode_json(&bytes, format_args!("artifact {id}")))
             .transpose()
+    }
+
+    /// One script stores the new artifacts, replaces the live set, evicts around it and
+    /// reads which references are missing, so no other replica's write comes between.
+    async fn commit(
+        &self,
+        scope: &Scope,
+        session: &str,
+        new: Vec<(String, Artifact)>,
+        referenced: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let max_bytes = self.options.max_session_bytes();
+        let mut values = Vec::with_capacity(new.len());
+        for (id, artifact) in new {
+            match encode_bounded(&artifact, "artifact", "session", max_bytes) {
+                Ok(value) => values.push((id, value)),
+                // Not stored, so reported missing like any id the session does not hold.
+                Err(e) if e.kind == StoreErrorKind::TooLarge => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let keys = keys::artifacts(self.options.key_prefix(), scope, session);
+        let mut script = self.scripts.commit.prepare_invoke();
+        for key in keys {
+            script.key(key);
+        }
+        script
+            // The same bound as `put`'s, at least one.
+            .arg(self.options.max_artifacts_per_session().max(1))
+            .arg(max_bytes)
+            .arg(millis(self.options.artifact_ttl()))
+            .arg(values.len());
+        for (id, value) in &values {
+            script.arg(id).arg(value);
+        }
+        for id in referenced {
+            script.arg(id);
+        }
+        let mut conn = self.conn.clone();
+        script
+            .invoke_async::<Vec<String>>(&mut conn)
+            .await
+            .map_err(|e| self.error("artifact commit", &e))
     }
 }

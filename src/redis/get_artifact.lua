@@ -1,5 +1,5 @@
 -- Reads one artifact, counting the read as a use for eviction and keeping the session.
--- KEYS: data, idx, meta (as in put_artifact.lua)
+-- KEYS: data, idx, meta, live (as in put_artifact.lua)
 -- ARGV: id, ttl in ms
 -- Returns the artifact, or nil.
 local value = redis.call('HGET', KEYS[1], ARGV[1])
@@ -8,7 +8,8 @@ if not value then
 end
 local seq = redis.call('HINCRBY', KEYS[3], 'seq', 1)
 redis.call('ZADD', KEYS[2], 'XX', seq, ARGV[1])
-for i = 1, 3 do
+-- The live set expires with the artifacts it protects, never before them.
+for i = 1, 4 do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 return value

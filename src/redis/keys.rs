@@ -10,6 +10,8 @@
 //! {prefix}:art:{scope key}:{session}:data       hash: artifact id → artifact (JSON)
 //! {prefix}:art:{scope key}:{session}:idx        sorted set: artifact id → last use
 //! {prefix}:art:{scope key}:{session}:meta       hash: `seq` (use counter), `bytes`
+//! {prefix}:art:{scope key}:{session}:live       set: the ids the session's latest
+//!                                               request refers to (never evicted)
 //! ```
 //!
 //! Durable contexts and memory ([`RedisStore`](super::RedisStore)), under its
@@ -41,13 +43,15 @@ pub(crate) fn flight(prefix: &str, key: &MemoKey) -> String {
     format!("{prefix}:flight:{}:{}", key.scope_key(), key.digest_hex())
 }
 
-/// The three keys of one session's artifacts: data, index and meta.
-pub(crate) fn artifacts(prefix: &str, scope: &Scope, session: &str) -> [String; 3] {
+/// The four keys of one session's artifacts: data, index, meta and live set, in the
+/// order the artifact scripts take them.
+pub(crate) fn artifacts(prefix: &str, scope: &Scope, session: &str) -> [String; 4] {
     let base = format!("{prefix}:art:{}:{}", scope.key(), escape(session));
     [
         format!("{base}:data"),
         format!("{base}:idx"),
         format!("{base}:meta"),
+        format!("{base}:live"),
     ]
 }
 
@@ -109,6 +113,19 @@ mod tests {
             artifacts("p", &Scope::org(999), "s")
         );
         assert!(artifacts("p", &Scope::org(1), "s")[0].starts_with("p:art:org1:domNone:s:"));
+    }
+
+    #[test]
+    fn a_sessions_keys_share_one_base() {
+        assert_eq!(
+            artifacts("p", &Scope::org(1), "s"),
+            [
+                "p:art:org1:domNone:s:data",
+                "p:art:org1:domNone:s:idx",
+                "p:art:org1:domNone:s:meta",
+                "p:art:org1:domNone:s:live",
+            ]
+        );
     }
 
     #[test]

@@ -34,8 +34,9 @@ impl Default for RedisOptions {
             memo_ttl: Duration::from_secs(60 * 60),
             max_memo_bytes: 1024 * 1024,
             artifact_ttl: Duration::from_secs(24 * 60 * 60),
-            // The default `ContextPolicy::max_artifacts`.
+            // As many as the default `ContextPolicy::max_artifacts`.
             max_artifacts_per_session: 32,
+            // Twice the default `ContextPolicy::max_artifact_bytes` (32 MiB of text).
             max_session_bytes: 64 * 1024 * 1024,
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(1),
@@ -72,14 +73,25 @@ impl RedisOptions {
         self
     }
 
-    /// The most artifacts kept per session (default 32); the least recently used go.
+    /// The most artifacts kept per session besides those its latest request refers to
+    /// (its live set, see [`ArtifactStore::commit`], kept even past this); the least
+    /// recently used of the others go. Default 32, as many as the default
+    /// `ContextPolicy::max_artifacts`, which bounds what one request refers to.
+    ///
+    /// [`ArtifactStore::commit`]: llm_context_layers::ArtifactStore::commit
     pub fn with_max_artifacts_per_session(mut self, n: usize) -> Self {
         self.max_artifacts_per_session = n;
         self
     }
 
-    /// The most bytes of artifacts (as JSON) kept per session (default 64 MiB); the
-    /// least recently used go. One artifact larger than this is refused.
+    /// The most bytes of artifacts (as JSON) kept per session besides its live set; the
+    /// least recently used of the others go. One artifact larger than this is refused.
+    ///
+    /// Default 64 MiB: twice the default `ContextPolicy::max_artifact_bytes` (32 MiB of
+    /// text per request), so a whole live set fits with room for JSON escaping and for
+    /// older artifacts the model may still read back. Keep it above the policy's bound:
+    /// under it, an artifact the policy lets a request refer to may be refused as too
+    /// large, and little room is left beside the live set.
     pub fn with_max_session_bytes(mut self, bytes: usize) -> Self {
         self.max_session_bytes = bytes;
         self

@@ -1,7 +1,10 @@
 //! The contract every `ArtifactStore` backend keeps, written once and run against each
 //! backend by `artifact_contract!`: round trips, tenant and session isolation, the
 //! per-session count and byte bounds (least recently used out first, a read counting as
-//! a use), one copy per id, and refusing an artifact larger than the byte bound.
+//! a use), one copy per id, refusing an artifact larger than the byte bound, and
+//! `commit`: the live set outlasts both bounds until the next commit replaces it, a plain
+//! put evicts around it, missing references are reported in order, and live sets are
+//! per tenant and session.
 #![allow(dead_code, unreachable_pub)]
 
 pub mod agent_loop;
@@ -228,6 +231,237 @@ pub async fn the_count_bound_holds_under_concurrent_writers(make: MakeArtifacts)
     assert_eq!(kept(b.store.as_ref(), &scope, &all).await.len(), MAX);
 }
 
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn new(names: &[&str]) -> Vec<(String, Artifact)> {
+    names
+        .iter()
+        .map(|id| ((*id).to_owned(), artifact(id)))
+        .collect()
+}
+
+/// About 1,000 bytes, as text or as JSON, distinct per `i`.
+fn kilo(i: usize) -> Artifact {
+    artifact(&format!("{i:04}{}", "x".repeat(996)))
+}
+
+pub async fn the_live_set_outlasts_the_count_bound_until_the_next_commit(make: MakeArtifacts) {
+    let b = make(2, ROOMY.1).await;
+    let scope = tenant("commit-count");
+    let missing = b
+        .store
+        .commit(&scope, "s1", new(&["a", "b", "c"]), &ids(&["a", "b", "c"]))
+        .await
+        .unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    // Three over a bound of two, all kept: the request refers to each.
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["a", "b", "c"]).await,
+        ["a", "b", "c"]
+    );
+    // The next request refers to "c" and a new "d": "a" and "b" are no longer live.
+    let missing = b
+        .store
+        .commit(&scope, "s1", new(&["d"]), &ids(&["c", "d"]))
+        .await
+        .unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["a", "b", "c", "d"]).await,
+        ["c", "d"]
+    );
+    // A commit that refers to nothing leaves nothing live: the bound holds again.
+    b.store
+        .commit(&scope, "s1", new(&["e", "f"]), &ids(&["c", "d", "e", "f"]))
+        .await
+        .unwrap();
+    let missing = b.store.commit(&scope, "s1", Vec::new(), &[]).await.unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["c", "d", "e", "f"]).await,
+        ["e", "f"]
+    );
+}
+
+pub async fn the_live_set_outlasts_the_byte_bound_until_the_next_commit(make: MakeArtifacts) {
+    // Three of about 1,000 bytes fit under 3,500, four do not.
+    let b = make(ROOMY.0, 3_500).await;
+    let scope = tenant("commit-bytes");
+    b.store.put(&scope, "s1", "old", kilo(0)).await.unwrap();
+    let four: Vec<(String, Artifact)> = (1..=4).map(|i| (format!("l{i}"), kilo(i))).collect();
+    let missing = b
+        .store
+        .commit(&scope, "s1", four, &ids(&["l1", "l2", "l3", "l4"]))
+        .await
+        .unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    // The one artifact outside the live set went; the live ones stay over the bound.
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["old", "l1", "l2", "l3", "l4"]).await,
+        ["l1", "l2", "l3", "l4"]
+    );
+    // The next request refers to "l4" and a new "l5": the oldest of the others go until
+    // three fit.
+    let missing = b
+        .store
+        .commit(
+            &scope,
+            "s1",
+            vec![("l5".to_owned(), kilo(5))],
+            &ids(&["l4", "l5"]),
+        )
+        .await
+        .unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["l1", "l2", "l3", "l4", "l5"]).await,
+        ["l3", "l4", "l5"]
+    );
+}
+
+pub async fn a_put_evicts_around_the_live_set(make: MakeArtifacts) {
+    let b = make(2, ROOMY.1).await;
+    let scope = tenant("commit-put");
+    b.store
+        .commit(&scope, "s1", new(&["live"]), &ids(&["live"]))
+        .await
+        .unwrap();
+    // "live" is the least recently used, yet "x" goes for "y".
+    b.store.put(&scope, "s1", "x", artifact("x")).await.unwrap();
+    b.store.put(&scope, "s1", "y", artifact("y")).await.unwrap();
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["live", "x", "y"]).await,
+        ["live", "y"]
+    );
+    // When the live set fills the bound, a put has no room but its own artifact's: it
+    // goes, the live ones stay.
+    b.store
+        .commit(&scope, "s1", new(&["p", "q"]), &ids(&["p", "q"]))
+        .await
+        .unwrap();
+    b.store.put(&scope, "s1", "r", artifact("r")).await.unwrap();
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["p", "q", "r"]).await,
+        ["p", "q"]
+    );
+}
+
+pub async fn a_live_id_not_stored_yet_is_kept_once_put(make: MakeArtifacts) {
+    let b = make(1, ROOMY.1).await;
+    let scope = tenant("commit-later");
+    let missing = b
+        .store
+        .commit(&scope, "s1", new(&["a"]), &ids(&["a", "b"]))
+        .await
+        .unwrap();
+    assert_eq!(missing, ["b"]);
+    // The request refers to "b", so storing it later keeps both over a bound of one.
+    b.store.put(&scope, "s1", "b", artifact("b")).await.unwrap();
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["a", "b"]).await,
+        ["a", "b"]
+    );
+}
+
+pub async fn a_commit_is_a_use_of_every_reference(make: MakeArtifacts) {
+    let b = make(2, ROOMY.1).await;
+    let scope = tenant("commit-use");
+    b.store.put(&scope, "s1", "a", artifact("a")).await.unwrap();
+    b.store.put(&scope, "s1", "b", artifact("b")).await.unwrap();
+    // A request refers to "a" only, then a later one to nothing: "a" was used last.
+    b.store
+        .commit(&scope, "s1", Vec::new(), &ids(&["a"]))
+        .await
+        .unwrap();
+    b.store.commit(&scope, "s1", Vec::new(), &[]).await.unwrap();
+    b.store.put(&scope, "s1", "c", artifact("c")).await.unwrap();
+    assert_eq!(
+        kept(b.store.as_ref(), &scope, &["a", "b", "c"]).await,
+        ["a", "c"]
+    );
+}
+
+pub async fn commit_reports_the_references_it_does_not_hold_in_order(make: MakeArtifacts) {
+    let b = make(ROOMY.0, 3_500).await;
+    let scope = tenant("commit-missing");
+    b.store
+        .put(&scope, "s1", "earlier", artifact("earlier"))
+        .await
+        .unwrap();
+    b.store
+        .put(&scope, "s2", "elsewhere", artifact("elsewhere"))
+        .await
+        .unwrap();
+    let new = vec![
+        ("ok".to_owned(), artifact("ok")),
+        ("huge".to_owned(), artifact(&"x".repeat(10_000))),
+    ];
+    let referenced = ids(&["ghost", "ok", "earlier", "huge", "elsewhere", "zombie"]);
+    let missing = b
+        .store
+        .commit(&scope, "s1", new, &referenced)
+        .await
+        .unwrap();
+    // Never stored, too large for the store, another session's: missing, in order.
+    assert_eq!(missing, ["ghost", "huge", "elsewhere", "zombie"]);
+    assert_eq!(
+        kept(
+            b.store.as_ref(),
+            &scope,
+            &["ok", "earlier", "huge", "ghost"]
+        )
+        .await,
+        ["ok", "earlier"]
+    );
+    assert_eq!(
+        b.store.get(&scope, "s2", "elsewhere").await.unwrap(),
+        Some(artifact("elsewhere"))
+    );
+}
+
+pub async fn live_sets_are_per_tenant_and_session(make: MakeArtifacts) {
+    let b = make(1, ROOMY.1).await;
+    let org = tenant("commit-isolation");
+    let missing = b
+        .store
+        .commit(&org, "s1", new(&["a", "b"]), &ids(&["a", "b"]))
+        .await
+        .unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    let elsewhere = [
+        (tenant("commit-isolation-other"), "s1"),
+        (org.clone(), "s2"),
+        (org.clone().with_domain("billing"), "s1"),
+    ];
+    for (scope, session) in &elsewhere {
+        // Another tenant or session holds none of them, and its own commit (the same
+        // ids, referring to nothing stored) replaces its own live set only.
+        let missing = b
+            .store
+            .commit(scope, session, Vec::new(), &ids(&["a", "b"]))
+            .await
+            .unwrap();
+        assert_eq!(missing, ["a", "b"], "{scope:?} / {session}");
+        assert_eq!(
+            b.store.get(scope, session, "a").await.unwrap(),
+            None,
+            "{scope:?} / {session} must not see it"
+        );
+        b.store
+            .commit(scope, session, new(&["c"]), &ids(&["c"]))
+            .await
+            .unwrap();
+    }
+    // s1's live set still holds: a put there evicts its own artifact, not "a" or "b".
+    b.store.put(&org, "s1", "x", artifact("x")).await.unwrap();
+    assert_eq!(
+        kept(b.store.as_ref(), &org, &["a", "b", "x"]).await,
+        ["a", "b"]
+    );
+}
+
 /// Runs every artifact contract test against `$make`, a [`MakeArtifacts`].
 #[macro_export]
 macro_rules! artifact_contract {
@@ -241,6 +475,13 @@ macro_rules! artifact_contract {
             the_byte_bound_holds_and_keeps_the_newest,
             an_artifact_over_the_byte_bound_is_refused_and_evicts_nothing,
             the_count_bound_holds_under_concurrent_writers,
+            the_live_set_outlasts_the_count_bound_until_the_next_commit,
+            the_live_set_outlasts_the_byte_bound_until_the_next_commit,
+            a_put_evicts_around_the_live_set,
+            a_live_id_not_stored_yet_is_kept_once_put,
+            a_commit_is_a_use_of_every_reference,
+            commit_reports_the_references_it_does_not_hold_in_order,
+            live_sets_are_per_tenant_and_session,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {

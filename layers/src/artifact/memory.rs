@@ -315,8 +315,8 @@ impl ArtifactStore for LocalArtifactStore {
             .and_then(|s| s.artifacts.get(id).cloned()))
     }
 
+    /// The same use as [`get`](Self::get) (the artifact contract's), without cloning it.
     async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
-        // A use, as a read is: the stack asks before it trusts a preview it will send.
         let mut inner = self.lock();
         let key = (scope.key(), session.to_owned());
         Ok(inner
