@@ -169,12 +169,34 @@ impl ArtifactStore for RedisArtifactStore {
             .key(live)
             .arg(id)
             .arg(millis(self.options.artifact_ttl()))
+            .arg("0")
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.error("artifact get", &e))?;
         bytes
             .map(|bytes| decode_json(&bytes, format_args!("artifact {id}")))
             .transpose()
+    }
+
+    /// The read's script asked only whether the id is there: the same use as a read,
+    /// without moving the text.
+    async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
+        let [data, idx, meta, live] = keys::artifacts(self.options.key_prefix(), scope, session);
+        let mut conn = self.conn.clone();
+        let found: Option<i64> = self
+            .scripts
+            .get
+            .key(data)
+            .key(idx)
+            .key(meta)
+            .key(live)
+            .arg(id)
+            .arg(millis(self.options.artifact_ttl()))
+            .arg("1")
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.error("artifact contains", &e))?;
+        Ok(found.is_some())
     }
 
     /// One script stores the new artifacts, replaces the live set, evicts around it and
