@@ -722,3 +722,64 @@ async fn a_fold_whose_block_cannot_fit_is_refused_and_the_history_kept() {
     let sent = inner.last_request().unwrap();
     assert_eq!(sent.messages, request.messages, "history kept whole");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_folds_a_summary_names_stay_readable_past_the_policys_artifact_count() {
+    use llm_context_layers::{ContextPolicy, ContextPolicyLayer};
+    // The request names more offloaded results (40) than the store keeps besides them
+    // (`max_artifacts`, 32): the store evicts what the request does not name, so the
+    // summary's folded spans must be among what it names.
+    let inner = model(|_| MockReply::text(summary("early questions")));
+    let policy =
+        ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(1_000_000)).unwrap();
+    let store = policy.artifact_store();
+    let summarize = SummarizeLayer::new(SummarizeConfig::new(150_000).with_keep_last(81))
+        .unwrap()
+        .with_artifact_store(store.clone());
+    let mut stack = tower::ServiceBuilder::new()
+        .layer(summarize)
+        .layer(policy)
+        .service(inner.clone());
+    let mut transcript = vec![Message::system("You are an SRE agent.")];
+    for t in 0..200 {
+        transcript.push(Message::user(format!(
+            "question {t}: {}",
+            "why? ".repeat(400)
+        )));
+        transcript.push(Message::assistant(format!("answer {t}")));
+    }
+    transcript.push(Message::user("now read the logs"));
+    for i in 0..40 {
+        let id = format!("c{i}");
+        transcript.push(Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::new(id.clone(), "read_log", json!({"page": i}))],
+        ));
+        transcript.push(Message::tool_result(
+            id,
+            "read_log",
+            format!("{i} ").repeat(3_100),
+        ));
+    }
+    let request = ChatRequest::new("m", transcript).with_scope(Scope::org("acme"));
+    let reply = stack.ready().await.unwrap().call(request).await.unwrap();
+    assert!(reply.report.folded_messages > 0, "{:?}", reply.report);
+    assert_eq!(reply.report.offloaded_results, 40);
+    let sent = inner.last_request().unwrap();
+    let block = sent
+        .messages
+        .iter()
+        .find_map(SummaryBlock::from_message)
+        .unwrap();
+    assert!(!block.artifacts.is_empty());
+    for id in block.artifacts.iter().chain(&block.archive) {
+        let artifact = store
+            .get(&Scope::org("acme"), DEFAULT_SESSION, id)
+            .await
+            .unwrap();
+        assert!(
+            artifact.is_some(),
+            "the fold {id} the summary names was evicted"
+        );
+    }
+}

@@ -52,6 +52,6 @@ pub use clear::{Clear, ClearLayer};
 pub use cut::{Cut, CutStore, LocalCutStore};
 pub(crate) use fitting::{Fit, FitConfig, budget, prepare};
 pub use pairing::PairingError;
-pub(crate) use plan::{Applied, Kept, Long, Reference, Scratch, Stages};
+pub(crate) use plan::{Applied, Kept, Long, Reference, Scratch, Stages, summary_references};
 pub use prune::{Prune, PruneLayer};
 pub(crate) use turns::Layout;

@@ -140,6 +140,29 @@ pub(crate) struct Reference {
     pub(crate) id: String,
     /// The characters of the result it stands for.
     pub(crate) chars: usize,
+    /// Named by a summary block (a folded span or its archive), not by a tool result: kept
+    /// live, never cleared for it.
+    pub(crate) summary: bool,
+}
+
+/// The artifacts the summary blocks among the leading system messages name: their folded
+/// spans and their archive.
+pub(crate) fn summary_references(messages: &[Message], head_end: usize) -> Vec<Reference> {
+    let mut out = Vec::new();
+    for (index, m) in messages[..head_end.min(messages.len())].iter().enumerate() {
+        let Some(block) = crate::summarize::SummaryBlock::from_message(m) else {
+            continue;
+        };
+        for id in block.artifacts.into_iter().chain(block.archive) {
+            out.push(Reference {
+                index,
+                id,
+                chars: 0,
+                summary: true,
+            });
+        }
+    }
+    out
 }
 
 /// A result replaced by a reference to an artifact the session stored before: its text,
@@ -209,6 +232,7 @@ impl Plan {
                 index: c.index,
                 id: id.clone(),
                 chars: c.chars,
+                summary: false,
             });
             if c.store {
                 let artifact = Artifact::counted(&original.text(), c.chars, artifact_max_chars);
@@ -621,7 +645,8 @@ fn decide(
 
     clears.retain(|c| actions[c.index] == Action::Clear);
     let inputs = if stages.offloads() {
-        let inputs = input_references(m, policy, actions);
+        let mut inputs = input_references(m, policy, actions);
+        inputs.extend(summary_references(&req.messages, layout.head_end));
         report.unkept_artifacts =
             bound_references(m, policy, &inputs, actions, &mut clears, cost, &mut total);
         inputs
@@ -684,6 +709,7 @@ fn input_references(
                 index: i,
                 id,
                 chars,
+                summary: false,
             });
         }
     }
@@ -720,7 +746,7 @@ fn bound_references(
     for c in clears.iter().filter(|c| c.names.is_some()) {
         named.push((c.index, c.bytes, c.chars));
     }
-    for r in inputs {
+    for r in inputs.iter().filter(|r| !r.summary) {
         // The artifact is stored already; its characters stand for its bytes.
         named.push((r.index, r.chars.min(art_max), r.chars));
     }

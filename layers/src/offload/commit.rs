@@ -82,7 +82,13 @@ fn store_failed(e: &crate::store::StoreError, prepared: &mut Prepared) {
 /// Replaces every message naming one of `missing` with a stub naming no artifact.
 fn unkeep(prepared: &mut Prepared, missing: &[String]) {
     let report = &mut prepared.report;
-    for r in prepared.refs.iter().filter(|r| missing.contains(&r.id)) {
+    // A summary block is the summary, not a result to stub: the model reads its folds
+    // back or is told the id is unknown.
+    for r in prepared
+        .refs
+        .iter()
+        .filter(|r| !r.summary && missing.contains(&r.id))
+    {
         let Some(m) = prepared.req.messages.get_mut(r.index) else {
             continue;
         };

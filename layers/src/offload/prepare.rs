@@ -6,7 +6,7 @@ use crate::artifact::{
     Displaced, PREVIEW, REFERS, Untrusted, check_read_tool, genuine_preview, mark, parse_stub,
     read_artifact_tool, read_artifact_tool_tokens,
 };
-use crate::fit::{Applied, Kept, Reference};
+use crate::fit::{Applied, Kept, Reference, summary_references};
 use crate::model::{ChatRequest, Message, PreparationReport};
 use crate::offload::{ContentKey, Remembered, SessionMemory};
 use crate::policy::ContextPolicy;
@@ -111,8 +111,17 @@ fn input_references(
             parse_stub(text).flatten().map(|id| (id, 0))
         };
         if let Some((id, chars)) = found {
-            out.push(Reference { index, id, chars });
+            out.push(Reference {
+                index,
+                id,
+                chars,
+                summary: false,
+            });
         }
     }
+    out.extend(summary_references(
+        messages,
+        crate::model::leading_system_end(messages),
+    ));
     out
 }

@@ -91,6 +91,7 @@ pub(crate) fn offload_messages(
                 index: long.index,
                 id: known.id.clone(),
                 chars: long.chars,
+                summary: false,
             });
             out.reused += 1;
             continue;
@@ -131,6 +132,7 @@ pub(crate) fn offload_messages(
             index: long.index,
             id: id.clone(),
             chars: long.chars,
+            summary: false,
         });
         out.displaced.push(Displaced { id, artifact });
     }
