@@ -70,6 +70,9 @@ type SessionKey = (String, String);
 struct Session {
     artifacts: LruCache<String, Artifact>,
     live: HashSet<String>,
+    /// The live set as the last commit listed it: an agent loop names the same ids again
+    /// and again, and comparing lists is cheaper than building the set.
+    live_list: Vec<String>,
     bytes: usize,
 }
 
@@ -78,6 +81,7 @@ impl Session {
         Self {
             artifacts: LruCache::unbounded(),
             live: HashSet::new(),
+            live_list: Vec::new(),
             bytes: 0,
         }
     }
@@ -248,8 +252,8 @@ impl Inner {
     /// Brings the session `key` within its bounds, then the store within its byte bound,
     /// evicting only what no session's latest request refers to, and then whole idle
     /// sessions (never `key`'s).
-    fn enforce(&mut self, key: &SessionKey, limits: &ArtifactLimits) {
-        if let Some(session) = self.sessions.peek_mut(key) {
+    fn enforce(&mut self, key: &SessionKey, limits: &ArtifactLimits, all_live: bool) {
+        if !all_live && let Some(session) = self.sessions.peek_mut(key) {
             let freed = session.evict_unreferenced(|n, bytes| {
                 n > limits.per_session || bytes > limits.session_bytes
             });
@@ -297,7 +301,7 @@ impl ArtifactStore for LocalArtifactStore {
         let key = (scope.key(), session.to_owned());
         inner.session(key.clone(), &self.limits);
         inner.insert(&key, id.to_owned(), artifact);
-        inner.enforce(&key, &self.limits);
+        inner.enforce(&key, &self.limits, false);
         Ok(())
     }
 
@@ -335,24 +339,29 @@ impl ArtifactStore for LocalArtifactStore {
         let mut inner = self.lock();
         let key = (scope.key(), session.to_owned());
         let s = inner.session(key.clone(), &self.limits);
-        s.live.clear();
-        s.live.extend(referenced.iter().cloned());
+        if s.live_list != referenced {
+            s.live.clear();
+            s.live.extend(referenced.iter().cloned());
+            s.live_list = referenced.to_vec();
+        }
         for (id, artifact) in new {
             // One artifact over the store's whole bound is a missing reference.
             if self.check_size(&artifact).is_ok() {
                 inner.insert(&key, id, artifact);
             }
         }
-        inner.enforce(&key, &self.limits);
-        let s = inner
-            .sessions
-            .get_mut(&key)
-            .expect("the current session is never evicted");
-        Ok(referenced
+        // What is missing now stays missing: eviction below takes only what the live set
+        // does not name. Every reference found is a use.
+        let s = inner.sessions.get_mut(&key).expect("made above");
+        let missing: Vec<String> = referenced
             .iter()
             .filter(|id| s.artifacts.get(id.as_str()).is_none())
             .cloned()
-            .collect())
+            .collect();
+        // All the session holds is live (the usual case of a loop): nothing to scan.
+        let all_live = s.artifacts.len() + missing.len() <= s.live.len();
+        inner.enforce(&key, &self.limits, all_live);
+        Ok(missing)
     }
 }
 
