@@ -138,8 +138,16 @@ pub fn char_count(s: &str) -> usize {
     bytecount::num_chars(s.as_bytes())
 }
 
-/// The first `max_chars` characters of `text`, cut on a character boundary.
-pub(crate) fn truncate_chars(text: &str, max_chars: usize) -> &str {
+/// The first `max_chars` characters of `text`, cut on a character boundary (all of
+/// `text` when it has no more).
+///
+/// ```
+/// use llm_context_layers::tokens::truncate_chars;
+///
+/// assert_eq!(truncate_chars("a🎉b中", 2), "a🎉");
+/// assert_eq!(truncate_chars("a🎉b中", 9), "a🎉b中");
+/// ```
+pub fn truncate_chars(text: &str, max_chars: usize) -> &str {
     // Tool output is mostly ASCII, where characters are bytes: no walk needed.
     let head = &text.as_bytes()[..max_chars.min(text.len())];
     if head.is_ascii() {
