@@ -10,6 +10,9 @@
 //! - `code`: source lines with tabs, escaped quotes and backslashes, non-ASCII comments;
 //! - `ascii_log`: an access log, ASCII only, with newlines and quotes.
 //!
+//! `json_string_chars_short` sizes a dozen tool-call argument keys and values, the
+//! strings the estimate sizes most often.
+//!
 //! Sizes: 8,000 characters (a large generated result, just over the default offload
 //! threshold of 6,000) and 1,000,000 (the default artifact limit).
 //!
@@ -72,6 +75,32 @@ fn json_string_chars_of<const N: usize>(bencher: Bencher<'_, '_>, kind: &str) {
     bencher
         .counter(divan::counter::BytesCount::new(text.len()))
         .bench(|| json_string_chars(black_box(&text)));
+}
+
+/// Sizing short strings, as the estimate sizes every key and string value of every
+/// tool call's arguments: the cost is the call's, not the bytes'.
+#[divan::bench]
+fn json_string_chars_short(bencher: Bencher<'_, '_>) {
+    let strings = [
+        "path",
+        "src/middleware/context.rs",
+        "start_line",
+        "pattern",
+        "reserve_tokens",
+        "query",
+        "SELECT id, body FROM events WHERE note LIKE '%é%' LIMIT 20",
+        "url",
+        "https://docs.example.test/api/42",
+        "filter",
+        "budget::",
+        "キャッシュ",
+    ];
+    bencher.bench(|| {
+        black_box(&strings)
+            .iter()
+            .map(|s| json_string_chars(s))
+            .sum::<usize>()
+    });
 }
 
 /// Cutting a preview: the first three quarters of the text (6,000 of 8,000 characters,

@@ -264,6 +264,17 @@ const BLOCKS: usize = u8::MAX as usize;
 /// for "nothing to escape" first: the flags are summed branch-free in `u8` lanes, a
 /// block at a time, and the compiler vectorises the lanes.
 fn escape_counts(bytes: &[u8]) -> (usize, usize) {
+    if bytes.len() < LANES {
+        // Most strings sized are short (tool-call argument keys and values), and most of
+        // those need no escape: one flag a byte says so, for less than the two counts.
+        let flagged = bytes
+            .iter()
+            .map(|&b| u8::from((b < 0x20) | (b == b'"') | (b == b'\\')))
+            .sum::<u8>();
+        if flagged == 0 {
+            return (0, 0);
+        }
+    }
     let (mut short, mut long) = (0, 0);
     let mut groups = bytes.chunks_exact(LANES * BLOCKS);
     for group in groups.by_ref() {
@@ -271,10 +282,13 @@ fn escape_counts(bytes: &[u8]) -> (usize, usize) {
         (short, long) = (short + s, long + l);
     }
     let rest = groups.remainder();
-    let whole = rest.len() / LANES * LANES;
-    let (s, l) = lane_counts(&rest[..whole]);
-    (short, long) = (short + s, long + l);
-    for &b in &rest[whole..] {
+    let (blocks, tail) = rest.split_at(rest.len() / LANES * LANES);
+    // A short string skips the lanes, whose zeroing and sums cost more than its bytes.
+    if !blocks.is_empty() {
+        let (s, l) = lane_counts(blocks);
+        (short, long) = (short + s, long + l);
+    }
+    for &b in tail {
         let (s, l) = escapes(b);
         (short, long) = (short + usize::from(s), long + usize::from(l));
     }
