@@ -10,8 +10,8 @@
 //! - `code`: source lines with tabs, escaped quotes and backslashes, non-ASCII comments;
 //! - `ascii_log`: an access log, ASCII only, with newlines and quotes.
 //!
-//! `json_string_chars_short` sizes a dozen tool-call argument keys and values, the
-//! strings the estimate sizes most often.
+//! `json_string_chars_short` sizes fifteen tool-call argument keys and values (4 to 100
+//! bytes), the strings the estimate sizes most often.
 //!
 //! Sizes: 8,000 characters (a large generated result, just over the default offload
 //! threshold of 6,000) and 1,000,000 (the default artifact limit).
@@ -94,6 +94,9 @@ fn json_string_chars_short(bencher: Bencher<'_, '_>) {
         "filter",
         "budget::",
         "キャッシュ",
+        "η σύνδεση λήγει μετά από τριάντα δευτερόλεπτα",
+        "запрос возвращает пустой ответ при большой нагрузке",
+        "{\"kind\": \"escaped JSON in a string argument\", \"ok\": true}",
     ];
     bencher.bench(|| {
         black_box(&strings)

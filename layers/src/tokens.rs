@@ -260,20 +260,13 @@ const BLOCKS: usize = u8::MAX as usize;
 /// byte of UTF-8 is never mistaken for one; `/`, DEL and non-ASCII are written as
 /// themselves.
 ///
-/// Tool output (JSON, logs, code) always holds some of these bytes, so there is no test
-/// for "nothing to escape" first: the flags are summed branch-free in `u8` lanes, a
-/// block at a time, and the compiler vectorises the lanes.
+/// Tool output (JSON, logs, code) always holds some of these bytes, so a long string is
+/// not tested for "nothing to escape" first (a short one is, see [`SHORT`]): the flags
+/// are summed branch-free in `u8` lanes, a block at a time, and the compiler vectorises
+/// the lanes.
 fn escape_counts(bytes: &[u8]) -> (usize, usize) {
-    if bytes.len() < LANES {
-        // Most strings sized are short (tool-call argument keys and values), and most of
-        // those need no escape: one flag a byte says so, for less than the two counts.
-        let flagged = bytes
-            .iter()
-            .map(|&b| u8::from((b < 0x20) | (b == b'"') | (b == b'\\')))
-            .sum::<u8>();
-        if flagged == 0 {
-            return (0, 0);
-        }
+    if bytes.len() < SHORT && !any_escape(bytes) {
+        return (0, 0);
     }
     let (mut short, mut long) = (0, 0);
     let mut groups = bytes.chunks_exact(LANES * BLOCKS);
@@ -283,7 +276,7 @@ fn escape_counts(bytes: &[u8]) -> (usize, usize) {
     }
     let rest = groups.remainder();
     let (blocks, tail) = rest.split_at(rest.len() / LANES * LANES);
-    // A short string skips the lanes, whose zeroing and sums cost more than its bytes.
+    // Fewer bytes than a block skip the lanes, whose zeroing and sums cost more.
     if !blocks.is_empty() {
         let (s, l) = lane_counts(blocks);
         (short, long) = (short + s, long + l);
@@ -293,6 +286,24 @@ fn escape_counts(bytes: &[u8]) -> (usize, usize) {
         (short, long) = (short + usize::from(s), long + usize::from(l));
     }
     (short, long)
+}
+
+/// Below this many bytes a string is first tested for any byte to escape. Most strings
+/// sized are short (tool-call argument keys and values, up to a few hundred bytes) and
+/// need no escape: one flag a byte, summed per 255 bytes, says so for less than the two
+/// counts and the lanes' zeroing and sums. Tool output, which always needs some, is
+/// longer and goes straight to counting.
+const SHORT: usize = 1_024;
+
+/// Whether any byte of `bytes` is escaped (see [`escapes`]).
+fn any_escape(bytes: &[u8]) -> bool {
+    bytes.chunks(usize::from(u8::MAX)).any(|chunk| {
+        chunk
+            .iter()
+            .map(|&b| u8::from((b < 0x20) | (b == b'"') | (b == b'\\')))
+            .sum::<u8>()
+            > 0
+    })
 }
 
 /// [`escape_counts`] over at most [`BLOCKS`] whole blocks of [`LANES`] bytes.
@@ -554,8 +565,9 @@ mod tests {
         }
     }
 
-    /// Byte lengths where the scans change regime: the lane width, the widening of the
-    /// `u8` lanes, the brief's 255/256/4096, and the walk threshold of `char_boundary`.
+    /// Byte lengths where the scans change regime: the lane width, the test of short
+    /// strings, 255/256 (the flag sums' chunks) and 4096, the widening of the `u8`
+    /// lanes, and the walk threshold of `char_boundary` (31–33).
     fn boundary_lengths() -> Vec<usize> {
         let mut out = vec![0, 1, 2];
         for edge in [
@@ -564,6 +576,7 @@ mod tests {
             LANES,
             255,
             256,
+            SHORT,
             4096,
             LANES * BLOCKS,
             2 * LANES * BLOCKS,
