@@ -8,7 +8,7 @@ use super::store::ArtifactStore;
 use crate::error::ToolConflictError;
 use crate::model::Scope;
 use crate::model::{ChatRequest, Message, ToolCall, ToolSpec};
-use crate::tokens::char_count;
+use crate::tokens::{char_count, truncate_chars};
 
 /// The tool's name.
 pub const READ_ARTIFACT_TOOL: &str = "read_context_artifact";
@@ -219,7 +219,9 @@ impl ArtifactReader {
     }
 }
 
-/// The byte index of character `n` of `s` (its length when `n` is the count or more).
+/// The byte index of character `n` of `s` (its length when `n` is the count or more):
+/// an artifact is up to a million characters, and paging through it should not walk
+/// them one by one.
 fn byte_at(s: &str, n: usize) -> usize {
-    s.char_indices().nth(n).map_or(s.len(), |(i, _)| i)
+    truncate_chars(s, n).len()
 }

@@ -8,7 +8,7 @@ use super::block::SummaryBlock;
 use super::config::SummarizeConfig;
 use crate::artifact::{Artifact, ArtifactStore, artifact_id};
 use crate::model::Scope;
-use crate::tokens::{char_count, estimate_one};
+use crate::tokens::{char_count, estimate_one, truncate_chars};
 
 /// What an archive artifact holds: the ids of folds that no longer fit in the block's own
 /// list, and the archive before it. Its text is this as JSON, with
@@ -126,11 +126,7 @@ pub(crate) fn fit_block(block: &mut SummaryBlock, budget: usize) -> Result<(), u
     }
     while tokens > budget && !block.fallback.is_empty() {
         let need = (tokens - budget) * 4;
-        let cut = block
-            .fallback
-            .char_indices()
-            .nth(need)
-            .map_or(block.fallback.len(), |(i, _)| i);
+        let cut = truncate_chars(&block.fallback, need).len();
         // Whole lines: past the cut, up to the next line's start.
         let rest = match block.fallback[cut..].find('\n') {
             Some(nl) => block.fallback[cut + nl + 1..].to_owned(),
