@@ -283,12 +283,18 @@ fn large_results_are_offloaded_and_reported() {
             {"role": "user", "content": "read it"},
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "z".repeat(20_000)}
+            {"role": "tool", "tool_call_id": "c1", "content": "z".repeat(20_000),
+             "observation": true, "x_meta": {"host": "db-1"}}
         ]
     });
     let out = run(&["prepare", "--json"], Some(&body.to_string()));
     let v = ok_json(&out);
     assert_eq!(v["report"]["offloaded_results"], 1);
+    // The offloaded result keeps its own fields around the preview.
+    let result = &v["request"]["messages"][2];
+    assert_eq!(result["observation"], true);
+    assert_eq!(result["x_meta"], body["messages"][2]["x_meta"]);
+    assert_eq!(result["tool_call_id"], "c1");
     let preview: Value =
         serde_json::from_str(v["request"]["messages"][2]["content"].as_str().unwrap()).unwrap();
     assert_eq!(preview["original_chars"], 20_000);

@@ -18,27 +18,29 @@ pub(crate) const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
 fn read_body(path: Option<&Path>) -> Result<(String, String), Exit> {
     let (text, source) = match path.filter(|p| *p != Path::new("-")) {
         None => (
-            read_bounded(std::io::stdin().lock(), "stdin", MAX_INPUT_BYTES)?,
+            read_bounded(std::io::stdin().lock(), "stdin", MAX_INPUT_BYTES, 0)?,
             "stdin".to_owned(),
         ),
         Some(p) => {
             let source = p.display().to_string();
             let cannot = |e: std::io::Error| Exit::bad_input(format!("cannot read {source}: {e}"));
             let file = std::fs::File::open(p).map_err(cannot)?;
-            // A file says its size: refuse it before reading any of it.
-            if file.metadata().map_err(cannot)?.len() > MAX_INPUT_BYTES {
+            // A file says its size: refuse it before reading any of it, and read it into
+            // a buffer of that size (grown by doubling, it would be copied as it grows).
+            let len = file.metadata().map_err(cannot)?.len();
+            if len > MAX_INPUT_BYTES {
                 return Err(over_limit(&source));
             }
-            (read_bounded(file, &source, MAX_INPUT_BYTES)?, source)
+            (read_bounded(file, &source, MAX_INPUT_BYTES, len)?, source)
         }
     };
     Ok((text, source))
 }
 
 /// All of `input` as text, or an error once it passes `limit` bytes (nothing past the
-/// limit is read).
-fn read_bounded(input: impl Read, source: &str, limit: u64) -> Result<String, Exit> {
-    let mut text = String::new();
+/// limit is read); `size` is what it is expected to hold.
+fn read_bounded(input: impl Read, source: &str, limit: u64, size: u64) -> Result<String, Exit> {
+    let mut text = String::with_capacity(usize::try_from(size.min(limit)).unwrap_or(0));
     input
         .take(limit.saturating_add(1))
         .read_to_string(&mut text)
@@ -85,13 +87,13 @@ mod tests {
     #[test]
     fn reading_stops_at_the_limit() {
         assert_eq!(
-            read_bounded(&b"0123456789"[..], "stdin", 10)
+            read_bounded(&b"0123456789"[..], "stdin", 10, 10)
                 .ok()
                 .as_deref(),
             Some("0123456789")
         );
         // One byte over: an error, and no more than limit + 1 bytes were asked for.
         let mut endless = std::io::repeat(b'x');
-        assert!(read_bounded(&mut endless, "stdin", 10).is_err());
+        assert!(read_bounded(&mut endless, "stdin", 10, 0).is_err());
     }
 }
