@@ -64,6 +64,30 @@ pub struct SessionUsage {
 }
 
 impl RedisArtifactStore {
+    /// Runs the read script for `id`: the artifact's text, or with `only_exists` 1 when it
+    /// is there; either way a use that keeps the session alive.
+    async fn read<T: redis_client::FromRedisValue>(
+        &self,
+        scope: &Scope,
+        session: &str,
+        id: &str,
+        only_exists: bool,
+    ) -> redis_client::RedisResult<T> {
+        let [data, idx, meta, live] = keys::artifacts(self.options.key_prefix(), scope, session);
+        let mut conn = self.conn.clone();
+        self.scripts
+            .get
+            .key(data)
+            .key(idx)
+            .key(meta)
+            .key(live)
+            .arg(id)
+            .arg(millis(self.options.artifact_ttl()))
+            .arg(if only_exists { "1" } else { "0" })
+            .invoke_async(&mut conn)
+            .await
+    }
+
     /// A store on an open connection.
     pub fn new(conn: ConnectionManager, options: RedisOptions) -> Self {
         Self::with_secret(conn, Arc::new(options), None)
@@ -158,19 +182,8 @@ impl ArtifactStore for RedisArtifactStore {
         session: &str,
         id: &str,
     ) -> Result<Option<Artifact>, StoreError> {
-        let [data, idx, meta, live] = keys::artifacts(self.options.key_prefix(), scope, session);
-        let mut conn = self.conn.clone();
         let bytes: Option<Vec<u8>> = self
-            .scripts
-            .get
-            .key(data)
-            .key(idx)
-            .key(meta)
-            .key(live)
-            .arg(id)
-            .arg(millis(self.options.artifact_ttl()))
-            .arg("0")
-            .invoke_async(&mut conn)
+            .read(scope, session, id, false)
             .await
             .map_err(|e| self.error("artifact get", &e))?;
         bytes
@@ -181,19 +194,8 @@ impl ArtifactStore for RedisArtifactStore {
     /// The read's script asked only whether the id is there: the same use as a read,
     /// without moving the text.
     async fn contains(&self, scope: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
-        let [data, idx, meta, live] = keys::artifacts(self.options.key_prefix(), scope, session);
-        let mut conn = self.conn.clone();
         let found: Option<i64> = self
-            .scripts
-            .get
-            .key(data)
-            .key(idx)
-            .key(meta)
-            .key(live)
-            .arg(id)
-            .arg(millis(self.options.artifact_ttl()))
-            .arg("1")
-            .invoke_async(&mut conn)
+            .read(scope, session, id, true)
             .await
             .map_err(|e| self.error("artifact contains", &e))?;
         Ok(found.is_some())
