@@ -165,30 +165,29 @@ fn estimate_only(bencher: divan::Bencher<'_, '_>, n: usize) {
     floor(bencher, gen_transcript::with_messages(n), false);
 }
 
-/// The ASCII-only variant, pruned to the floor (`tight` before the generated transcripts).
-#[divan::bench(args = ASCII_SIZES, sample_size = 1)]
-fn ascii_tight(bencher: divan::Bencher<'_, '_>, n: usize) {
-    let expect = Expect::new(true, None);
+/// The ASCII-only transcript under its own policies, as the earlier benchmark ran it.
+fn ascii(bencher: divan::Bencher<'_, '_>, n: usize, tight: bool, cold: bool) {
+    // Tight prunes and may offload; loose (threshold 100,000) offloads nothing.
+    let expect = Expect::new(tight, (!tight).then_some(false));
     run_with(
         bencher,
         ascii_transcript(n),
-        ascii_policy(true),
+        ascii_policy(tight),
         expect,
-        false,
+        cold,
     );
+}
+
+/// The ASCII-only variant, pruned to the floor (`tight` before the generated transcripts).
+#[divan::bench(args = ASCII_SIZES, sample_size = 1)]
+fn ascii_tight(bencher: divan::Bencher<'_, '_>, n: usize) {
+    ascii(bencher, n, true, false);
 }
 
 /// The ASCII-only variant with nothing to do, offload off (`loose` before).
 #[divan::bench(args = ASCII_SIZES, sample_size = 1)]
 fn ascii_loose(bencher: divan::Bencher<'_, '_>, n: usize) {
-    let expect = Expect::new(false, Some(false));
-    run_with(
-        bencher,
-        ascii_transcript(n),
-        ascii_policy(false),
-        expect,
-        false,
-    );
+    ascii(bencher, n, false, false);
 }
 
 /// `ascii_tight` with the input evicted from the core's private caches before each call:
@@ -196,28 +195,14 @@ fn ascii_loose(bencher: divan::Bencher<'_, '_>, n: usize) {
 /// sizes is compared here, with every size read from the shared cache.
 #[divan::bench(args = ASCII_SIZES, sample_size = 1)]
 fn ascii_tight_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
-    let expect = Expect::new(true, None);
-    run_with(
-        bencher,
-        ascii_transcript(n),
-        ascii_policy(true),
-        expect,
-        true,
-    );
+    ascii(bencher, n, true, true);
 }
 
 /// `ascii_loose` with the input evicted from the core's private caches (see
 /// `ascii_tight_cold`).
 #[divan::bench(args = ASCII_SIZES, sample_size = 1)]
 fn ascii_loose_cold(bencher: divan::Bencher<'_, '_>, n: usize) {
-    let expect = Expect::new(false, Some(false));
-    run_with(
-        bencher,
-        ascii_transcript(n),
-        ascii_policy(false),
-        expect,
-        true,
-    );
+    ascii(bencher, n, false, true);
 }
 
 /// The floor under `ascii_tight` and `ascii_loose`: the token estimate of every message

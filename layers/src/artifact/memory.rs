@@ -70,9 +70,6 @@ type SessionKey = (String, String);
 struct Session {
     artifacts: LruCache<String, Artifact>,
     live: HashSet<String>,
-    /// The live set as the last commit listed it: an agent loop names the same ids again
-    /// and again, and comparing lists is cheaper than building the set.
-    live_list: Vec<String>,
     bytes: usize,
 }
 
@@ -81,7 +78,6 @@ impl Session {
         Self {
             artifacts: LruCache::unbounded(),
             live: HashSet::new(),
-            live_list: Vec::new(),
             bytes: 0,
         }
     }
@@ -339,10 +335,13 @@ impl ArtifactStore for LocalArtifactStore {
         let mut inner = self.lock();
         let key = (scope.key(), session.to_owned());
         let s = inner.session(key.clone(), &self.limits);
-        if s.live_list != referenced {
+        // An agent loop names the same ids request after request: looking them up costs
+        // less than building the set again.
+        let same =
+            referenced.len() == s.live.len() && referenced.iter().all(|id| s.live.contains(id));
+        if !same {
             s.live.clear();
             s.live.extend(referenced.iter().cloned());
-            s.live_list = referenced.to_vec();
         }
         for (id, artifact) in new {
             // One artifact over the store's whole bound is a missing reference.

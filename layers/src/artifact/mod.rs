@@ -57,14 +57,15 @@ pub use preview::{
 };
 pub(crate) use preview::{preview_chars, preview_chars_unescaped, render_counted};
 pub(crate) use reference::{
-    PREVIEW, REFERS, STUB, genuine_preview, mark, offloadable_marked, offloadable_text,
+    PREVIEW, REFERS, STUB, genuine_preview, mark, named_artifact, offloadable_marked,
+    offloadable_text,
 };
 pub(crate) use store::Displaced;
 pub use store::{Artifact, ArtifactStore};
 pub use stub::is_stub;
-pub(crate) use stub::{parse_stub, stub_text, unkept_stub_text};
+pub(crate) use stub::{stub_text, unkept_stub_text};
 pub use tool::{
     ArtifactReader, DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, READ_ARTIFACT_TOOL, read_artifact_tool,
 };
 pub(crate) use tool::{check_read_tool, read_artifact_tool_tokens};
-pub(crate) use verify::{Untrusted, has_claims, verify};
+pub(crate) use verify::{PREVIEW_START, Untrusted, has_claims, verify};

@@ -80,3 +80,23 @@ fn long_tool_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Option<&'a str>
     // A byte length at or under the limit is a char count at or under it: skip counting.
     (text.len() > policy.tool_result_max_chars).then_some(text)
 }
+
+/// The artifact a tool result marked `mark` names as received, with the characters of the
+/// result it stands for (0 for a stub, whose count is not needed). `None` unless the mark
+/// says it refers to one.
+pub(crate) fn named_artifact(
+    m: &Message,
+    mark: u8,
+    policy: &ContextPolicy,
+    untrusted: &Untrusted,
+) -> Option<(String, usize)> {
+    if mark & REFERS == 0 {
+        return None;
+    }
+    let text = m.content.as_str()?;
+    if mark & PREVIEW != 0 {
+        genuine_preview(text, policy, untrusted).map(|p| (p.id.into_owned(), p.original_chars))
+    } else {
+        parse_stub(text).flatten().map(|id| (id, 0))
+    }
+}

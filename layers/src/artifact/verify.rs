@@ -10,7 +10,7 @@ use super::stub::parse_stub;
 use crate::model::{ChatRequest, Message};
 
 /// How every preview and every stub the stack writes begins.
-const PREVIEW_START: &str = "{\"context_artifact\":\"";
+pub(crate) const PREVIEW_START: &str = "{\"context_artifact\":\"";
 const STUB_START: &str = "{\"context_cleared\":true";
 
 /// Contents that look exactly like the stack's previews or stubs but name no artifact this

@@ -7,7 +7,7 @@ use tower::Service;
 
 use super::cut::Cut;
 use super::pairing;
-use super::plan::{self, Applied, Budget, Scratch, Stages};
+use super::plan::{self, Applied, ApplyContext, Budget, Scratch, Stages};
 use crate::BoxError;
 use crate::artifact::Untrusted;
 use crate::calibration::Calibration;
@@ -66,7 +66,13 @@ pub(crate) fn prepare(
     }
     let changes = report.removed_messages > 0 || report.cleared_observations > 0;
     let messages = std::mem::take(&mut req.messages);
-    let mut applied = planned.apply(messages, &scratch.actions, policy.artifact_max_chars);
+    let ctx = ApplyContext {
+        scope: &req.scope,
+        session: &req.session,
+        memory,
+        artifact_max_chars: policy.artifact_max_chars,
+    };
+    let mut applied = planned.apply(messages, &scratch.actions, ctx);
     req.messages = std::mem::take(&mut applied.messages);
     if changes {
         tracing::info!(

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use crate::artifact::{
     Artifact, Displaced, PREVIEW, READ_ARTIFACT_TOOL, REFERS, STUB, Untrusted, artifact_id,
-    genuine_preview, mark, offloadable_marked, parse_stub, preview_chars, preview_chars_unescaped,
-    read_artifact_tool_tokens, stub_text, unkept_stub_text,
+    genuine_preview, mark, named_artifact, offloadable_marked, preview_chars,
+    preview_chars_unescaped, read_artifact_tool_tokens, stub_text, unkept_stub_text,
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::Cut;
@@ -87,25 +87,52 @@ pub(crate) enum Action {
     Clear,
 }
 
-/// A cleared message's replacement.
+/// What a cleared message's stub names.
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Naming {
+    /// No artifact: no store is used (the clear layer on its own).
+    Nothing,
+    /// No artifact, because the request's references are past the session's bound.
+    Unkept,
+    /// The artifact a preview in the request names already (stored).
+    Stored(String),
+    /// The artifact holding the replaced content: its id is found or made when the plan
+    /// is applied, once, not on every decision the planner tries.
+    Content,
+}
+
+/// A cleared message's replacement, decided; the stub itself is written by
+/// [`Plan::apply`].
+#[derive(Clone, Debug)]
 pub(crate) struct Cleared {
     /// The message's index.
     pub(crate) index: usize,
-    /// The stub that replaces its content.
-    pub(crate) stub: String,
-    /// The artifact the stub names, if any.
-    pub(crate) names: Option<String>,
-    /// Whether the replaced content must be stored under `names` (not when no store is
-    /// used, when the content is a preview whose artifact is stored, or when the session
-    /// stored it already).
-    pub(crate) store: bool,
-    /// The content's key, when the session's offload memory should learn its id.
-    pub(crate) key: Option<ContentKey>,
-    /// The characters of the replaced content, counted while planning.
+    pub(crate) naming: Naming,
+    /// The long result this is, when it is one: its key and what the session knows of it.
+    pub(crate) long: Option<(ContentKey, Option<Arc<Remembered>>)>,
+    /// The characters of the result the stub stands for.
     pub(crate) chars: usize,
-    /// The bytes of the artifact the stub names (0 when it names none).
+    /// The bytes of the artifact the stub names (an upper bound; 0 when it names none).
     pub(crate) bytes: usize,
+}
+
+impl Cleared {
+    fn names_artifact(&self) -> bool {
+        matches!(self.naming, Naming::Stored(_) | Naming::Content)
+    }
+}
+
+/// Every artifact id has this many characters, so a stub's length is known before its id.
+const ID_PLACEHOLDER: &str = "art_0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The stub text for `naming` (`id` in place of a content's id not made yet).
+fn stub_for(tool: Option<&str>, chars: usize, naming: &Naming, id: Option<&str>) -> String {
+    match naming {
+        Naming::Nothing => stub_text(tool, chars, None),
+        Naming::Unkept => unkept_stub_text(tool, chars),
+        Naming::Stored(id) => stub_text(tool, chars, Some(id)),
+        Naming::Content => stub_text(tool, chars, Some(id.unwrap_or(ID_PLACEHOLDER))),
+    }
 }
 
 /// A long plain tool result, which the offload step replaces with a preview when it is
@@ -207,6 +234,16 @@ pub(crate) struct Applied {
     pub(crate) longs: Vec<Long>,
 }
 
+/// What applying a plan needs besides it: where artifacts go, and what the session
+/// stored before.
+#[derive(Clone, Copy)]
+pub(crate) struct ApplyContext<'a> {
+    pub(crate) scope: &'a crate::model::Scope,
+    pub(crate) session: &'a str,
+    pub(crate) memory: Option<&'a SessionMemory>,
+    pub(crate) artifact_max_chars: usize,
+}
+
 impl Plan {
     /// Applies the plan to the messages it was made for, in place: kept messages move
     /// down over dropped ones, and the list's buffer is reused rather than a new one
@@ -215,7 +252,7 @@ impl Plan {
         self,
         mut messages: Vec<Message>,
         actions: &[Action],
-        artifact_max_chars: usize,
+        ctx: ApplyContext<'_>,
     ) -> Applied {
         debug_assert_eq!(messages.len(), actions.len());
         let mut out = Applied::default();
@@ -224,8 +261,34 @@ impl Plan {
             let Some(m) = messages.get_mut(c.index) else {
                 continue;
             };
-            let original = std::mem::replace(&mut m.content, Content::Text(c.stub));
-            let Some(id) = c.names else {
+            let original = std::mem::take(&mut m.content);
+            let text = original.text();
+            let (id, known) = match &c.naming {
+                Naming::Content => {
+                    let (key, known) = match c.long {
+                        Some((key, known)) => (key, known),
+                        None => {
+                            let key = content_key(&text);
+                            (key, ctx.memory.and_then(|mem| mem.get(key)).cloned())
+                        }
+                    };
+                    // The session stored this text before: the same id, nothing stored.
+                    let id = match &known {
+                        Some(k) => k.id.clone(),
+                        None => artifact_id(ctx.scope, ctx.session, &text),
+                    };
+                    (Some(id), Some((key, known)))
+                }
+                Naming::Stored(id) => (Some(id.clone()), None),
+                Naming::Nothing | Naming::Unkept => (None, None),
+            };
+            m.content = Content::Text(stub_for(
+                m.name.as_deref(),
+                c.chars,
+                &c.naming,
+                id.as_deref(),
+            ));
+            let Some(id) = id else {
                 continue;
             };
             refs.push(Reference {
@@ -234,9 +297,9 @@ impl Plan {
                 chars: c.chars,
                 summary: false,
             });
-            if c.store {
-                let artifact = Artifact::counted(&original.text(), c.chars, artifact_max_chars);
-                if let Some(key) = c.key {
+            match known {
+                Some((key, None)) => {
+                    let artifact = Artifact::counted(&text, c.chars, ctx.artifact_max_chars);
                     out.made.push((
                         key,
                         Remembered {
@@ -246,13 +309,15 @@ impl Plan {
                             preview: None,
                         },
                     ));
+                    out.displaced.push(Displaced { id, artifact });
                 }
-                out.displaced.push(Displaced { id, artifact });
-            } else if let Content::Text(text) = original
-                && c.key.is_some()
-            {
-                // Stored before, by the session's memory: kept in case the store lost it.
-                out.kept.push(Kept { id, text });
+                Some((_, Some(_))) => {
+                    // Kept in case the store lost it since (moved, not copied).
+                    if let Content::Text(text) = original {
+                        out.kept.push(Kept { id, text });
+                    }
+                }
+                None => {}
             }
         }
         let mut longs = self.longs;
@@ -354,8 +419,6 @@ struct Measured<'a> {
     prune_target: usize,
     /// The long plain results, by index.
     longs: &'a [Long],
-    /// What the session offloaded or cleared before.
-    memory: Option<&'a SessionMemory>,
 }
 
 /// The lists a decision writes.
@@ -452,6 +515,10 @@ pub(crate) fn plan(
         .previous_cut
         .and_then(|cut| find_cut(cut, msgs, layout));
     let may_add_tool = stages.offloads() && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
+    let allowance = budget.calibrate(policy.prompt_allowance(budget.model_window));
+    let prefix_tokens = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens());
+    let tool_tokens = estimate_tool_tokens(&req.tools);
+    let prune_target = budget.calibrate(policy.prune_target(budget.model_window));
     // Plan first, then size: a new long result costs at least its unescaped preview, and
     // only those the plan keeps are read to size their preview exactly. When that makes
     // one dearer, plan again with it sized (a kept result stays sized, so this ends).
@@ -461,17 +528,16 @@ pub(crate) fn plan(
             untrusted,
             stages,
             layout,
-            allowance: budget.calibrate(policy.prompt_allowance(budget.model_window)),
-            prefix_tokens: req.prefix.as_ref().map_or(0, |p| p.estimated_tokens()),
-            tool_tokens: estimate_tool_tokens(&req.tools),
+            allowance,
+            prefix_tokens,
+            tool_tokens,
             original_tokens,
             sent,
             clear_order,
             marks,
             previous_cut,
-            prune_target: budget.calibrate(policy.prune_target(budget.model_window)),
+            prune_target,
             longs,
-            memory,
         };
         let mut out = Decision {
             cost: &mut *cost,
@@ -494,7 +560,7 @@ pub(crate) fn plan(
             }
         }
         if !dearer {
-            plan.longs = longs.clone();
+            plan.longs = std::mem::take(longs);
             return Ok(plan);
         }
     }
@@ -693,18 +759,11 @@ fn input_references(
     actions: &[Action],
 ) -> Vec<Reference> {
     let mut out = Vec::new();
-    for (i, mark) in m.marks.iter().enumerate() {
-        if mark & REFERS == 0 || actions[i] != Action::Keep {
+    for (i, &mark) in m.marks.iter().enumerate() {
+        if actions[i] != Action::Keep {
             continue;
         }
-        let text = m.req.messages[i].content.as_str().unwrap_or_default();
-        let found = if mark & PREVIEW != 0 {
-            genuine_preview(text, policy, m.untrusted)
-                .map(|p| (p.id.into_owned(), p.original_chars))
-        } else {
-            parse_stub(text).flatten().map(|id| (id, 0))
-        };
-        if let Some((id, chars)) = found {
+        if let Some((id, chars)) = named_artifact(&m.req.messages[i], mark, policy, m.untrusted) {
             out.push(Reference {
                 index: i,
                 id,
@@ -743,7 +802,7 @@ fn bound_references(
             named.push((l.index, l.bytes(len), l.chars));
         }
     }
-    for c in clears.iter().filter(|c| c.names.is_some()) {
+    for c in clears.iter().filter(|c| c.names_artifact()) {
         named.push((c.index, c.bytes, c.chars));
     }
     for r in inputs.iter().filter(|r| !r.summary) {
@@ -777,10 +836,8 @@ fn bound_references(
         clears.retain(|c| c.index != i);
         clears.push(Cleared {
             index: i,
-            stub,
-            names: None,
-            store: false,
-            key: None,
+            naming: Naming::Unkept,
+            long: None,
             chars,
             bytes: 0,
         });
@@ -875,65 +932,41 @@ fn clear_until_fit(
             .flatten();
         let cleared = match preview {
             Some(p) => Cleared {
-                names: Some(p.id.into_owned()),
-                store: false,
-                key: None,
+                index: i,
+                naming: Naming::Stored(p.id.into_owned()),
+                long: None,
                 chars: p.original_chars,
                 bytes: p.original_chars.min(policy.artifact_max_chars),
-                ..Cleared::at(i)
             },
             None if stages.offloads() => {
-                // The session may have stored this text before: the same id, not made
-                // again, and nothing stored again.
-                let long = m.longs.binary_search_by_key(&i, |l| l.index).ok();
-                let key = long.map_or_else(|| content_key(&text), |l| m.longs[l].key);
-                let known = long
-                    .and_then(|l| m.longs[l].known.clone())
-                    .or_else(|| m.memory.and_then(|mem| mem.get(key)).cloned());
-                let (id, store, bytes) = match known {
-                    Some(k) => (k.id.clone(), false, k.stored_bytes),
-                    None => (
-                        artifact_id(&req.scope, &req.session, &text),
-                        true,
-                        text.len(),
-                    ),
-                };
+                let long = m
+                    .longs
+                    .binary_search_by_key(&i, |l| l.index)
+                    .ok()
+                    .map(|l| &m.longs[l]);
                 Cleared {
-                    names: Some(id),
-                    store,
-                    key: Some(key),
+                    index: i,
+                    naming: Naming::Content,
+                    bytes: long.map_or(text.len(), |l| l.bytes(text.len())),
+                    long: long.map(|l| (l.key, l.known.clone())),
                     chars: size.content_chars,
-                    bytes,
-                    ..Cleared::at(i)
                 }
             }
             None => Cleared {
+                index: i,
+                naming: Naming::Nothing,
+                long: None,
                 chars: size.content_chars,
-                ..Cleared::at(i)
+                bytes: 0,
             },
         };
-        let stub = stub_text(msg.name.as_deref(), cleared.chars, cleared.names.as_deref());
+        let stub = stub_for(msg.name.as_deref(), cleared.chars, &cleared.naming, None);
         let new_cost = size.tokens_with_content(char_count(&stub));
         if new_cost < cost[i] {
             *total -= cost[i] - new_cost;
             cost[i] = new_cost;
             actions[i] = Action::Clear;
-            clears.push(Cleared { stub, ..cleared });
-        }
-    }
-}
-
-impl Cleared {
-    /// A clear of message `index` naming no artifact, to fill in.
-    fn at(index: usize) -> Self {
-        Self {
-            index,
-            stub: String::new(),
-            names: None,
-            store: false,
-            key: None,
-            chars: 0,
-            bytes: 0,
+            clears.push(cleared);
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Handing a prepared request's artifacts to the store: what it displaced, and every id it
 //! names as the session's live set, so that nothing sent points at nothing.
 
+use std::collections::HashSet;
+
 use super::{OffloadMemory, Prepared};
-use crate::artifact::{Artifact, ArtifactStore, unkept_stub_text};
+use crate::artifact::{Artifact, ArtifactStore, PREVIEW_START, unkept_stub_text};
 use crate::model::Content;
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count};
@@ -26,7 +28,7 @@ pub(crate) async fn commit(
         .collect();
     let mut referenced: Vec<String> = Vec::with_capacity(prepared.refs.len());
     {
-        let mut seen = std::collections::HashSet::with_capacity(prepared.refs.len());
+        let mut seen = HashSet::with_capacity(prepared.refs.len());
         for r in &prepared.refs {
             if seen.insert(r.id.as_str()) {
                 referenced.push(r.id.clone());
@@ -40,9 +42,10 @@ pub(crate) async fn commit(
     };
     if !missing.is_empty() {
         // Stored before, lost since: the request still has the text.
+        let lost: HashSet<&String> = missing.iter().collect();
         let again: Vec<(String, Artifact)> = kept
             .iter()
-            .filter(|k| missing.contains(&k.id))
+            .filter(|k| lost.contains(&k.id))
             .map(|k| {
                 let artifact = Artifact::new(&k.text, policy.artifact_max_chars);
                 (k.id.clone(), artifact)
@@ -56,6 +59,7 @@ pub(crate) async fn commit(
         }
     }
     drop(kept);
+    let missing: HashSet<String> = missing.into_iter().collect();
     if !missing.is_empty() {
         unkeep(prepared, &missing);
     }
@@ -80,7 +84,7 @@ fn store_failed(e: &crate::store::StoreError, prepared: &mut Prepared) {
 }
 
 /// Replaces every message naming one of `missing` with a stub naming no artifact.
-fn unkeep(prepared: &mut Prepared, missing: &[String]) {
+fn unkeep(prepared: &mut Prepared, missing: &HashSet<String>) {
     let report = &mut prepared.report;
     // A summary block is the summary, not a result to stub: the model reads its folds
     // back or is told the id is unknown.
@@ -96,7 +100,7 @@ fn unkeep(prepared: &mut Prepared, missing: &[String]) {
         let was_preview = m
             .content
             .as_str()
-            .is_some_and(|t| t.starts_with("{\"context_artifact\":"));
+            .is_some_and(|t| t.starts_with(PREVIEW_START));
         let stub = unkept_stub_text(m.name.as_deref(), r.chars);
         let after = MessageSize::with_content_chars(m, char_count(&stub)).tokens();
         m.content = Content::Text(stub);

@@ -42,7 +42,7 @@
 //! it holds (least recently used sessions go first) and is only a shortcut: whatever it
 //! forgets is made again, to the same bytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lru::LruCache;
@@ -165,7 +165,7 @@ impl OffloadMemory {
         scope: &Scope,
         session: &str,
         made: Vec<(ContentKey, Remembered)>,
-        lost: &[String],
+        lost: &HashSet<String>,
     ) {
         if self.max_bytes == 0 || (made.is_empty() && lost.is_empty()) {
             return;
@@ -218,11 +218,11 @@ mod tests {
     fn the_least_recently_used_session_is_forgotten_past_the_bound() {
         let memory = OffloadMemory::new(3_000);
         let s = Scope::org(1);
-        memory.update(&s, "a", vec![(1, remembered("x", 1_000))], &[]);
-        memory.update(&s, "b", vec![(2, remembered("y", 1_000))], &[]);
+        memory.update(&s, "a", vec![(1, remembered("x", 1_000))], &HashSet::new());
+        memory.update(&s, "b", vec![(2, remembered("y", 1_000))], &HashSet::new());
         // A use of "a" makes "b" the least recently used.
         assert!(memory.session(&s, "a").unwrap().get(1).is_some());
-        memory.update(&s, "c", vec![(3, remembered("z", 1_000))], &[]);
+        memory.update(&s, "c", vec![(3, remembered("z", 1_000))], &HashSet::new());
         assert!(memory.session(&s, "b").is_none());
         assert!(memory.session(&s, "a").is_some());
         assert!(memory.session(&s, "c").is_some());
@@ -238,10 +238,10 @@ mod tests {
             &s,
             "a",
             vec![(1, remembered("x", 10)), (2, remembered("y", 10))],
-            &[],
+            &HashSet::new(),
         );
         let snapshot = memory.session(&s, "a").unwrap();
-        memory.update(&s, "a", Vec::new(), &["x".to_owned()]);
+        memory.update(&s, "a", Vec::new(), &HashSet::from(["x".to_owned()]));
         let now = memory.session(&s, "a").unwrap();
         assert!(now.get(1).is_none());
         assert!(now.get(2).is_some());
@@ -253,7 +253,7 @@ mod tests {
     fn a_zero_bound_remembers_nothing() {
         let memory = OffloadMemory::new(0);
         let s = Scope::org(1);
-        memory.update(&s, "a", vec![(1, remembered("x", 10))], &[]);
+        memory.update(&s, "a", vec![(1, remembered("x", 10))], &HashSet::new());
         assert!(memory.session(&s, "a").is_none());
     }
 }

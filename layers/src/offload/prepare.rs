@@ -3,8 +3,8 @@
 use super::rewrite::{find_longs, offload_messages};
 use crate::BoxError;
 use crate::artifact::{
-    Displaced, PREVIEW, REFERS, Untrusted, check_read_tool, genuine_preview, mark, parse_stub,
-    read_artifact_tool, read_artifact_tool_tokens,
+    Displaced, Untrusted, check_read_tool, mark, named_artifact, read_artifact_tool,
+    read_artifact_tool_tokens,
 };
 use crate::fit::{Applied, Kept, Reference, summary_references};
 use crate::model::{ChatRequest, Message, PreparationReport};
@@ -98,27 +98,19 @@ fn input_references(
     policy: &ContextPolicy,
     untrusted: &Untrusted,
 ) -> Vec<Reference> {
-    let mut out = Vec::new();
-    for (index, m) in messages.iter().enumerate() {
-        let mark = mark(m, policy, untrusted);
-        if mark & REFERS == 0 {
-            continue;
-        }
-        let text = m.content.as_str().unwrap_or_default();
-        let found = if mark & PREVIEW != 0 {
-            genuine_preview(text, policy, untrusted).map(|p| (p.id.into_owned(), p.original_chars))
-        } else {
-            parse_stub(text).flatten().map(|id| (id, 0))
-        };
-        if let Some((id, chars)) = found {
-            out.push(Reference {
+    let mut out: Vec<Reference> = messages
+        .iter()
+        .enumerate()
+        .filter_map(|(index, m)| {
+            let (id, chars) = named_artifact(m, mark(m, policy, untrusted), policy, untrusted)?;
+            Some(Reference {
                 index,
                 id,
                 chars,
                 summary: false,
-            });
-        }
-    }
+            })
+        })
+        .collect();
     out.extend(summary_references(
         messages,
         crate::model::leading_system_end(messages),
