@@ -588,3 +588,48 @@ fn memory_stays_within_a_few_times_the_input() {
         tiny.len()
     );
 }
+
+#[test]
+fn results_past_the_artifact_bound_are_cleared_and_said_to_be_not_kept() {
+    // Three 20,000-character results, 40,000 bytes of artifacts allowed: the oldest go as
+    // stubs naming no artifact, and the report says so.
+    let mut messages = vec![json!({"role": "user", "content": "read them"})];
+    for i in 0..3 {
+        let id = format!("c{i}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "fetch", "arguments": "{}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id,
+            "content": format!("{i}").repeat(20_000)}));
+    }
+    let body = json!({"model": "m", "messages": messages}).to_string();
+    let policy = temp_file(
+        "artifact-bound.toml",
+        "max_tokens = 1000000\nmax_artifact_bytes = 40000\n",
+    );
+    let out = run(
+        &["prepare", "--policy", policy.to_str().unwrap()],
+        Some(&body),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("not kept: 1 of the cleared results"),
+        "{text}"
+    );
+    let out = run(
+        &["prepare", "--policy", policy.to_str().unwrap(), "--json"],
+        Some(&body),
+    );
+    let v = ok_json(&out);
+    assert_eq!(v["report"]["offloaded_results"], 2);
+    assert_eq!(v["report"]["cleared_observations"], 1);
+    let stub: Value =
+        serde_json::from_str(v["request"]["messages"][2]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(stub["context_cleared"], true);
+    assert!(stub.get("context_artifact").is_none());
+}

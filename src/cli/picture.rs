@@ -137,6 +137,13 @@ pub(crate) fn render(
         n(report.cleared_observations),
         n(report.offloaded_results)
     );
+    if report.unkept_artifacts > 0 {
+        let _ = writeln!(
+            out,
+            "not kept: {} of the cleared results name no artifact (past max_artifact_bytes, or not held by the store)",
+            n(report.unkept_artifacts)
+        );
+    }
     if report.repaired > 0 {
         let _ = writeln!(
             out,
