@@ -277,12 +277,11 @@ const BLOCKS: usize = u8::MAX as usize;
 /// byte of UTF-8 is never mistaken for one; `/`, DEL and non-ASCII are written as
 /// themselves.
 ///
-/// Tool output (JSON, logs, code) always holds some of these bytes, so a long string is
-/// not tested for "nothing to escape" first (a short one is, see [`SHORT`]): the flags
-/// are summed branch-free in `u8` lanes, a block at a time, and the compiler vectorises
-/// the lanes.
+/// Tool output (JSON, logs, code) always holds some of these bytes, so past a quick test
+/// for none ([`any_escape`]) both are counted: the flags are summed branch-free in `u8`
+/// lanes, a block at a time, and the compiler vectorises the lanes.
 fn escape_counts(bytes: &[u8]) -> (usize, usize) {
-    if bytes.len() < SHORT && !any_escape(bytes) {
+    if !any_escape(bytes) {
         return (0, 0);
     }
     let (mut short, mut long) = (0, 0);
@@ -305,14 +304,13 @@ fn escape_counts(bytes: &[u8]) -> (usize, usize) {
     (short, long)
 }
 
-/// Below this many bytes a string is first tested for any byte to escape. Most strings
-/// sized are short (tool-call argument keys and values, up to a few hundred bytes) and
-/// need no escape: one flag a byte, summed per 255 bytes, says so for less than the two
-/// counts and the lanes' zeroing and sums. Tool output, which always needs some, is
-/// longer and goes straight to counting.
-const SHORT: usize = 1_024;
-
-/// Whether any byte of `bytes` is escaped (see [`escapes`]).
+/// Whether any byte of `bytes` is escaped (see [`escapes`]): one flag a byte, summed a
+/// chunk of 255 at a time, stopping at the first chunk that has one.
+///
+/// Most strings sized are short (tool-call argument keys and values) and need no escape;
+/// so does ASCII-only tool output without newlines. For them this is the whole test, for
+/// less than the two counts and the lanes' zeroing and sums. Real tool output has a
+/// newline or a quote in its first chunk, so there it costs 255 bytes more.
 fn any_escape(bytes: &[u8]) -> bool {
     bytes.chunks(usize::from(u8::MAX)).any(|chunk| {
         chunk
@@ -582,9 +580,9 @@ mod tests {
         }
     }
 
-    /// Byte lengths where the scans change regime: the lane width, the test of short
-    /// strings, 255/256 (the flag sums' chunks) and 4096, the widening of the `u8`
-    /// lanes, and the walk threshold of `char_boundary` (31–33).
+    /// Byte lengths where the scans change regime: the lane width, 255/256 (the chunks
+    /// of `any_escape`), 1024 and 4096, the widening of the `u8` lanes, and the walk
+    /// threshold of `char_boundary` (31–33).
     fn boundary_lengths() -> Vec<usize> {
         let mut out = vec![0, 1, 2];
         for edge in [
@@ -593,7 +591,7 @@ mod tests {
             LANES,
             255,
             256,
-            SHORT,
+            1024,
             4096,
             LANES * BLOCKS,
             2 * LANES * BLOCKS,
