@@ -184,8 +184,8 @@ fn char_boundary(bytes: &[u8], n: usize) -> usize {
     while left >= WALK {
         let end = at + left;
         if end >= bytes.len() {
-            // Fewer than `left` bytes remain, so fewer than `left + 1` lead bytes: no
-            // character `n`.
+            // At most `left` bytes remain, so at most `left` lead bytes, and character
+            // `n` would be lead byte `left` (from 0): there is none.
             return bytes.len();
         }
         left -= bytecount::num_chars(&bytes[at..end]);
