@@ -206,10 +206,7 @@ fn block_size(b: &ContentBlockParam) -> (u64, Option<CacheControl>) {
                     blocks.iter().map(|b| block_size(b).0).sum()
                 }
             };
-            (
-                estimate(char_count(tool_use_id)) + inner,
-                *cache_control,
-            )
+            (estimate(char_count(tool_use_id)) + inner, *cache_control)
         }
     }
 }

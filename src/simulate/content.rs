@@ -271,9 +271,7 @@ pub(super) fn tool_result(rng: &mut Rng, name: &str, target: usize) -> String {
 /// The agent's tool definitions.
 pub(super) fn tools() -> Vec<ToolSpec> {
     let string = |what: &str| json!({"type": "string", "description": what});
-    let schema = |props: Value, required: &[&str]| {
-        json!({"type": "object", "properties": props, "required": required})
-    };
+    let schema = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
     vec![
         ToolSpec::new(
             "read_file",
@@ -322,7 +320,10 @@ pub(super) fn tools() -> Vec<ToolSpec> {
         ToolSpec::new(
             "sql_query",
             "Run a read-only SQL query against the events database.",
-            schema(json!({"query": string("One SELECT statement.")}), &["query"]),
+            schema(
+                json!({"query": string("One SELECT statement.")}),
+                &["query"],
+            ),
         ),
     ]
 }

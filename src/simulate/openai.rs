@@ -97,11 +97,15 @@ impl OpenAiCache {
 pub fn units(req: &ChatRequest) -> Vec<Block> {
     let mut chain = Chain::new("llm-context/simulate/openai/v1");
     for t in &req.tools {
-        chain.push(estimate_tool_tokens(std::slice::from_ref(t)) as u64, None, |h| {
-            h.str(&t.name);
-            h.str(&t.description);
-            h.json(&t.parameters);
-        });
+        chain.push(
+            estimate_tool_tokens(std::slice::from_ref(t)) as u64,
+            None,
+            |h| {
+                h.str(&t.name);
+                h.str(&t.description);
+                h.json(&t.parameters);
+            },
+        );
     }
     let prefix = req.prefix.iter().flat_map(|p| p.as_messages());
     for m in prefix.chain(req.messages.iter().cloned()) {

@@ -298,13 +298,11 @@ impl Simulation {
         };
         let mut cut = CutTracker::default();
         for (end, at) in schedule(conversation, self.calls) {
-            let request = ChatRequest::new(
-                self.model.clone(),
-                conversation.messages()[..end].to_vec(),
-            )
-            .with_tools(conversation.tools().to_vec())
-            .with_session(SESSION)
-            .with_scope(Scope::org("simulate"));
+            let request =
+                ChatRequest::new(self.model.clone(), conversation.messages()[..end].to_vec())
+                    .with_tools(conversation.tools().to_vec())
+                    .with_session(SESSION)
+                    .with_scope(Scope::org("simulate"));
             let ready = stack.ready().await.map_err(SimulateError::Stack)?;
             let report = match ready.call(request).await {
                 Ok(response) => response.report,
