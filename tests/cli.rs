@@ -81,13 +81,18 @@ fn json_output_has_the_contract_shape() {
         [
             "after_tokens",
             "before_tokens",
+            "clear_moved",
             "cleared_observations",
+            "cut_moved",
             "offloaded_results",
             "prompt_allowance",
             "removed_messages"
         ]
     );
     assert_eq!(report["prompt_allowance"], 2_500);
+    // One run has no previous request: pruning at all moves the start of the history.
+    assert_eq!(report["cut_moved"], true);
+    assert_eq!(report["clear_moved"], report["cleared_observations"] != 0);
     assert!(report["after_tokens"].as_u64().unwrap() <= 2_500);
     assert!(report["removed_messages"].as_u64().unwrap() > 0);
     // The prepared request is an OpenAI body again, with what was not touched intact.

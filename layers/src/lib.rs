@@ -68,7 +68,7 @@ pub use calibration::Calibration;
 pub use catalog::{Catalog, CatalogError};
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
 pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
-pub use fit::{Cut, CutStore, LocalCutStore, PairingError};
+pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,
     FinishReason, GenerationParams, MemoHint, Message, PrefixContext, PreparationReport, Role,

@@ -77,6 +77,20 @@ pub struct ContextPolicy {
     /// default): prune the minimum each time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub low_water_tokens: Option<usize>,
+    /// Clearing in steps: once old tool results must be cleared, clear at least this many
+    /// tokens' worth (oldest first) rather than just enough, and on the session's later
+    /// requests clear the same results again while the rest fits, so the cleared region
+    /// stays put for many turns instead of growing (and rewriting the provider's cached
+    /// prefix) on every one. The region's end is remembered per session with the cut (see
+    /// [`Cuts`](crate::Cuts)). `None` (the default): clear the minimum each time. The same
+    /// knob as Anthropic's context-editing `clear_at_least`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clear_at_least_tokens: Option<usize>,
+    /// Also replace the arguments of the calls whose results are cleared with a small
+    /// stub (`{"cleared": true}`), as Anthropic's and LangChain's editors can: long tool
+    /// inputs (a file written, a patch) go with their outputs. The plan does not count on
+    /// the tokens this frees; the report's `after_tokens` does. Default `false`.
+    pub clear_tool_inputs: bool,
     /// Repair broken tool pairing before planning (see [`pairing`](crate::fit::pairing)):
     /// a call with no result gets one saying none was recorded, a result answering no
     /// call is dropped, and [`PreparationReport::repaired`](crate::PreparationReport::repaired)
@@ -101,6 +115,8 @@ impl Default for ContextPolicy {
             max_artifact_bytes: 32 << 20,
             artifact_max_chars: 1_000_000,
             low_water_tokens: None,
+            clear_at_least_tokens: None,
+            clear_tool_inputs: false,
             repair_pairing: true,
         }
     }
@@ -219,6 +235,19 @@ impl ContextPolicy {
         self
     }
 
+    /// Sets `clear_at_least_tokens`: clear at least this much once clearing must happen,
+    /// and keep the cleared region.
+    pub fn with_clear_at_least_tokens(mut self, n: usize) -> Self {
+        self.clear_at_least_tokens = Some(n);
+        self
+    }
+
+    /// Sets `clear_tool_inputs`: stub the arguments of calls whose results are cleared.
+    pub fn with_clear_tool_inputs(mut self, on: bool) -> Self {
+        self.clear_tool_inputs = on;
+        self
+    }
+
     /// The level pruning aims for: `low_water_tokens` when set (never above the
     /// allowance), else the allowance.
     pub fn prune_target(&self, model_window: Option<usize>) -> usize {
@@ -250,7 +279,7 @@ impl ContextPolicy {
 
     /// Checks every field; the error names the first field that cannot work.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        let counts: [(&'static str, Option<usize>); 9] = [
+        let counts: [(&'static str, Option<usize>); 10] = [
             ("max_tokens", self.max_tokens),
             ("context_window", self.context_window),
             ("reserve_tokens", Some(self.reserve_tokens)),
@@ -260,6 +289,7 @@ impl ContextPolicy {
             ("max_artifacts", Some(self.max_artifacts)),
             ("max_artifact_bytes", Some(self.max_artifact_bytes)),
             ("low_water_tokens", self.low_water_tokens),
+            ("clear_at_least_tokens", self.clear_at_least_tokens),
         ];
         for (field, value) in counts {
             if value == Some(0) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use llm_context_layers::mock::MockModel;
 use llm_context_layers::{
     BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
-    ContextPolicyService, Cut, CutStore, LocalCutStore, Message, Scope,
+    ContextPolicyService, Cut, CutStore, Cuts, LocalCutStore, Message, Scope,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -72,6 +72,12 @@ async fn a_kept_cut_makes_each_request_extend_the_previous_one() {
     let mut moved = 0;
     for pair in turns.windows(2) {
         let ((before, _), (after, reply)) = (&pair[0], &pair[1]);
+        assert_eq!(
+            reply.report.cut_moved,
+            !reply.report.cut_reused && reply.report.pruned_turns > 0,
+            "{:?}",
+            reply.report
+        );
         if reply.report.cut_reused {
             reused += 1;
             // The whole previous request is a prefix of this one: the provider's cache
@@ -97,18 +103,25 @@ async fn a_kept_cut_makes_each_request_extend_the_previous_one() {
 }
 
 #[tokio::test]
-async fn without_a_low_water_mark_the_cut_moves_every_turn_and_nothing_is_remembered() {
+async fn without_a_low_water_mark_the_cut_moves_every_turn_and_the_report_says_so() {
     let (mut agent, model, cuts) = agent(policy());
     let turns = converse(&mut agent, &model, "s1", 20).await;
     let full = turns
         .iter()
         .position(|(_, r)| r.report.pruned_turns > 0)
         .unwrap();
+    for (i, (_, reply)) in turns.iter().enumerate() {
+        // The first request that prunes moves the start of the history too.
+        assert_eq!(reply.report.cut_moved, i >= full, "turn {i}");
+    }
     for pair in turns[full..].windows(2) {
         assert!(!pair[1].1.report.cut_reused);
         assert!(!pair[1].0.messages.starts_with(&pair[0].0.messages));
     }
-    assert!(cuts.get(&Scope::default(), "s1").is_none());
+    // Remembered for the report, but never kept: the policy prunes the minimum.
+    let last = turns.last().unwrap().1.report.history_start;
+    let remembered = cuts.get(&Scope::default(), "s1").unwrap().history.unwrap();
+    assert_eq!(Some(remembered.position), last);
 }
 
 #[tokio::test]
@@ -117,6 +130,7 @@ async fn cuts_are_kept_per_tenant_and_session() {
     let turns = converse(&mut agent, &model, "s1", 12).await;
     let remembered = cuts
         .get(&Scope::default(), "s1")
+        .and_then(|c| c.history)
         .expect("a cut is remembered");
     assert_eq!(
         Some(remembered.position),
@@ -218,7 +232,10 @@ async fn a_remembered_cut_never_reaches_into_protected_turns() {
         store.put(
             &Scope::default(),
             "s1",
-            Cut::at(&history, position).unwrap(),
+            Cuts {
+                history: Cut::at(&history, position),
+                cleared: None,
+            },
         );
         let req = ChatRequest::new("mock", history.clone()).with_session("s1");
         let reply = send(&mut agent, req).await.unwrap();

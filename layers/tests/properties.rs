@@ -137,9 +137,21 @@ fn policy() -> impl Strategy<Value = ContextPolicy> {
         any::<bool>(),
         20usize..4_000,
         prop::option::of(1usize..100),
+        prop::option::of(1usize..2_000),
+        any::<bool>(),
     )
         .prop_map(
-            |(allowance, reserve_div, preserve, preserve_results, clear_first, max_chars, low)| {
+            |(
+                allowance,
+                reserve_div,
+                preserve,
+                preserve_results,
+                clear_first,
+                max_chars,
+                low,
+                at_least,
+                clear_inputs,
+            )| {
                 let reserve = 1 + allowance / (reserve_div * 4);
                 let policy = ContextPolicy::default()
                     .with_max_tokens(allowance + reserve)
@@ -147,7 +159,12 @@ fn policy() -> impl Strategy<Value = ContextPolicy> {
                     .with_preserve_recent(preserve)
                     .with_preserve_tool_results(preserve_results)
                     .with_clear_before_prune(clear_first)
-                    .with_tool_result_max_chars(max_chars);
+                    .with_tool_result_max_chars(max_chars)
+                    .with_clear_tool_inputs(clear_inputs);
+                let policy = match at_least {
+                    Some(n) => policy.with_clear_at_least_tokens(n),
+                    None => policy,
+                };
                 match low {
                     // A low-water mark a percentage of the allowance.
                     Some(percent) => {
@@ -297,7 +314,19 @@ proptest! {
                 // Roles are never rewritten and order is kept.
                 let mut it = messages.iter();
                 for m in &sent.messages {
-                    prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && o.tool_calls == m.tool_calls));
+                    // Calls keep their ids and names; `clear_tool_inputs` may stub the
+                    // arguments of a call whose result was cleared.
+                    let same_calls = |o: &Message| {
+                        o.tool_calls.len() == m.tool_calls.len()
+                            && o.tool_calls.iter().zip(&m.tool_calls).all(|(a, b)| {
+                                a.id == b.id
+                                    && a.name == b.name
+                                    && (a.arguments == b.arguments
+                                        || (policy.clear_tool_inputs
+                                            && b.arguments == json!({"cleared": true})))
+                            })
+                    };
+                    prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && same_calls(o)));
                 }
                 // Deterministic: the same input gives the same bytes.
                 let (again, model2) = run(&policy, req.clone());
@@ -333,9 +362,11 @@ proptest! {
     ) {
         // One service keeps its planner's lists between requests: a long transcript, a
         // short one, then the long one again must each come out as from a new service.
-        // (A low-water mark makes the service remember cuts on purpose: not here.)
+        // (A low-water mark or clearing in steps makes the service remember cuts on
+        // purpose: not here.)
         let mut policy = policy;
         policy.low_water_tokens = None;
+        policy.clear_at_least_tokens = None;
         let long = ChatRequest::new("m", build(&[], &first));
         let short = ChatRequest::new("m", build(&["rules".to_string()], &second));
         let model = MockModel::echo();
@@ -353,6 +384,13 @@ proptest! {
                     prop_assert!(a.report.reused_previews <= a.report.offloaded_results);
                     prop_assert_eq!(b.report.reused_previews, 0);
                     a.report.reused_previews = 0;
+                    // Whether the cut or the cleared region moved is relative to the
+                    // session's previous request, which only the reused service saw.
+                    let mut b = b;
+                    for r in [&mut a.report, &mut b.report] {
+                        r.cut_moved = false;
+                        r.clear_moved = false;
+                    }
                     prop_assert_eq!(a.report, b.report);
                     prop_assert_eq!(model.last_request(), fresh_model.last_request());
                 }

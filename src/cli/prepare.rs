@@ -76,8 +76,10 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
     }
 }
 
-/// The report fields of the CLI contract, and only those; plus `repaired` when the tool
-/// pairing was repaired, so a script sees that the stack added or dropped results.
+/// The report fields of the CLI contract, and only those; plus `cut_moved` and
+/// `clear_moved` (a one-shot run has no previous request, so they say whether it cut or
+/// cleared at all), and `repaired` when the tool pairing was repaired, so a script sees
+/// that the stack added or dropped results.
 fn report_json(r: &PreparationReport) -> serde_json::Value {
     let mut v = json!({
         "before_tokens": r.before_tokens,
@@ -86,6 +88,8 @@ fn report_json(r: &PreparationReport) -> serde_json::Value {
         "cleared_observations": r.cleared_observations,
         "offloaded_results": r.offloaded_results,
         "prompt_allowance": r.prompt_allowance,
+        "cut_moved": r.cut_moved,
+        "clear_moved": r.clear_moved,
     });
     if r.repaired > 0 {
         v["repaired"] = json!(r.repaired);

@@ -42,9 +42,12 @@ pub(super) fn prepare(
     untrusted: &Untrusted,
 ) -> Result<Prepared, BoxError> {
     shared.prefix.inject(&mut req);
-    // Cache-aware pruning only: otherwise no cut is looked up or kept.
-    let cuts = shared.policy.low_water_tokens.map(|_| shared.cuts.as_ref());
-    let previous = cuts.and_then(|c| c.get(&req.scope, &req.session));
+    // The session's previous cuts: kept when the policy says so (see `fit::budget`), and
+    // always compared, so the report says when the cached prefix was broken.
+    let previous = shared
+        .cuts
+        .get(&req.scope, &req.session)
+        .unwrap_or_default();
     let budget = fit::budget(
         &req,
         &shared.policy,
@@ -53,7 +56,7 @@ pub(super) fn prepare(
         previous,
     )?;
     let memory = shared.memory.session(&req.scope, &req.session);
-    let fitted = fit::prepare(
+    let mut fitted = fit::prepare(
         req,
         &shared.policy,
         untrusted,
@@ -62,10 +65,12 @@ pub(super) fn prepare(
         memory.as_deref(),
         scratch,
     )?;
-    if let (Some(store), Some(cut)) = (cuts, fitted.cut)
-        && Some(cut) != previous
-    {
-        store.put(&fitted.req.scope, &fitted.req.session, cut);
+    fitted.report.cut_moved = fitted.cuts.history_moved(&previous);
+    fitted.report.clear_moved = fitted.cuts.cleared_moved(&previous);
+    if fitted.cuts != previous {
+        shared
+            .cuts
+            .put(&fitted.req.scope, &fitted.req.session, fitted.cuts);
     }
     let mut prepared = offload_request(
         fitted.req,

@@ -89,18 +89,41 @@ fn boundary_hash(messages: &[Message], position: usize) -> Option<u128> {
     Some(h.finish())
 }
 
-/// Remembers each session's last cut. Calls are synchronous and must be quick: they run on
-/// the request path, before the model is called.
+/// Where a session's last request was cut, and where its cleared region ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Cuts {
+    /// Where whole turns were pruned (`None`: nothing was).
+    pub history: Option<Cut>,
+    /// The end of the cleared region: the boundary after the newest tool result that was
+    /// replaced by a stub (`None`: nothing was cleared).
+    pub cleared: Option<Cut>,
+}
+
+impl Cuts {
+    /// Whether the history cut differs from `previous`'s (by the messages around it,
+    /// not by position).
+    pub fn history_moved(&self, previous: &Cuts) -> bool {
+        self.history.map(|c| c.hash) != previous.history.map(|c| c.hash)
+    }
+
+    /// Whether the cleared region ends elsewhere than `previous`'s did.
+    pub fn cleared_moved(&self, previous: &Cuts) -> bool {
+        self.cleared.map(|c| c.hash) != previous.cleared.map(|c| c.hash)
+    }
+}
+
+/// Remembers each session's last cuts. Calls are synchronous and must be quick: they run
+/// on the request path, before the model is called.
 pub trait CutStore: Send + Sync + fmt::Debug {
-    /// The session's last cut, if one is known.
-    fn get(&self, scope: &Scope, session: &str) -> Option<Cut>;
-    /// Records the session's cut.
-    fn put(&self, scope: &Scope, session: &str, cut: Cut);
+    /// The session's last cuts, if the session is known.
+    fn get(&self, scope: &Scope, session: &str) -> Option<Cuts>;
+    /// Records the session's cuts.
+    fn put(&self, scope: &Scope, session: &str, cuts: Cuts);
 }
 
 /// A [`CutStore`] in memory, bounded by sessions (the least recently used is forgotten).
 pub struct LocalCutStore {
-    cuts: Mutex<LruCache<(String, String), Cut>>,
+    cuts: Mutex<LruCache<(String, String), Cuts>>,
 }
 
 impl LocalCutStore {
@@ -124,7 +147,7 @@ impl LocalCutStore {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<(String, String), Cut>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<(String, String), Cuts>> {
         // The map is left consistent by every operation, so a panic elsewhere while it
         // was held does not spoil it.
         self.cuts.lock().unwrap_or_else(|e| e.into_inner())
@@ -146,12 +169,12 @@ impl fmt::Debug for LocalCutStore {
 }
 
 impl CutStore for LocalCutStore {
-    fn get(&self, scope: &Scope, session: &str) -> Option<Cut> {
+    fn get(&self, scope: &Scope, session: &str) -> Option<Cuts> {
         self.lock().get(&(scope.key(), session.to_owned())).copied()
     }
 
-    fn put(&self, scope: &Scope, session: &str, cut: Cut) {
-        self.lock().put((scope.key(), session.to_owned()), cut);
+    fn put(&self, scope: &Scope, session: &str, cuts: Cuts) {
+        self.lock().put((scope.key(), session.to_owned()), cuts);
     }
 }
 
@@ -183,9 +206,12 @@ mod tests {
     #[test]
     fn the_store_is_per_tenant_and_session_and_bounded() {
         let store = LocalCutStore::new(NonZeroUsize::new(2).unwrap());
-        let cut = Cut {
-            position: 3,
-            hash: 7,
+        let cut = Cuts {
+            history: Some(Cut {
+                position: 3,
+                hash: 7,
+            }),
+            cleared: None,
         };
         store.put(&Scope::org(1), "s", cut);
         assert_eq!(store.get(&Scope::org(1), "s"), Some(cut));

@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 
 use tower::Service;
 
-use super::cut::Cut;
+use super::cut::Cuts;
 use super::pairing;
 use super::plan::{self, Applied, ApplyContext, Budget, Scratch, Stages};
 use crate::BoxError;
@@ -20,8 +20,8 @@ use crate::policy::{ContextPolicy, PolicyError};
 /// A fitted request.
 pub(crate) struct Fitted {
     pub(crate) req: ChatRequest,
-    /// Where whole turns were cut (`None` when none were).
-    pub(crate) cut: Option<Cut>,
+    /// Where whole turns were cut, and where the cleared region ends.
+    pub(crate) cuts: Cuts,
     pub(crate) report: PreparationReport,
     /// What the artifacts need: cleared contents to store (none unless the stages
     /// offload), the references so far, the long results kept. Its `messages` are
@@ -48,7 +48,10 @@ pub(crate) fn prepare(
         None
     };
     let planned = plan::plan(&req, policy, untrusted, stages, budget, memory, scratch)?;
-    let cut = planned.cut;
+    let cuts = Cuts {
+        history: planned.cut,
+        cleared: planned.cleared,
+    };
     let reserved_tool = planned.reserved_tool;
     let mut report = planned.report.clone();
     if let Some(r) = &repaired {
@@ -71,9 +74,11 @@ pub(crate) fn prepare(
         session: &req.session,
         memory,
         artifact_max_chars: policy.artifact_max_chars,
+        clear_tool_inputs: policy.clear_tool_inputs,
     };
     let mut applied = planned.apply(messages, &scratch.actions, ctx);
     req.messages = std::mem::take(&mut applied.messages);
+    report.after_tokens -= applied.inputs_freed;
     if changes {
         tracing::info!(
             event = "context_compacted",
@@ -91,7 +96,7 @@ pub(crate) fn prepare(
     }
     Ok(Fitted {
         req,
-        cut,
+        cuts,
         report,
         applied,
         reserved_tool,
@@ -119,14 +124,15 @@ impl FitConfig {
 }
 
 /// The budget of `req` under `policy`: the model's window from `catalog`, the
-/// calibration's factor for the model, and the session's previous cut. Fails when the
-/// policy leaves no room in the model's window.
+/// calibration's factor for the model, and the session's previous cuts (the history cut is
+/// kept only with `low_water_tokens`, the cleared region only with
+/// `clear_at_least_tokens`). Fails when the policy leaves no room in the model's window.
 pub(crate) fn budget(
     req: &ChatRequest,
     policy: &ContextPolicy,
     catalog: &Catalog,
     calibration: Option<&Calibration>,
-    previous_cut: Option<Cut>,
+    previous: Cuts,
 ) -> Result<Budget, PolicyError> {
     let window = catalog.context_window(&req.model);
     if let Some(window) = window {
@@ -134,7 +140,8 @@ pub(crate) fn budget(
     }
     Ok(Budget {
         model_window: window,
-        previous_cut,
+        previous_cut: policy.low_water_tokens.and(previous.history),
+        previous_clear: policy.clear_at_least_tokens.and(previous.cleared),
         factor: calibration.map_or(1.0, |c| c.factor(&req.model)),
     })
 }
@@ -177,7 +184,7 @@ where
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         let config = &self.config;
         let calibration = config.calibration.as_ref();
-        let budget = match budget(&req, &config.policy, &config.catalog, calibration, None) {
+        let budget = match budget(&req, &config.policy, &config.catalog, calibration, Cuts::default()) {
             Ok(budget) => budget,
             Err(e) => return ResponseFuture::failed(Box::new(e)),
         };

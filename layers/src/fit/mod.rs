@@ -49,7 +49,7 @@ mod turns;
 
 pub use crate::future::ResponseFuture;
 pub use clear::{Clear, ClearLayer};
-pub use cut::{Cut, CutStore, LocalCutStore};
+pub use cut::{Cut, CutStore, Cuts, LocalCutStore};
 pub(crate) use fitting::{Fit, FitConfig, budget, prepare};
 pub use pairing::PairingError;
 pub(crate) use plan::{Applied, Kept, Long, Reference, Scratch, Stages, summary_references};

@@ -66,6 +66,8 @@ pub(crate) struct Budget {
     pub(crate) model_window: Option<usize>,
     /// The session's previous cut (cache-aware pruning).
     pub(crate) previous_cut: Option<Cut>,
+    /// Where the session's previous cleared region ended (clearing in steps).
+    pub(crate) previous_clear: Option<Cut>,
     /// What the allowance is divided by ([`Calibration::factor`](crate::calibration::Calibration::factor)); 1 without calibration.
     pub(crate) factor: f64,
 }
@@ -208,6 +210,8 @@ pub(crate) struct Plan {
     pub(crate) clears: Vec<Cleared>,
     /// Where whole turns were cut, to remember for the session's next request.
     pub(crate) cut: Option<Cut>,
+    /// Where the cleared region ends, to remember likewise.
+    pub(crate) cleared: Option<Cut>,
     pub(crate) report: PreparationReport,
     /// Whether the read tool's tokens were counted (it may be added by offloading).
     pub(crate) reserved_tool: bool,
@@ -232,6 +236,15 @@ pub(crate) struct Applied {
     pub(crate) made: Vec<(ContentKey, Remembered)>,
     /// The long results kept, by index in the fitted request.
     pub(crate) longs: Vec<Long>,
+    /// Tokens freed by stubbing the arguments of calls whose results were cleared
+    /// ([`ContextPolicy::clear_tool_inputs`]); the plan did not count them.
+    pub(crate) inputs_freed: usize,
+}
+
+/// The arguments a call whose result was cleared is sent with, under
+/// [`ContextPolicy::clear_tool_inputs`].
+pub(crate) fn cleared_arguments() -> serde_json::Value {
+    serde_json::json!({"cleared": true})
 }
 
 /// What applying a plan needs besides it: where artifacts go, and what the session
@@ -242,6 +255,8 @@ pub(crate) struct ApplyContext<'a> {
     pub(crate) session: &'a str,
     pub(crate) memory: Option<&'a SessionMemory>,
     pub(crate) artifact_max_chars: usize,
+    /// Stub the arguments of the calls whose results are cleared.
+    pub(crate) clear_tool_inputs: bool,
 }
 
 impl Plan {
@@ -257,10 +272,16 @@ impl Plan {
         debug_assert_eq!(messages.len(), actions.len());
         let mut out = Applied::default();
         let mut refs = self.inputs;
+        let mut cleared_calls: Vec<String> = Vec::new();
         for c in self.clears {
             let Some(m) = messages.get_mut(c.index) else {
                 continue;
             };
+            if ctx.clear_tool_inputs
+                && let Some(id) = &m.tool_call_id
+            {
+                cleared_calls.push(id.clone());
+            }
             let original = std::mem::take(&mut m.content);
             let text = original.text();
             let (id, known) = match &c.naming {
@@ -320,6 +341,9 @@ impl Plan {
                 None => {}
             }
         }
+        if !cleared_calls.is_empty() {
+            out.inputs_freed = clear_inputs(&mut messages, actions, cleared_calls);
+        }
         let mut longs = self.longs;
         longs.retain(|l| actions[l.index] == Action::Keep);
         // Indices in the fitted request: each minus the messages dropped before it.
@@ -346,6 +370,36 @@ impl Plan {
         out.longs = longs;
         out
     }
+}
+
+/// Replaces the arguments of the kept calls named in `ids` with [`cleared_arguments`]
+/// where that is shorter. Returns the tokens freed.
+fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<String>) -> usize {
+    ids.sort_unstable();
+    let stub = cleared_arguments();
+    // Measured as the estimator measures arguments, so the stub never costs more.
+    let stub_chars = crate::tokens::json_chars(&stub);
+    let mut freed = 0;
+    for (m, a) in messages.iter_mut().zip(actions) {
+        if *a == Action::Drop || !m.has_tool_calls() {
+            continue;
+        }
+        let before = MessageSize::of(m).tokens();
+        let mut changed = false;
+        for call in &mut m.tool_calls {
+            if ids.binary_search(&call.id).is_ok()
+                && call.arguments != stub
+                && crate::tokens::json_chars(&call.arguments) > stub_chars
+            {
+                call.arguments = stub.clone();
+                changed = true;
+            }
+        }
+        if changed {
+            freed += before - MessageSize::of(m).tokens();
+        }
+    }
+    freed
 }
 
 /// The per-message lists the planner fills on every request.
@@ -415,6 +469,9 @@ struct Measured<'a> {
     clear_order: &'a [usize],
     /// The session's previous cut, as the number of turns before it, when it is found.
     previous_cut: Option<usize>,
+    /// The end of the session's previous cleared region, when clearing in steps and it
+    /// is found: every clearable result before this index is cleared again.
+    previous_clear: Option<usize>,
     /// What pruning aims for ([`ContextPolicy::prune_target`]).
     prune_target: usize,
     /// The long plain results, by index.
@@ -514,6 +571,10 @@ pub(crate) fn plan(
     let previous_cut = budget
         .previous_cut
         .and_then(|cut| find_cut(cut, msgs, layout));
+    let previous_clear = policy
+        .clear_at_least_tokens
+        .and(budget.previous_clear)
+        .and_then(|cut| find_clear(cut, msgs, clear_order));
     let may_add_tool = stages.offloads() && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
     let allowance = budget.calibrate(policy.prompt_allowance(budget.model_window));
     let prefix_tokens = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens());
@@ -536,6 +597,7 @@ pub(crate) fn plan(
             clear_order,
             marks,
             previous_cut,
+            previous_clear,
             prune_target,
             longs,
         };
@@ -631,6 +693,15 @@ fn decide(
         report.pruned_turns = k;
         report.cut_reused = k > 0;
         first_prunable = k;
+    }
+    // Clearing in steps: clear again what was cleared last time, so the transcript reads
+    // the same up to the newest cleared result, whether or not this request needs it.
+    if stages.clears()
+        && let Some(end) = m.previous_clear
+    {
+        for &i in m.clear_order.iter().take_while(|&&i| i < end) {
+            clear_one(m, policy, i, actions, &mut clears, cost, &mut total);
+        }
     }
 
     if total > allowance {
@@ -733,6 +804,11 @@ fn decide(
     if report.removed_messages > 0 {
         report.history_start = (layout.head_end..cost.len()).find(|&i| actions[i] != Action::Drop);
     }
+    let cleared = clears
+        .iter()
+        .map(|c| c.index)
+        .max()
+        .and_then(|i| Cut::at(&req.messages, i + 1));
     // Turns are pruned oldest first, so the first kept turn follows the pruned ones.
     let cut = match report.pruned_turns {
         0 => None,
@@ -744,6 +820,7 @@ fn decide(
     Ok(Plan {
         clears,
         cut,
+        cleared,
         report,
         reserved_tool: reserved > 0,
         longs: Vec::new(),
@@ -858,6 +935,18 @@ fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
     turns.iter().position(|t| cut.is_at(msgs, t.range.start))
 }
 
+/// The index the session's previous cleared region ended at, if it is in this
+/// transcript: at its old position, or after any clearable result.
+fn find_clear(cut: Cut, msgs: &[Message], clear_order: &[usize]) -> Option<usize> {
+    if cut.is_at(msgs, cut.position) {
+        return Some(cut.position);
+    }
+    clear_order
+        .iter()
+        .map(|&i| i + 1)
+        .find(|&end| cut.is_at(msgs, end))
+}
+
 /// Tool results that may be cleared, oldest first: not already a stub, not among the
 /// newest `preserve_tool_results`, not answering the newest assistant message (the model
 /// has not seen those yet), and not from a `never_clear` tool.
@@ -902,8 +991,9 @@ pub(crate) fn tool_name<'a>(m: &'a Message, calls: &[(&'a str, &'a str)]) -> Opt
     })
 }
 
-/// Clears tool results in `m.clear_order` until the total is within the allowance,
-/// recording each stub in `clears`.
+/// Clears tool results in `m.clear_order` until the total is within the allowance (and,
+/// clearing in steps, until at least `clear_at_least_tokens` were freed), recording each
+/// stub in `clears`.
 fn clear_until_fit(
     m: &Measured<'_>,
     policy: &ContextPolicy,
@@ -912,63 +1002,82 @@ fn clear_until_fit(
     cost: &mut [usize],
     total: &mut usize,
 ) {
-    let (req, stages) = (m.req, m.stages);
+    let at_least = policy.clear_at_least_tokens.unwrap_or(0);
+    let mut freed = 0;
     for &i in m.clear_order {
-        if *total <= m.allowance {
+        if *total <= m.allowance && freed >= at_least {
             break;
         }
-        if actions[i] != Action::Keep {
-            continue;
-        }
-        let msg = &req.messages[i];
-        let text = msg.content.text();
-        // One measurement: the text's length (parts are joined without separators, so
-        // it is the joined text's) and the stub's cost both follow from it.
-        let size = MessageSize::of(msg);
-        // A preview already names a stored artifact: point the stub at it.
-        // Only a message marked as a preview is parsed again, for its id.
-        let preview = (m.marks[i] & PREVIEW != 0)
-            .then(|| genuine_preview(&text, policy, m.untrusted))
-            .flatten();
-        let cleared = match preview {
-            Some(p) => Cleared {
-                index: i,
-                naming: Naming::Stored(p.id.into_owned()),
-                long: None,
-                chars: p.original_chars,
-                bytes: p.original_chars.min(policy.artifact_max_chars),
-            },
-            None if stages.offloads() => {
-                let long = m
-                    .longs
-                    .binary_search_by_key(&i, |l| l.index)
-                    .ok()
-                    .map(|l| &m.longs[l]);
-                Cleared {
-                    index: i,
-                    naming: Naming::Content,
-                    bytes: long.map_or(text.len(), |l| l.bytes(text.len())),
-                    long: long.map(|l| (l.key, l.known.clone())),
-                    chars: size.content_chars,
-                }
-            }
-            None => Cleared {
-                index: i,
-                naming: Naming::Nothing,
-                long: None,
-                chars: size.content_chars,
-                bytes: 0,
-            },
-        };
-        let stub = stub_for(msg.name.as_deref(), cleared.chars, &cleared.naming, None);
-        let new_cost = size.tokens_with_content(char_count(&stub));
-        if new_cost < cost[i] {
-            *total -= cost[i] - new_cost;
-            cost[i] = new_cost;
-            actions[i] = Action::Clear;
-            clears.push(cleared);
-        }
+        freed += clear_one(m, policy, i, actions, clears, cost, total);
     }
+}
+
+/// Clears the tool result `i` when it is kept and its stub is smaller, recording the stub
+/// in `clears`. Returns the tokens freed.
+fn clear_one(
+    m: &Measured<'_>,
+    policy: &ContextPolicy,
+    i: usize,
+    actions: &mut [Action],
+    clears: &mut Vec<Cleared>,
+    cost: &mut [usize],
+    total: &mut usize,
+) -> usize {
+    let (req, stages) = (m.req, m.stages);
+    if actions[i] != Action::Keep {
+        return 0;
+    }
+    let msg = &req.messages[i];
+    let text = msg.content.text();
+    // One measurement: the text's length (parts are joined without separators, so
+    // it is the joined text's) and the stub's cost both follow from it.
+    let size = MessageSize::of(msg);
+    // A preview already names a stored artifact: point the stub at it.
+    // Only a message marked as a preview is parsed again, for its id.
+    let preview = (m.marks[i] & PREVIEW != 0)
+        .then(|| genuine_preview(&text, policy, m.untrusted))
+        .flatten();
+    let cleared = match preview {
+        Some(p) => Cleared {
+            index: i,
+            naming: Naming::Stored(p.id.into_owned()),
+            long: None,
+            chars: p.original_chars,
+            bytes: p.original_chars.min(policy.artifact_max_chars),
+        },
+        None if stages.offloads() => {
+            let long = m
+                .longs
+                .binary_search_by_key(&i, |l| l.index)
+                .ok()
+                .map(|l| &m.longs[l]);
+            Cleared {
+                index: i,
+                naming: Naming::Content,
+                bytes: long.map_or(text.len(), |l| l.bytes(text.len())),
+                long: long.map(|l| (l.key, l.known.clone())),
+                chars: size.content_chars,
+            }
+        }
+        None => Cleared {
+            index: i,
+            naming: Naming::Nothing,
+            long: None,
+            chars: size.content_chars,
+            bytes: 0,
+        },
+    };
+    let stub = stub_for(msg.name.as_deref(), cleared.chars, &cleared.naming, None);
+    let new_cost = size.tokens_with_content(char_count(&stub));
+    if new_cost >= cost[i] {
+        return 0;
+    }
+    let freed = cost[i] - new_cost;
+    *total -= freed;
+    cost[i] = new_cost;
+    actions[i] = Action::Clear;
+    clears.push(cleared);
+    freed
 }
 
 #[cfg(test)]
@@ -986,6 +1095,7 @@ mod tests {
             Budget {
                 model_window: None,
                 previous_cut: None,
+                previous_clear: None,
                 factor: 1.0,
             },
             None,

@@ -61,6 +61,17 @@ pub struct PreparationReport {
     /// on the last request, so the provider's cached prefix can be read.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cut_reused: bool,
+    /// Where the history starts (the cut) differs from the session's previous request:
+    /// everything the provider cached after the old start is written again. Set by
+    /// [`ContextPolicyLayer`](crate::ContextPolicyLayer), which remembers each session's
+    /// cuts; a session's first request that prunes counts as a move.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut_moved: bool,
+    /// The cleared region (old tool results replaced by stubs) ends elsewhere than on the
+    /// session's previous request, so the transcript changed from there on. See
+    /// [`ContextPolicy::clear_at_least_tokens`](crate::ContextPolicy::clear_at_least_tokens).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub clear_moved: bool,
     /// Messages the stack added on its own when it answered `read_context_artifact` calls
     /// itself (auto-resolve): the model's calls and their results, in order. An agent loop
     /// appends them to its transcript before the response's message.
@@ -133,6 +144,8 @@ impl PreparationReport {
         }
         self.summary_calls += inner.summary_calls;
         self.cut_reused |= inner.cut_reused;
+        self.cut_moved |= inner.cut_moved;
+        self.clear_moved |= inner.clear_moved;
         if self.history_start.is_none() {
             self.history_start = inner.history_start;
         }
