@@ -14,7 +14,7 @@ use llm_context_layers::catalog::{Catalog, Price, Provider};
 use llm_context_layers::prefix::PrefixLayer;
 use llm_context_layers::{
     BoxError, CacheHints, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
-    ContextPolicyLayer, Message, PolicyError, PreparationReport, Scope,
+    ContextPolicyLayer, Message, PolicyError, Scope,
 };
 
 use super::anthropic::{self, AnthropicCache};
@@ -161,8 +161,10 @@ pub struct Outcome {
     /// Messages the model did not see, summed over the calls (a message dropped from five
     /// calls counts five times): the sum of the reports' `removed_messages`.
     pub messages_lost: usize,
-    /// Calls whose history started elsewhere than on the previous call: each one breaks
-    /// the provider's cached prefix after the system prompt.
+    /// Calls whose history started elsewhere than on the previous call
+    /// ([`PreparationReport::cut_moved`](crate::PreparationReport::cut_moved); the first
+    /// call that prunes counts): each one breaks the provider's cached prefix after the
+    /// system prompt.
     pub cut_moves: usize,
     /// Calls the stack refused because what must be kept did not fit.
     pub context_limit_errors: usize,
@@ -296,7 +298,6 @@ impl Simulation {
             name: candidate.name.clone(),
             ..Outcome::default()
         };
-        let mut cut = CutTracker::default();
         for (end, at) in schedule(conversation, self.calls) {
             let request =
                 ChatRequest::new(self.model.clone(), conversation.messages()[..end].to_vec())
@@ -323,7 +324,7 @@ impl Simulation {
             outcome.cache_write_tokens += tally.cache_write_tokens;
             outcome.cost_usd += price.cost(&tally.usage(OUTPUT_TOKENS_PER_CALL));
             outcome.messages_lost += report.removed_messages;
-            outcome.cut_moves += usize::from(cut.moved(&report));
+            outcome.cut_moves += usize::from(report.cut_moved);
         }
         Ok(outcome)
     }
@@ -363,27 +364,6 @@ fn schedule(conversation: &Conversation, calls: Calls) -> Vec<(usize, Duration)>
         }
     }
     out
-}
-
-/// Whether a call's cut differs from the previous call's.
-///
-/// Compares where the history starts ([`PreparationReport::history_start`], an index in
-/// the transcript as received, which only grows by appending): a call that prunes
-/// nothing starts at the beginning.
-#[derive(Default)]
-struct CutTracker {
-    previous: Option<usize>,
-    seen: bool,
-}
-
-impl CutTracker {
-    fn moved(&mut self, report: &PreparationReport) -> bool {
-        let start = report.history_start.unwrap_or(0);
-        let moved = self.seen && self.previous != Some(start);
-        self.previous = Some(start);
-        self.seen = true;
-        moved
-    }
 }
 
 /// The innermost service: keeps the last request it was sent and answers with an empty
@@ -441,20 +421,5 @@ mod tests {
             [(1, s(0)), (2, s(15)), (4, s(75))]
         );
         assert_eq!(schedule(&conv, Calls::PerTurn), [(2, s(15)), (4, s(75))]);
-    }
-
-    #[test]
-    fn a_cut_moves_when_the_history_start_changes() {
-        let mut cut = CutTracker::default();
-        let at = |start: Option<usize>| {
-            let mut report = PreparationReport::default();
-            report.history_start = start;
-            report
-        };
-        assert!(!cut.moved(&at(None)));
-        assert!(!cut.moved(&at(None)));
-        assert!(cut.moved(&at(Some(5))));
-        assert!(!cut.moved(&at(Some(5))));
-        assert!(cut.moved(&at(Some(9))));
     }
 }
