@@ -406,5 +406,15 @@ mod tests {
         assert_eq!(marks, [true, true, false, true, false]);
         let hashes = |b: &[Block]| b.iter().map(|b| b.hash).collect::<Vec<_>>();
         assert_eq!(hashes(&plain), hashes(&with_marks));
+
+        // Another description of the one tool: no block of the prompt is the same.
+        let mut retooled = req.clone();
+        retooled.tools[0].description = "changed".into();
+        let other = blocks(&retooled).unwrap();
+        assert!(plain.iter().zip(&other).all(|(a, b)| a.hash != b.hash));
+        assert_eq!(
+            plain[1..].iter().map(|b| b.tokens).collect::<Vec<_>>(),
+            other[1..].iter().map(|b| b.tokens).collect::<Vec<_>>()
+        );
     }
 }
