@@ -152,12 +152,13 @@ async fn sends_a_valid_body_with_system_tools_and_results_in_place() {
     assert!(body.get("temperature").is_none());
 
     // claude-sonnet-4-6 caches from 2,048 tokens: the ~60-token tools alone are too
-    // short for a breakpoint; the prefix and the history are not.
+    // short for a breakpoint; the prefix, the history and the whole request are not.
     assert_eq!(
         anthropic_markers(&body),
         [
             ("system[3]".to_owned(), "5m".to_owned()),
-            ("messages[5].content[0]".to_owned(), "5m".to_owned())
+            ("messages[5].content[0]".to_owned(), "5m".to_owned()),
+            ("messages[6].content[0]".to_owned(), "5m".to_owned())
         ]
     );
 
@@ -197,10 +198,12 @@ async fn breakpoints_follow_the_configured_ttls() {
     let body: Value = serde_json::from_str(&bodies(&server).await[0]).unwrap();
     check_body(&body);
     let markers = anthropic_markers(&body);
+    // The request's two tools, then the stack's read tool: the marker is on the last.
+    assert_eq!(body["tools"][2]["name"], "read_context_artifact");
     assert_eq!(
         markers,
         [
-            ("tools[1]".to_owned(), "1h".to_owned()),
+            ("tools[2]".to_owned(), "1h".to_owned()),
             ("system[3]".to_owned(), "1h".to_owned()),
             ("messages[5].content[0]".to_owned(), "5m".to_owned())
         ]
@@ -300,13 +303,15 @@ async fn a_conversation_keeps_a_byte_identical_prefix_and_breakpoints() {
     for (turn, text) in sent.iter().enumerate() {
         let body: Value = serde_json::from_str(text).unwrap();
         check_body(&body);
-        // Same places every turn: the end of the system prompt, and the message before
-        // the newest request (none on the first turn: there is no history yet).
+        // Same places every turn: the end of the system prompt, the message before the
+        // newest request (none on the first turn: there is no history yet), and the
+        // newest request, the rolling breakpoint the next turn reads from.
         let n = body["messages"].as_array().unwrap().len();
         let mut expected = vec![("system[3]".to_owned(), "5m".to_owned())];
         if turn > 0 {
             expected.push((format!("messages[{}].content[0]", n - 2), "5m".to_owned()));
         }
+        expected.push((format!("messages[{}].content[0]", n - 1), "5m".to_owned()));
         assert_eq!(anthropic_markers(&body), expected, "turn {turn}");
     }
     for pair in sent.windows(2) {

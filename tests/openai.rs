@@ -125,7 +125,9 @@ async fn sends_a_valid_body_with_the_prefix_first() {
         m[8],
         json!({"role": "tool", "content": "Oslo: dry, 14 °C", "tool_call_id": "call_1"})
     );
-    assert_eq!(body["prompt_cache_key"], p.stable_hash());
+    let key = body["prompt_cache_key"].as_str().unwrap();
+    assert_eq!(key.len(), 32);
+    assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
     assert_eq!(body["response_format"], json!({"type": "json_object"}));
     assert_eq!(body["tool_choice"], "auto");
     assert!(!String::from_utf8_lossy(&r.body).contains("cache_control"));
@@ -465,4 +467,48 @@ fn building_needs_a_key_for_openai_itself() {
             .build(),
         Err(ConfigError::InvalidBaseUrl { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_plain_body_gets_a_prompt_cache_key_from_its_stable_head() {
+    let server = mock_post(CHAT, ok_text()).await;
+    let head = |system: &str| {
+        vec![
+            Message::system(system.to_owned()),
+            Message::user("What is the capital of Norway?"),
+        ]
+    };
+    let mut longer = head("You are terse.");
+    longer.extend([Message::assistant("Oslo."), Message::user("And Sweden?")]);
+    let requests = [
+        ChatRequest::new("gpt-5.4", head("You are terse.")).with_tools(tools()),
+        // The same head, a longer tail: the same key.
+        ChatRequest::new("gpt-5.4", longer.clone()).with_tools(tools()),
+        // Another system prompt: another key.
+        ChatRequest::new("gpt-5.4", head("You are verbose.")).with_tools(tools()),
+        // No tools, no system message, no prefix: nothing stable to key on.
+        ChatRequest::new("gpt-5.4", vec![Message::user("hi")]),
+    ];
+    for req in requests {
+        stack(&server.uri()).oneshot(req).await.unwrap();
+    }
+    // A key the caller sets wins.
+    let mut mine = ChatRequest::new("gpt-5.4", longer).with_tools(tools());
+    mine.params
+        .extra
+        .insert("prompt_cache_key".into(), json!("tenant-7"));
+    stack(&server.uri()).oneshot(mine).await.unwrap();
+
+    let keys: Vec<Value> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["prompt_cache_key"].clone())
+        .collect();
+    assert!(keys[0].is_string());
+    assert_eq!(keys[0], keys[1]);
+    assert_ne!(keys[0], keys[2]);
+    assert_eq!(keys[3], Value::Null);
+    assert_eq!(keys[4], "tenant-7");
 }

@@ -71,8 +71,8 @@ pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
 pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,
-    FinishReason, GenerationParams, MemoHint, Message, PrefixContext, PreparationReport, Role,
-    Scope, ToolCall, ToolSpec, Usage,
+    FinishReason, GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Message, PrefixContext,
+    PreparationReport, Role, Scope, ToolCall, ToolSpec, Usage,
 };
 pub use policy::{ContextPolicy, PolicyError};
 pub use prefix::PrefixLayer;

@@ -25,6 +25,7 @@
 //! assert_eq!(sent.prefix.as_deref(), Some(&*handbook));      // injected
 //! assert_eq!(sent.cache.prefix, Some(CacheTtl::FiveMinutes)); // after the prefix
 //! assert_eq!(sent.cache.history, Some(CacheTtl::FiveMinutes)); // before "And expenses?"
+//! assert_eq!(sent.cache.last, Some(CacheTtl::FiveMinutes));    // on "And expenses?"
 //! assert_eq!(sent.cache.tools, None);                          // no tools to cache
 //! # }
 //! ```
@@ -38,14 +39,19 @@
 //!
 //! # Which breakpoints
 //!
-//! The three places, in the providers' cache order, are: after the tool definitions;
+//! The four places, in the providers' cache order, are: after the tool definitions;
 //! after the prefix (prefix plus the leading system messages of the tail); after the
-//! stable history (the last message before the newest real user request). Each is set
-//! when it is configured ([`PrefixLayer::with_breakpoints`], all three with a 5-minute
-//! TTL by default), its part is not empty, and everything up to it is at least the
-//! model's minimum cacheable length ([`Catalog::cache_min_tokens`], measured with the
-//! crate's estimate): below that a provider silently caches nothing and the marker would
-//! only waste one of the four slots. So there are never more than three, and configured
+//! stable history (the last message before the newest real user request); and on the
+//! last block of the request. The last one *rolls*: the next call (the next tool round of
+//! an agent loop, or the next turn) extends this request, finds this breakpoint's entry
+//! within the provider's 20-block lookback and reads everything this call wrote, so the
+//! newest turn is paid once, not again at the write price on every call. The history
+//! breakpoint stays for the case where a turn adds more than 20 blocks. Each is set when
+//! it is configured ([`PrefixLayer::with_breakpoints`], all four with a 5-minute TTL by
+//! default), its part is not empty, and everything up to it is at least the model's
+//! minimum cacheable length ([`Catalog::cache_min_tokens`], measured with the crate's
+//! estimate): below that a provider silently caches nothing and the marker would only
+//! waste a slot. So there are never more than four (Anthropic's limit), and configured
 //! TTLs must not grow along the cache order (a 1-hour entry must come before any
 //! 5-minute one).
 //!
@@ -83,7 +89,7 @@ impl Default for PrefixLayer {
 }
 
 impl PrefixLayer {
-    /// A layer that injects nothing and asks for all three breakpoints with a 5-minute
+    /// A layer that injects nothing and asks for all four breakpoints with a 5-minute
     /// TTL, with minimums from the built-in catalog.
     pub fn new() -> Self {
         Self {
@@ -100,14 +106,15 @@ impl PrefixLayer {
     }
 
     /// Which breakpoints to ask for, and with which TTL. Fails when a longer TTL follows
-    /// a shorter one in the cache order (tools → prefix → history), which Anthropic
-    /// rejects.
+    /// a shorter one in the cache order (tools → prefix → history → last), which
+    /// Anthropic rejects.
     pub fn with_breakpoints(mut self, breakpoints: CacheHints) -> Result<Self, PolicyError> {
         if !breakpoints.ttl_order_ok() {
             return Err(PolicyError::Invalid {
                 field: "breakpoints",
-                reason: "a 1h breakpoint may not follow a 5m one (order: tools, prefix, history)"
-                    .into(),
+                reason:
+                    "a 1h breakpoint may not follow a 5m one (order: tools, prefix, history, last)"
+                        .into(),
             });
         }
         self.breakpoints = breakpoints;
@@ -161,6 +168,7 @@ impl PrefixLayer {
             tools = ?req.cache.tools,
             prefix = ?req.cache.prefix,
             history = ?req.cache.history,
+            last = ?req.cache.last,
             min_cacheable = min,
             "cache breakpoints"
         );
@@ -214,7 +222,7 @@ where
 
 /// The breakpoints to send for `req`: those of `wanted` whose part is present and whose
 /// cached prefix (everything up to the breakpoint, in the order tools → prefix →
-/// history) is at least `min_tokens` by the crate's estimate.
+/// history → last) is at least `min_tokens` by the crate's estimate.
 pub(crate) fn plan_breakpoints(
     req: &ChatRequest,
     wanted: CacheHints,
@@ -235,17 +243,28 @@ pub(crate) fn plan_breakpoints(
     if has_prefix && cumulative >= min_tokens {
         out.prefix = wanted.prefix;
     }
-    if let Some(end) = stable_history_end(&req.messages) {
-        // Only "at least the minimum" matters: stop counting once it is reached, so a long
-        // history is not measured a second time on every request.
-        for m in &req.messages[head_end..end] {
-            if cumulative >= min_tokens {
+    // Only "at least the minimum" matters: stop counting once it is reached, so a long
+    // history is not measured a second time on every request.
+    let mut counted = head_end;
+    let mut count_to = |end: usize, cumulative: &mut usize| {
+        for m in &req.messages[counted..end] {
+            if *cumulative >= min_tokens {
                 break;
             }
-            cumulative += estimate_one(m);
+            *cumulative += estimate_one(m);
         }
+        counted = counted.max(end);
+    };
+    if let Some(end) = stable_history_end(&req.messages) {
+        count_to(end, &mut cumulative);
         if cumulative >= min_tokens {
             out.history = wanted.history;
+        }
+    }
+    if req.messages.len() > head_end {
+        count_to(req.messages.len(), &mut cumulative);
+        if cumulative >= min_tokens {
+            out.last = wanted.last;
         }
     }
     out
@@ -300,7 +319,8 @@ mod tests {
         let mut expected = req.clone().with_prefix(prefix.clone());
         expected.cache = CacheHints::NONE
             .with_prefix(Some(CacheTtl::FiveMinutes))
-            .with_history(Some(CacheTtl::FiveMinutes));
+            .with_history(Some(CacheTtl::FiveMinutes))
+            .with_last(Some(CacheTtl::FiveMinutes));
         assert_request_eq!(handle, expected)
             .send_response(ChatResponse::new(Message::assistant("ok")));
         assert_eq!(response.await.unwrap().message.text(), "ok");
@@ -383,6 +403,54 @@ mod tests {
     }
 
     #[test]
+    fn the_last_breakpoint_rolls_with_a_tool_loop() {
+        // The first turn has no stable history, but its tool rounds are cached as they
+        // are sent: each round's request ends with the previous round plus one result.
+        let mut messages = vec![Message::user("go")];
+        for round in 0..3 {
+            let id = format!("c{round}");
+            messages.push(Message::assistant_tool_calls(
+                "",
+                vec![crate::ToolCall::new(&id, "f", json!({}))],
+            ));
+            messages.push(Message::tool_result(&id, "f", big(3_000)));
+            let req = ChatRequest::new("claude-sonnet-4-6", messages.clone())
+                .with_prefix(Arc::new(PrefixContext::new(big(9_000))));
+            let hints = PrefixLayer::new().prepare(req).cache;
+            assert_eq!(hints.history, None, "round {round}");
+            assert_eq!(hints.last, Some(CacheTtl::FiveMinutes), "round {round}");
+            assert_eq!(hints.count(), 2);
+        }
+    }
+
+    #[test]
+    fn the_last_breakpoint_needs_the_minimum_too() {
+        // claude-haiku-4-5 caches from 4,096 tokens: a ~3,000-token request has no
+        // breakpoint at all; at ~5,000 only the whole request reaches it.
+        let short = ChatRequest::new("claude-haiku-4-5", vec![Message::user(big(12_000))]);
+        assert_eq!(PrefixLayer::new().prepare(short).cache, CacheHints::NONE);
+        let long = ChatRequest::new(
+            "claude-haiku-4-5",
+            vec![Message::user(big(8_000)), Message::assistant(big(12_000))],
+        );
+        assert_eq!(
+            PrefixLayer::new().prepare(long).cache,
+            CacheHints::NONE.with_last(Some(CacheTtl::FiveMinutes))
+        );
+    }
+
+    #[test]
+    fn never_more_than_four() {
+        let tool = ToolSpec::new("search", big(10_000), json!({"type": "object"}));
+        let req = ChatRequest::new("claude-sonnet-4-6", chat())
+            .with_prefix(Arc::new(PrefixContext::new(big(9_000))))
+            .with_tools(vec![tool]);
+        let hints = PrefixLayer::new().prepare(req).cache;
+        assert_eq!(hints, CacheHints::all(CacheTtl::FiveMinutes));
+        assert_eq!(hints.count(), 4);
+    }
+
+    #[test]
     fn ttl_order_is_checked() {
         let bad = CacheHints::NONE
             .with_prefix(Some(CacheTtl::FiveMinutes))
@@ -392,8 +460,11 @@ mod tests {
         let good = CacheHints::NONE
             .with_tools(Some(CacheTtl::OneHour))
             .with_prefix(Some(CacheTtl::OneHour))
-            .with_history(Some(CacheTtl::FiveMinutes));
+            .with_history(Some(CacheTtl::FiveMinutes))
+            .with_last(Some(CacheTtl::FiveMinutes));
         assert!(PrefixLayer::new().with_breakpoints(good).is_ok());
+        let bad = good.with_last(Some(CacheTtl::OneHour));
+        assert!(PrefixLayer::new().with_breakpoints(bad).is_err());
     }
 
     #[test]

@@ -23,7 +23,10 @@ fn policy() -> ContextPolicy {
 /// below the offload threshold), an answer.
 fn turn(n: usize) -> Vec<Message> {
     let id = format!("call_{n}");
-    let patch = format!("--- a/src/lib.rs\n+++ b/src/lib.rs\n{}", "+ line\n".repeat(10));
+    let patch = format!(
+        "--- a/src/lib.rs\n+++ b/src/lib.rs\n{}",
+        "+ line\n".repeat(10)
+    );
     vec![
         Message::user(format!("step {n}: run the check")),
         Message::assistant_tool_calls(
@@ -39,8 +42,9 @@ fn turn(n: usize) -> Vec<Message> {
 /// returns what was sent and the report of each.
 async fn converse(policy: ContextPolicy) -> Vec<(ChatRequest, PreparationReport)> {
     let model = MockModel::echo();
-    let mut agent: ContextPolicyService<MockModel> =
-        ContextPolicyLayer::new(policy).unwrap().layer(model.clone());
+    let mut agent: ContextPolicyService<MockModel> = ContextPolicyLayer::new(policy)
+        .unwrap()
+        .layer(model.clone());
     let mut history = Vec::new();
     let mut out = Vec::new();
     for n in 0..20 {
@@ -78,7 +82,10 @@ async fn clearing_in_steps_keeps_the_region_and_each_request_extends_the_last() 
     let minimal = moves(&converse(policy()).await);
     let turns = converse(policy().with_clear_at_least_tokens(3_000)).await;
     let stepped = moves(&turns);
-    assert!(stepped * 3 <= minimal, "stepped {stepped}, minimal {minimal}");
+    assert!(
+        stepped * 3 <= minimal,
+        "stepped {stepped}, minimal {minimal}"
+    );
     let mut kept = 0;
     for pair in turns.windows(2) {
         let ((before, _), (after, report)) = (&pair[0], &pair[1]);
@@ -102,7 +109,10 @@ async fn a_step_clears_at_least_the_given_tokens() {
         .unwrap();
     // One result is about 600 tokens; a stub about 60: 3,000 tokens is 6 results.
     assert!(first.cleared_observations >= 6, "{first:?}");
-    assert!(first.before_tokens - first.after_tokens >= 3_000, "{first:?}");
+    assert!(
+        first.before_tokens - first.after_tokens >= 3_000,
+        "{first:?}"
+    );
 }
 
 #[tokio::test]
@@ -142,4 +152,3 @@ async fn clear_tool_inputs_stubs_the_arguments_of_cleared_calls_only() {
     again.oneshot(sent.clone()).await.unwrap();
     assert_eq!(model.last_request().unwrap().messages, sent.messages);
 }
-

@@ -269,3 +269,65 @@ async fn a_custom_store_receives_the_cuts() {
     converse(&mut agent, &model, "s1", 10).await;
     assert_eq!(store.len(), 1);
 }
+
+#[tokio::test]
+async fn interleaved_conversations_without_ids_keep_their_own_cuts() {
+    /// Two conversations, turn by turn in turn, sent with `ids` or with no session.
+    async fn interleave(ids: bool) -> Vec<ChatRequest> {
+        let (mut agent, model, cuts) = agent(policy().with_low_water_tokens(500));
+        let mut histories = [
+            vec![Message::system("You answer briefly.")],
+            vec![Message::system("You answer in French.")],
+        ];
+        let mut sent = Vec::new();
+        for turn in 0..20 {
+            for (c, history) in histories.iter_mut().enumerate() {
+                history.push(question(turn * 2 + c));
+                let mut req = ChatRequest::new("mock", history.clone());
+                if ids {
+                    req = req.with_session(format!("conversation-{c}"));
+                }
+                let reply = send(&mut agent, req).await.unwrap();
+                assert_eq!(reply.report.inferred_session.is_some(), !ids);
+                history.push(reply.message);
+                let mut request = model.last_request().unwrap();
+                request.session.clear();
+                sent.push(request);
+            }
+        }
+        // Nothing is ever kept under the default session: each conversation has its own.
+        assert!(cuts.get(&Scope::default(), "default").is_none());
+        sent
+    }
+    let with_ids = interleave(true).await;
+    let without = interleave(false).await;
+    // The same requests are sent, cut for cut: each conversation keeps its own.
+    assert_eq!(with_ids, without);
+    let kept = without
+        .chunks(2)
+        .zip(without.chunks(2).skip(1))
+        .filter(|(a, b)| b[0].messages.starts_with(&a[0].messages))
+        .count();
+    assert!(kept >= 10, "{kept}");
+}
+
+#[tokio::test]
+async fn a_session_is_inferred_from_the_head_not_the_tail() {
+    let (mut agent, model, _) = agent(policy());
+    let head = vec![Message::system("You answer briefly."), question(0)];
+    let mut longer = head.clone();
+    longer.extend([Message::assistant("a"), question(1)]);
+    let a = send(&mut agent, ChatRequest::new("mock", head.clone())).await;
+    let b = send(&mut agent, ChatRequest::new("mock", longer)).await;
+    let (a, b) = (a.unwrap().report, b.unwrap().report);
+    assert_eq!(a.inferred_session, b.inferred_session);
+    assert_eq!(
+        model.last_request().unwrap().session,
+        ChatRequest::new("mock", head).inferred_session()
+    );
+    // An explicit session is never replaced.
+    let named = ChatRequest::new("mock", vec![question(2)]).with_session("mine");
+    let reply = send(&mut agent, named).await.unwrap();
+    assert_eq!(reply.report.inferred_session, None);
+    assert_eq!(model.last_request().unwrap().session, "mine");
+}

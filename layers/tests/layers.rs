@@ -333,10 +333,14 @@ async fn tools_and_prefix_count_in_the_allowance() {
     let (seen, resp) = through(ContextPolicyLayer::new(policy).unwrap(), req)
         .await
         .unwrap();
-    let sent = tool_tokens + estimate_message_tokens(&seen.messages);
+    // The request declares tools, so the read tool is added (and counted) after them.
+    let read_tool = llm_context_layers::artifact::read_artifact_tool();
+    let expected_tools: Vec<_> = tools.iter().cloned().chain([read_tool]).collect();
+    assert_eq!(seen.tools, expected_tools);
+    let sent = estimate_tool_tokens(&seen.tools) + estimate_message_tokens(&seen.messages);
+    assert!(tool_tokens < estimate_tool_tokens(&seen.tools));
     assert!(sent <= 800, "{sent}");
     assert_eq!(resp.report.after_tokens, sent);
-    assert_eq!(seen.tools, tools);
 }
 
 #[tokio::test]

@@ -13,9 +13,7 @@ use llm_context_layers::summarize::{
     is_summary_message, is_summary_request, plan_fold,
 };
 use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
-use llm_context_layers::{
-    ArtifactStore, ChatRequest, DEFAULT_SESSION, Message, PrefixContext, Scope, ToolCall,
-};
+use llm_context_layers::{ArtifactStore, ChatRequest, Message, PrefixContext, Scope, ToolCall};
 use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
 
@@ -346,7 +344,10 @@ async fn a_request_under_the_threshold_goes_untouched() {
         .oneshot(request.clone())
         .await
         .unwrap();
-    assert_eq!(inner.last_request().unwrap(), request);
+    // Untouched but for the session: the request named none, so it is given the one its
+    // head implies, which the layers inside use too.
+    let expected = request.clone().with_session(request.inferred_session());
+    assert_eq!(inner.last_request().unwrap(), expected);
     assert_eq!(
         (reply.report.folded_messages, summary_calls(&inner)),
         (0, 0)
@@ -474,7 +475,12 @@ async fn an_empty_summary_folds_nothing_and_is_not_cached() {
             .await
             .unwrap();
         assert_eq!(reply.report.folded_messages, 0);
-        assert_eq!(inner.last_request().unwrap(), request, "history kept whole");
+        let expected = request.clone().with_session(request.inferred_session());
+        assert_eq!(
+            inner.last_request().unwrap(),
+            expected,
+            "history kept whole"
+        );
         assert_eq!(summary_calls(&inner), round, "asked again next time");
     }
 }
@@ -656,15 +662,17 @@ async fn folding_for_hundreds_of_turns_keeps_the_block_bounded_and_every_fold_re
     let block = SummaryBlock::from_message(&sent.messages[1]).unwrap();
     let folds = summary_calls(&inner);
     assert!(folds > 10, "only {folds} folds");
-    // Walk the archive chain as the model would, with read_context_artifact.
+    // Walk the archive chain as the model would, with read_context_artifact, in the
+    // session the stack inferred for these requests (they name none).
     let reader = ArtifactReader::new(store);
     let read = |id: String| {
         let reader = reader.clone();
+        let session = sent.session.clone();
         async move {
             let page = reader
                 .read(
                     &Scope::org("acme"),
-                    DEFAULT_SESSION,
+                    &session,
                     &json!({"artifact_id": id, "max_chars": 20_000}),
                 )
                 .await;
@@ -773,8 +781,9 @@ async fn the_folds_a_summary_names_stay_readable_past_the_policys_artifact_count
         .unwrap();
     assert!(!block.artifacts.is_empty());
     for id in block.artifacts.iter().chain(&block.archive) {
+        // The request named no session: its artifacts are under the inferred one.
         let artifact = store
-            .get(&Scope::org("acme"), DEFAULT_SESSION, id)
+            .get(&Scope::org("acme"), &sent.session, id)
             .await
             .unwrap();
         assert!(

@@ -58,8 +58,8 @@ pub(crate) fn request(
 
 /// System blocks (from `prefix` and the leading system messages), messages and tools,
 /// with `hints` turned into `cache_control` markers: on the last tool, on the last
-/// system block, and on the last block of the message before the newest real user
-/// request.
+/// system block, on the last block of the message before the newest real user request,
+/// and on the last block of the request (the rolling breakpoint).
 pub(crate) fn render(
     prefix: Option<&PrefixContext>,
     messages: &[Message],
@@ -120,6 +120,11 @@ pub(crate) fn render(
             }),
         }
     }
+    if let Some(ttl) = hints.last
+        && let Some(b) = out.last_mut().and_then(|m| m.content.last_mut())
+    {
+        b.set_cache_control(cache_control(ttl));
+    }
     Ok(Rendered {
         system,
         messages: out,
@@ -154,10 +159,12 @@ fn ttl_order(hints: CacheHints) -> CacheHints {
     let tools = clamp(hints.tools);
     let prefix = clamp(hints.prefix);
     let history = clamp(hints.history);
+    let last = clamp(hints.last);
     CacheHints::NONE
         .with_tools(tools)
         .with_prefix(prefix)
         .with_history(history)
+        .with_last(last)
 }
 
 fn cache_control(ttl: CacheTtl) -> CacheControl {

@@ -58,10 +58,13 @@ pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, 
     typed("stop", !p.stop.is_empty());
     typed("seed", p.seed.is_some());
     typed("tool_choice", p.tool_choice.is_some());
-    let cache_key = match (&req.prefix, extra.contains_key("prompt_cache_key")) {
-        (Some(prefix), false) if !prefix.is_empty() => Some(prefix.stable_hash()),
-        _ => None,
-    };
+    // The stable head (tools, prefix, leading system messages) routes requests that share
+    // it to one cache; a request with no head has nothing stable to key on.
+    let has_head = req.prefix.as_ref().is_some_and(|p| !p.is_empty())
+        || req.messages.first().is_some_and(|m| m.role == Role::System)
+        || !req.tools.is_empty();
+    let cache_key =
+        (has_head && !extra.contains_key("prompt_cache_key")).then(|| req.stable_head_key());
     let mut tool_choice = p.tool_choice.clone();
     if req.tools.is_empty() {
         // Only valid with tools; a body whose tools were all removed must drop them.

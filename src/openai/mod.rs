@@ -26,9 +26,11 @@
 //!   block), then the tail; tool results go as `tool` messages linked by
 //!   `tool_call_id`.
 //! * **Caching**: OpenAI caches automatically from 1,024 tokens when the prefix is
-//!   byte-identical. The client sends `prompt_cache_key` = the prefix's stable hash, so
-//!   requests sharing a prefix are routed to the same cache (a key the caller put in
-//!   the body wins). The breakpoint hints are not sent: Chat Completions has no such
+//!   byte-identical. The client sends `prompt_cache_key` = a stable hash of the request's
+//!   head (tools, prefix, leading system messages:
+//!   [`ChatRequest::stable_head_key`](crate::ChatRequest::stable_head_key)), so requests
+//!   sharing it, a plain Chat Completions body included, are routed to the same cache (a
+//!   key the caller put in the body wins). The breakpoint hints are not sent: Chat Completions has no such
 //!   markers before GPT-5.6's explicit mode.
 //! * **Usage**: OpenAI's `prompt_tokens` *includes* `cached_tokens` (and
 //!   `cache_write_tokens`); the neutral [`Usage`](crate::Usage) keeps them apart, so

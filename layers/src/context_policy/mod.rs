@@ -64,5 +64,6 @@ mod steps;
 
 pub use layer::{ContextPolicyLayer, DEFAULT_RESOLVE_ROUNDS};
 pub use service::ContextPolicyService;
+pub(crate) use service::infer_session;
 
 pub use crate::offload::ResponseFuture;

@@ -58,6 +58,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let req = infer_session(req);
         if has_claims(&req) {
             // Previews or stubs in the request: the store says which are the stack's own
             // before anything is planned, so this request takes the asynchronous path.
@@ -92,4 +93,21 @@ where
             untrusted,
         )))
     }
+}
+
+/// Gives a request that names no session the one its stable head implies
+/// ([`ChatRequest::inferred_session`]), before anything reads a store with it: otherwise
+/// every conversation without an id would share one session's cut, cleared region and
+/// artifacts. An outer layer that keeps per-session state (summarize) calls it too, and
+/// hands the session on, so both agree even after it folded the head away.
+pub(crate) fn infer_session(mut req: ChatRequest) -> ChatRequest {
+    if req.infer_session() {
+        tracing::debug!(
+            event = "session_inferred",
+            scope = %req.scope.key(),
+            session = %req.session,
+            "the request names no session: one is inferred from its stable head"
+        );
+    }
+    req
 }

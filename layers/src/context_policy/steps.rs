@@ -7,7 +7,7 @@ use crate::artifact::{ArtifactReader, ArtifactStore, Untrusted};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::fit::{self, CutStore, Scratch, Stages};
-use crate::model::ChatRequest;
+use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
 use crate::offload::{OffloadMemory, Prepared, offload_request};
 use crate::policy::ContextPolicy;
 use crate::prefix::PrefixLayer;
@@ -83,5 +83,8 @@ pub(super) fn prepare(
         memory.as_deref(),
     )?;
     shared.prefix.mark(&mut prepared.req);
+    if prepared.req.session.starts_with(INFERRED_SESSION_PREFIX) {
+        prepared.report.inferred_session = Some(prepared.req.session.clone());
+    }
     Ok(prepared)
 }

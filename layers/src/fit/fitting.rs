@@ -184,7 +184,13 @@ where
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         let config = &self.config;
         let calibration = config.calibration.as_ref();
-        let budget = match budget(&req, &config.policy, &config.catalog, calibration, Cuts::default()) {
+        let budget = match budget(
+            &req,
+            &config.policy,
+            &config.catalog,
+            calibration,
+            Cuts::default(),
+        ) {
             Ok(budget) => budget,
             Err(e) => return ResponseFuture::failed(Box::new(e)),
         };

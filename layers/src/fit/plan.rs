@@ -628,9 +628,10 @@ pub(crate) fn plan(
     }
 }
 
-/// [`decide`] with the read tool counted when the request will refer to an artifact:
-/// when something refers to one already, or when clearing (with artifact ids) turns out
-/// to be needed, in which case the plan is decided again with the tool counted.
+/// [`decide`] with the read tool counted when the request will carry it: when it declares
+/// tools of its own, when something refers to an artifact already, or when clearing (with
+/// artifact ids) turns out to be needed, in which case the plan is decided again with the
+/// tool counted.
 fn decide_with_tool(
     m: &Measured<'_>,
     policy: &ContextPolicy,
@@ -639,7 +640,8 @@ fn decide_with_tool(
     out: &mut Decision<'_>,
 ) -> Result<Plan, ContextLimitError> {
     let tool_cost = read_artifact_tool_tokens();
-    if may_add_tool && refers_already {
+    // A request with tools of its own always gets the read tool (see `offload_request`).
+    if may_add_tool && (refers_already || !m.req.tools.is_empty()) {
         return decide(m, policy, tool_cost, out);
     }
     let plan = decide(m, policy, 0, out)?;

@@ -14,6 +14,6 @@ pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
 pub use request::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, DEFAULT_SESSION, FinishReason,
-    GenerationParams, MemoHint, Usage,
+    GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Usage,
 };
 pub use scope::Scope;

@@ -72,6 +72,12 @@ pub struct PreparationReport {
     /// [`ContextPolicy::clear_at_least_tokens`](crate::ContextPolicy::clear_at_least_tokens).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub clear_moved: bool,
+    /// The session the stack used for a request that named none, inferred from its
+    /// stable head ([`ChatRequest::inferred_session`](crate::ChatRequest::inferred_session)):
+    /// artifacts of such a request are kept under it, so an agent answering
+    /// `read_context_artifact` itself reads them with this session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inferred_session: Option<String>,
     /// Messages the stack added on its own when it answered `read_context_artifact` calls
     /// itself (auto-resolve): the model's calls and their results, in order. An agent loop
     /// appends them to its transcript before the response's message.
@@ -146,6 +152,9 @@ impl PreparationReport {
         self.cut_reused |= inner.cut_reused;
         self.cut_moved |= inner.cut_moved;
         self.clear_moved |= inner.clear_moved;
+        if self.inferred_session.is_none() {
+            self.inferred_session.clone_from(&inner.inferred_session);
+        }
         if self.history_start.is_none() {
             self.history_start = inner.history_start;
         }

@@ -90,6 +90,10 @@ pub struct CacheHints {
     /// newest real user request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<CacheTtl>,
+    /// A rolling breakpoint on the last block of the request, so the next call (the next
+    /// tool round, or the next turn) reads everything this one wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<CacheTtl>,
 }
 
 impl CacheHints {
@@ -98,14 +102,16 @@ impl CacheHints {
         tools: None,
         prefix: None,
         history: None,
+        last: None,
     };
 
-    /// A breakpoint with `ttl` at each of the three places.
+    /// A breakpoint with `ttl` at each of the four places: Anthropic's limit.
     pub fn all(ttl: CacheTtl) -> Self {
         Self {
             tools: Some(ttl),
             prefix: Some(ttl),
             history: Some(ttl),
+            last: Some(ttl),
         }
     }
 
@@ -127,10 +133,16 @@ impl CacheHints {
         self
     }
 
-    /// The breakpoints in the providers' cache order (tools → prefix → history), absent
-    /// ones included.
-    pub fn in_order(&self) -> [Option<CacheTtl>; 3] {
-        [self.tools, self.prefix, self.history]
+    /// Sets the rolling breakpoint on the last block of the request.
+    pub fn with_last(mut self, ttl: Option<CacheTtl>) -> Self {
+        self.last = ttl;
+        self
+    }
+
+    /// The breakpoints in the providers' cache order (tools → prefix → history → last),
+    /// absent ones included.
+    pub fn in_order(&self) -> [Option<CacheTtl>; 4] {
+        [self.tools, self.prefix, self.history, self.last]
     }
 
     /// How many breakpoints are asked for.
@@ -153,7 +165,83 @@ impl CacheHints {
 
     /// Whether no breakpoint is asked for.
     pub fn is_empty(&self) -> bool {
-        self.tools.is_none() && self.prefix.is_none() && self.history.is_none()
+        self.in_order().iter().all(Option::is_none)
+    }
+}
+
+/// The prefix of [`ChatRequest::inferred_session`]'s ids.
+pub const INFERRED_SESSION_PREFIX: &str = "inferred-";
+
+impl ChatRequest {
+    /// Whether the request names no session of its own ([`DEFAULT_SESSION`]).
+    pub fn has_default_session(&self) -> bool {
+        self.session == DEFAULT_SESSION
+    }
+
+    /// A session id for a request that names none, from its stable head: the prefix,
+    /// the leading system messages and the first real user request (what an agent sends
+    /// unchanged on every call of one conversation). Two conversations of one tenant with
+    /// different heads get different ids, so they never share a cut, a cleared region or
+    /// artifacts; the same conversation gets the same id on every call, on every replica.
+    ///
+    /// ```
+    /// use llm_context_layers::{ChatRequest, Message};
+    ///
+    /// let first = vec![Message::system("Be brief."), Message::user("Plan the trip")];
+    /// let mut later = first.clone();
+    /// later.extend([Message::assistant("Where to?"), Message::user("Oslo")]);
+    /// let a = ChatRequest::new("m", first).inferred_session();
+    /// let b = ChatRequest::new("m", later).inferred_session();
+    /// let other = ChatRequest::new("m", vec![Message::user("Fix the build")]);
+    /// assert_eq!(a, b);
+    /// assert_ne!(a, other.inferred_session());
+    /// assert!(a.starts_with("inferred-"));
+    /// ```
+    pub fn inferred_session(&self) -> String {
+        let mut h = crate::hash::StableHasher::new("llm-context/session/v1");
+        self.hash_head(&mut h);
+        if let Some(first) = self.messages.iter().find(|m| m.is_user_request()) {
+            h.message(first);
+        }
+        format!("{INFERRED_SESSION_PREFIX}{}", &h.finish_hex()[..24])
+    }
+
+    /// Sets the session to [`inferred_session`](Self::inferred_session) when the request
+    /// names none; returns whether it did. The layers that keep per-session state call
+    /// this first, so every layer of a stack agrees on the session.
+    pub fn infer_session(&mut self) -> bool {
+        if !self.has_default_session() {
+            return false;
+        }
+        self.session = self.inferred_session();
+        true
+    }
+
+    /// A stable hash of what a provider caches first and a session never changes: the
+    /// tools, the prefix and the leading system messages. The OpenAI client sends it as
+    /// `prompt_cache_key` when the caller sets none, so requests with the same head are
+    /// routed to the same cache.
+    pub fn stable_head_key(&self) -> String {
+        let mut h = crate::hash::StableHasher::new("llm-context/head/v1");
+        for t in &self.tools {
+            h.str(&t.name);
+            h.str(&t.description);
+            h.json(&t.parameters);
+        }
+        self.hash_head(&mut h);
+        h.finish_hex()[..32].to_owned()
+    }
+
+    fn hash_head(&self, h: &mut crate::hash::StableHasher) {
+        if let Some(prefix) = &self.prefix {
+            // Its parts, not `as_messages`, which copies the grounding.
+            h.opt_str(prefix.system_prompt());
+            h.messages(prefix.grounding());
+            h.opt_str(prefix.schema_block());
+        }
+        h.u64(u64::MAX);
+        let head_end = super::message::leading_system_end(&self.messages);
+        h.messages(&self.messages[..head_end]);
     }
 }
 

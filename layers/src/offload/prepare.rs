@@ -35,8 +35,10 @@ impl Prepared {
 }
 
 /// Offloads oversized results of a request (fitted already when `applied` comes from a
-/// planner), and adds the read tool when anything in the request now refers to an
-/// artifact. `reserved_tool` says whether the planner counted the read tool's tokens; when
+/// planner), and adds the read tool when the request declares tools of its own (an
+/// agent's request: the tool is then in every request of the session, so the tools a
+/// provider caches first never change because of the stack) or when anything in it now
+/// refers to an artifact. `reserved_tool` says whether the planner counted the read tool's tokens; when
 /// the tool turns out not to be needed, the report's `after_tokens` gives them back.
 /// `planned` says the planner found the long results and the input references (it read
 /// every content once; reading them all again costs a cache miss a message on long
@@ -53,6 +55,7 @@ pub(crate) fn offload_request(
     memory: Option<&SessionMemory>,
 ) -> Result<Prepared, BoxError> {
     let has_tool = check_read_tool(&req)?;
+    let declares_tools = !req.tools.is_empty();
     let Applied {
         displaced: mut to_store,
         mut refs,
@@ -75,7 +78,7 @@ pub(crate) fn offload_request(
     to_store.extend(offloaded.displaced);
     kept.extend(offloaded.kept);
     made.extend(offloaded.made);
-    if !refs.is_empty() && !has_tool {
+    if (declares_tools || !refs.is_empty()) && !has_tool {
         req.tools.push(read_artifact_tool());
     } else if reserved_tool && !has_tool {
         report.after_tokens -= read_artifact_tool_tokens();

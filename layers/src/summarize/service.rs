@@ -88,6 +88,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let req = crate::context_policy::infer_session(req);
         let shared = &self.layer.shared;
         let work = match plan(req, &shared.config, &shared.cache, false) {
             Ok(Step::Send(req, report)) => {
