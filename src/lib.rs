@@ -65,6 +65,9 @@ pub use retry::RetryPolicy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+#[cfg(feature = "simulate")]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulate")))]
+pub mod simulate;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;

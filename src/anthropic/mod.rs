@@ -47,7 +47,8 @@
 //!   `/v1/messages/count_tokens` endpoint.
 
 mod client;
-mod convert;
+// The simulator renders requests exactly as they are sent.
+pub(crate) mod convert;
 mod count;
 pub mod types;
 

@@ -6,6 +6,8 @@ mod picture;
 mod prepare;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod send;
+#[cfg(feature = "simulate")]
+mod simulate;
 
 use std::process::ExitCode;
 
@@ -42,6 +44,10 @@ enum Command {
     #[cfg(any(feature = "openai", feature = "anthropic"))]
     #[command(after_help = send::EXIT_CODES_HELP)]
     Send(send::SendArgs),
+    /// Run a generated (or recorded) agent conversation through the real stack under each
+    /// policy and print what it would cost against the provider's prompt cache.
+    #[cfg(feature = "simulate")]
+    Simulate(simulate::SimulateArgs),
 }
 
 /// A failure that ends the command with an exit code.
@@ -151,6 +157,8 @@ pub(crate) fn run() -> ExitCode {
             Command::Prepare(args) => prepare::run(args).await,
             #[cfg(any(feature = "openai", feature = "anthropic"))]
             Command::Send(args) => send::run(args).await,
+            #[cfg(feature = "simulate")]
+            Command::Simulate(args) => simulate::run(args).await,
         }
     });
     match result {

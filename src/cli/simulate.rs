@@ -1,0 +1,186 @@
+//! `llm-context simulate`.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+
+use llm_context::simulate::{Calls, Candidate, Conversation, Outcome, Simulation};
+
+use super::{Exit, emit, input};
+
+#[derive(Args, Debug)]
+pub(crate) struct SimulateArgs {
+    /// A policy to simulate: a JSON or TOML file with ContextPolicy fields, named by its
+    /// file stem. Repeat to compare several. Without one: minimal (the default policy,
+    /// max_tokens 100,000), low_water_0.6 (the same with low_water_tokens 60,000) and
+    /// no_breakpoints (minimal without cache breakpoints).
+    #[arg(long, value_name = "FILE")]
+    policy: Vec<PathBuf>,
+    /// The model: its provider (from the catalog) chooses the cache model, its prices
+    /// the cost.
+    #[arg(long, value_name = "M", default_value = "claude-sonnet-4-6")]
+    model: String,
+    /// When the agent calls the model: once a turn (the call that gives the final
+    /// answer), or after the user's request and after each tool round.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = CallsArg::PerTurn)]
+    calls: CallsArg,
+    /// User turns of the generated conversation.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 200,
+        conflicts_with = "transcript"
+    )]
+    turns: usize,
+    /// Seed of the generated conversation: the same seed, the same conversation.
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 1,
+        conflicts_with = "transcript"
+    )]
+    seed: u64,
+    /// Replay this OpenAI Chat Completions request body (its messages and tools) instead
+    /// of a generated conversation.
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<PathBuf>,
+    /// Print {"model", "calls", "turns", "policies": [...]} as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum CallsArg {
+    PerTurn,
+    PerRound,
+}
+
+impl From<CallsArg> for Calls {
+    fn from(c: CallsArg) -> Self {
+        match c {
+            CallsArg::PerTurn => Calls::PerTurn,
+            CallsArg::PerRound => Calls::PerRound,
+        }
+    }
+}
+
+pub(crate) async fn run(args: SimulateArgs) -> Result<u8, Exit> {
+    let simulation = Simulation::new(&args.model).with_calls(args.calls.into());
+    // The model first: it is the cheapest mistake to report.
+    simulation
+        .check()
+        .map_err(|e| Exit::bad_input(e.to_string()))?;
+    let candidates = if args.policy.is_empty() {
+        Candidate::comparison()
+    } else {
+        args.policy
+            .iter()
+            .map(|p| candidate(p))
+            .collect::<Result<_, _>>()?
+    };
+    let conversation = match &args.transcript {
+        Some(path) => {
+            let (request, _) = input::request(Some(path))?;
+            Conversation::from_transcript(request.messages, request.tools)
+        }
+        None => Conversation::generate(args.turns, args.seed),
+    };
+
+    let mut outcomes = Vec::with_capacity(candidates.len());
+    for c in &candidates {
+        let outcome = simulation
+            .run(&conversation, c)
+            .await
+            .map_err(|e| Exit::bad_input(e.to_string()))?;
+        outcomes.push(outcome);
+    }
+    let text = if args.json {
+        let v = json!({
+            "model": simulation.model(),
+            "calls": simulation.calls().as_str(),
+            "turns": conversation.turns(),
+            "policies": outcomes.iter().map(outcome_json).collect::<Vec<_>>(),
+        });
+        format!("{v}\n")
+    } else {
+        table(&simulation, &conversation, &outcomes)
+    };
+    emit(&text, 0)
+}
+
+/// A policy file as a candidate named by its stem; a policy that cannot work is refused
+/// here, naming the file.
+fn candidate(path: &Path) -> Result<Candidate, Exit> {
+    let policy = input::policy(Some(path))?;
+    policy
+        .validate()
+        .map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))?;
+    let name = path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    Ok(Candidate::new(name, policy))
+}
+
+fn outcome_json(o: &Outcome) -> Value {
+    json!({
+        "name": o.name,
+        "cost_usd": o.cost_usd,
+        "cache_read_share": o.cache_read_share(),
+        "input_tokens": o.input_tokens,
+        "cache_read_tokens": o.cache_read_tokens,
+        "cache_write_tokens": o.cache_write_tokens,
+        "messages_lost": o.messages_lost,
+        "cut_moves": o.cut_moves,
+        "context_limit_errors": o.context_limit_errors,
+    })
+}
+
+/// One row per policy.
+fn table(simulation: &Simulation, conversation: &Conversation, outcomes: &[Outcome]) -> String {
+    // Refused calls were scheduled too.
+    let calls = outcomes
+        .first()
+        .map_or(0, |o| o.calls + o.context_limit_errors);
+    let mut out = format!(
+        "{} · {} turns · {} ({} calls)\n\n",
+        simulation.model(),
+        conversation.turns(),
+        simulation.calls(),
+        calls
+    );
+    let name_width = outcomes
+        .iter()
+        .map(|o| o.name.chars().count())
+        .chain([6])
+        .max()
+        .unwrap_or(6);
+    out.push_str(&format!(
+        "{:<name_width$}  {:>10}  {:>6}  {:>12}  {:>12}  {:>12}  {:>8}  {:>9}  {:>12}\n",
+        "policy",
+        "cost USD",
+        "read %",
+        "input",
+        "cache read",
+        "cache write",
+        "lost",
+        "cut moves",
+        "limit errors"
+    ));
+    for o in outcomes {
+        out.push_str(&format!(
+            "{:<name_width$}  {:>10.4}  {:>6.1}  {:>12}  {:>12}  {:>12}  {:>8}  {:>9}  {:>12}\n",
+            o.name,
+            o.cost_usd,
+            o.cache_read_share() * 100.0,
+            o.input_tokens,
+            o.cache_read_tokens,
+            o.cache_write_tokens,
+            o.messages_lost,
+            o.cut_moves,
+            o.context_limit_errors
+        ));
+    }
+    out
+}

@@ -1,0 +1,425 @@
+//! A run: one policy's stack over a conversation, every call billed by the provider's
+//! cache model.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower::{Layer, Service, ServiceExt};
+
+use llm_context_layers::catalog::{Catalog, Price, Provider};
+use llm_context_layers::prefix::PrefixLayer;
+use llm_context_layers::{
+    BoxError, CacheHints, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
+    ContextPolicyLayer, Message, PolicyError, Scope,
+};
+
+use super::anthropic::{self, AnthropicCache};
+use super::conversation::Conversation;
+use super::openai::{self, OpenAiCache};
+use crate::error::ProviderError;
+
+/// Seconds between two calls of one turn: a tool round's time (the model's answer and
+/// the tools' run).
+pub const ROUND_SECONDS: u64 = 15;
+
+/// Seconds between a turn's last call and the next turn's first: the user reading and
+/// typing.
+pub const TURN_GAP_SECONDS: u64 = 60;
+
+/// The output tokens billed for every call. The simulation does not generate answers,
+/// so every call is taken to produce a short reply or a few tool calls; the figure is the
+/// same for every policy, so it shifts costs without changing their order.
+pub const OUTPUT_TOKENS_PER_CALL: u64 = 300;
+
+/// The session every call of a run belongs to: the stack keeps its cut and artifacts per
+/// session, as for one agent's conversation.
+pub const SESSION: &str = "simulate";
+
+/// When the agent calls the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Calls {
+    /// Once a turn: the call that produces the turn's final answer, with the transcript
+    /// up to the turn's last tool results.
+    #[default]
+    PerTurn,
+    /// After the user's request and after each tool round's results, as an agent loop
+    /// does.
+    PerRound,
+}
+
+impl Calls {
+    /// `per-turn` or `per-round`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Calls::PerTurn => "per-turn",
+            Calls::PerRound => "per-round",
+        }
+    }
+}
+
+impl fmt::Display for Calls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Calls {
+    type Err = SimulateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "per-turn" => Ok(Calls::PerTurn),
+            "per-round" => Ok(Calls::PerRound),
+            other => Err(SimulateError::Calls(other.to_owned())),
+        }
+    }
+}
+
+/// A policy to simulate, under a name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    name: String,
+    policy: ContextPolicy,
+    breakpoints: Option<CacheHints>,
+}
+
+impl Candidate {
+    /// `policy` with the stack's default breakpoints (see [`PrefixLayer`]).
+    pub fn new(name: impl Into<String>, policy: ContextPolicy) -> Self {
+        Self {
+            name: name.into(),
+            policy,
+            breakpoints: None,
+        }
+    }
+
+    /// Marks these breakpoints instead of the default ones; [`CacheHints::NONE`] shows
+    /// what caching is worth.
+    pub fn with_breakpoints(mut self, breakpoints: CacheHints) -> Self {
+        self.breakpoints = Some(breakpoints);
+        self
+    }
+
+    /// The built-in comparison: `minimal` (the default policy with a 100,000-token
+    /// ceiling), `low_water_0.6` (the same, pruning to 60,000 tokens and keeping that cut
+    /// while it fits) and `no_breakpoints` (`minimal` without cache breakpoints, to show
+    /// what caching is worth).
+    pub fn comparison() -> Vec<Candidate> {
+        let minimal = ContextPolicy::default().with_max_tokens(100_000);
+        vec![
+            Candidate::new("minimal", minimal.clone()),
+            Candidate::new(
+                "low_water_0.6",
+                minimal.clone().with_low_water_tokens(60_000),
+            ),
+            Candidate::new("no_breakpoints", minimal).with_breakpoints(CacheHints::NONE),
+        ]
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &ContextPolicy {
+        &self.policy
+    }
+
+    /// The stack of a run: a fresh layer, so no state (cuts, artifacts) crosses runs.
+    fn layer(&self, catalog: &Arc<Catalog>) -> Result<ContextPolicyLayer, PolicyError> {
+        let layer = ContextPolicyLayer::new(self.policy.clone())?.with_catalog(catalog.clone());
+        Ok(match self.breakpoints {
+            Some(b) => layer.with_prefix(PrefixLayer::new().with_breakpoints(b)?),
+            None => layer,
+        })
+    }
+}
+
+/// What a policy cost over a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Outcome {
+    /// The candidate's name.
+    pub name: String,
+    /// Calls made (a call refused with a [`ContextLimitError`] is not made).
+    pub calls: usize,
+    /// Prompt tokens of all calls, cached or not.
+    pub input_tokens: u64,
+    /// Of `input_tokens`, those read from the cache.
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, those written to the cache.
+    pub cache_write_tokens: u64,
+    /// The cost in USD at the catalog's prices, with [`OUTPUT_TOKENS_PER_CALL`] of output
+    /// a call.
+    pub cost_usd: f64,
+    /// Messages the model did not see, summed over the calls (a message dropped from five
+    /// calls counts five times): the sum of the reports' `removed_messages`.
+    pub messages_lost: usize,
+    /// Calls whose history started elsewhere than on the previous call
+    /// ([`PreparationReport::cut_moved`](crate::PreparationReport::cut_moved); the first
+    /// call that prunes counts): each one breaks the provider's cached prefix after the
+    /// system prompt.
+    pub cut_moves: usize,
+    /// Calls the stack refused because what must be kept did not fit.
+    pub context_limit_errors: usize,
+}
+
+impl Outcome {
+    /// `cache_read_tokens / input_tokens` (0 without input).
+    pub fn cache_read_share(&self) -> f64 {
+        if self.input_tokens == 0 {
+            0.0
+        } else {
+            self.cache_read_tokens as f64 / self.input_tokens as f64
+        }
+    }
+}
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimulateError {
+    /// The catalog does not know the model.
+    #[error("unknown model `{0}`: it is not in the catalog")]
+    UnknownModel(String),
+    /// The catalog has no price for the model.
+    #[error("model `{0}` has no price in the catalog")]
+    NoPrice(String),
+    /// The catalog does not say which provider serves the model.
+    #[error("model `{0}` has no provider in the catalog")]
+    NoProvider(String),
+    /// Not `per-turn` or `per-round`.
+    #[error("`{0}` is not a call mode: use per-turn or per-round")]
+    Calls(String),
+    /// The candidate's policy or breakpoints cannot work.
+    #[error("policy `{name}`: {source}")]
+    Policy {
+        /// The candidate.
+        name: String,
+        /// What is wrong.
+        source: PolicyError,
+    },
+    /// A prepared request cannot be rendered for the provider.
+    #[error("a prepared request cannot be sent: {0}")]
+    Render(#[from] ProviderError),
+    /// The stack failed otherwise than with a [`ContextLimitError`].
+    #[error("the stack failed: {0}")]
+    Stack(BoxError),
+}
+
+/// A simulation setup: the model (its provider's cache model and its prices) and when
+/// the agent calls it.
+#[derive(Clone, Debug)]
+pub struct Simulation {
+    model: String,
+    calls: Calls,
+    catalog: Arc<Catalog>,
+}
+
+impl Simulation {
+    /// Simulates calls to `model`, once a turn, priced by the built-in catalog.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            calls: Calls::PerTurn,
+            catalog: Catalog::builtin(),
+        }
+    }
+
+    /// Sets when the agent calls the model.
+    pub fn with_calls(mut self, calls: Calls) -> Self {
+        self.calls = calls;
+        self
+    }
+
+    /// Takes prices, windows and cache minimums from `catalog`, for the stack too.
+    pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    /// The model.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// When the agent calls the model.
+    pub fn calls(&self) -> Calls {
+        self.calls
+    }
+
+    /// The model's provider and prices, or why it cannot be simulated.
+    pub fn check(&self) -> Result<(Provider, Price), SimulateError> {
+        let info = self
+            .catalog
+            .get(&self.model)
+            .ok_or_else(|| SimulateError::UnknownModel(self.model.clone()))?;
+        let price = info
+            .price
+            .ok_or_else(|| SimulateError::NoPrice(self.model.clone()))?;
+        let provider = info
+            .provider
+            .ok_or_else(|| SimulateError::NoProvider(self.model.clone()))?;
+        Ok((provider, price))
+    }
+
+    /// Runs `candidate`'s stack over `conversation`: each call is what the agent would
+    /// send at that point (its whole transcript, as the agent keeps it), prepared by the
+    /// real [`ContextPolicyLayer`], rendered as the provider's client sends it and billed
+    /// by the provider's cache model. Calls of a turn are [`ROUND_SECONDS`] apart, turns
+    /// [`TURN_GAP_SECONDS`]; a call refused with a [`ContextLimitError`] is counted and
+    /// the run goes on.
+    pub async fn run(
+        &self,
+        conversation: &Conversation,
+        candidate: &Candidate,
+    ) -> Result<Outcome, SimulateError> {
+        let (provider, price) = self.check()?;
+        let min = self.catalog.cache_min_tokens(&self.model) as u64;
+        let mut cache = match provider {
+            Provider::Anthropic => CacheModel::Anthropic(AnthropicCache::new(min)),
+            _ => CacheModel::OpenAi(OpenAiCache::new(min)),
+        };
+        let layer = candidate
+            .layer(&self.catalog)
+            .map_err(|source| SimulateError::Policy {
+                name: candidate.name.clone(),
+                source,
+            })?;
+        let capture = Capture::default();
+        let mut stack = layer.layer(capture.clone());
+        let mut outcome = Outcome {
+            name: candidate.name.clone(),
+            ..Outcome::default()
+        };
+        for (end, at) in schedule(conversation, self.calls) {
+            let request =
+                ChatRequest::new(self.model.clone(), conversation.messages()[..end].to_vec())
+                    .with_tools(conversation.tools().to_vec())
+                    .with_session(SESSION)
+                    .with_scope(Scope::org("simulate"));
+            let ready = stack.ready().await.map_err(SimulateError::Stack)?;
+            let report = match ready.call(request).await {
+                Ok(response) => response.report,
+                Err(e) if e.is::<ContextLimitError>() => {
+                    outcome.context_limit_errors += 1;
+                    continue;
+                }
+                Err(e) => return Err(SimulateError::Stack(e)),
+            };
+            let Some(sent) = capture.take() else {
+                // A response the model did not make (the memo, which is off here): no call.
+                continue;
+            };
+            let tally = cache.call(&sent, at)?;
+            outcome.calls += 1;
+            outcome.input_tokens += tally.input_tokens;
+            outcome.cache_read_tokens += tally.cache_read_tokens;
+            outcome.cache_write_tokens += tally.cache_write_tokens;
+            outcome.cost_usd += price.cost(&tally.usage(OUTPUT_TOKENS_PER_CALL));
+            outcome.messages_lost += report.removed_messages;
+            outcome.cut_moves += usize::from(report.cut_moved);
+        }
+        Ok(outcome)
+    }
+}
+
+/// The provider's cache, chosen by the model's provider.
+enum CacheModel {
+    Anthropic(AnthropicCache),
+    OpenAi(OpenAiCache),
+}
+
+impl CacheModel {
+    fn call(&mut self, sent: &ChatRequest, at: Duration) -> Result<super::Tally, ProviderError> {
+        Ok(match self {
+            CacheModel::Anthropic(c) => c.call(&anthropic::blocks(sent)?, at),
+            CacheModel::OpenAi(c) => c.call(&openai::units(sent), at),
+        })
+    }
+}
+
+/// The calls of a run: the transcript's length at each, and when it is made.
+fn schedule(conversation: &Conversation, calls: Calls) -> Vec<(usize, Duration)> {
+    let mut out = Vec::new();
+    let mut now = 0;
+    for (t, turn) in conversation.steps().iter().enumerate() {
+        if t > 0 {
+            now += TURN_GAP_SECONDS;
+        }
+        for (i, &end) in turn.iter().enumerate() {
+            if i > 0 {
+                now += ROUND_SECONDS;
+            }
+            // Per turn, the turn's rounds still take their time; only the last call is made.
+            if calls == Calls::PerRound || i + 1 == turn.len() {
+                out.push((end, Duration::from_secs(now)));
+            }
+        }
+    }
+    out
+}
+
+/// The innermost service: keeps the last request it was sent and answers with an empty
+/// message. [`MockModel`](llm_context_layers::mock::MockModel) keeps every request, which
+/// over a long run is every prompt the stack prepared.
+#[derive(Clone, Default)]
+struct Capture {
+    last: Arc<Mutex<Option<ChatRequest>>>,
+}
+
+impl Capture {
+    fn take(&self) -> Option<ChatRequest> {
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Service<ChatRequest> for Capture {
+    type Response = ChatResponse;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<ChatResponse, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(req);
+        std::future::ready(Ok(ChatResponse::new(Message::assistant(""))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_turn_calls_keep_the_rounds_time() {
+        let conv = Conversation::from_transcript(
+            vec![
+                Message::user("a"),
+                Message::assistant("round 1"),
+                Message::assistant("answer"),
+                Message::user("b"),
+                Message::assistant("answer"),
+            ],
+            Vec::new(),
+        );
+        let s = |secs| Duration::from_secs(secs);
+        // Turn 1 calls at 0 and 15 s; turn 2 at 15 + 60.
+        assert_eq!(
+            schedule(&conv, Calls::PerRound),
+            [(1, s(0)), (2, s(15)), (4, s(75))]
+        );
+        assert_eq!(schedule(&conv, Calls::PerTurn), [(2, s(15)), (4, s(75))]);
+    }
+}
