@@ -260,3 +260,25 @@ fn bad_input_exits_2_naming_the_problem() {
     bad_input(&["--transcript", not_a_body.to_str().unwrap()], &[]);
     bad_flag(&["--transcript", TRANSCRIPT, "--turns", "5"], &["--turns"]);
 }
+
+#[test]
+fn conversations_at_once_with_and_without_session_ids() {
+    let named = ok_json(&["--turns", "15", "--conversations", "2"]);
+    let unnamed = ok_json(&["--turns", "15", "--conversations", "2", "--no-session-ids"]);
+    let one = ok_json(&["--turns", "15"]);
+    assert_eq!(named["conversations"], 2);
+    assert!(named.get("session_ids").is_none());
+    assert_eq!(unnamed["session_ids"], false);
+    // The contract's keys stay exactly these for one conversation.
+    assert!(one.get("conversations").is_none());
+    // The stack tells the conversations apart by their heads: the same figures.
+    assert_eq!(named["policies"], unnamed["policies"]);
+    // Two conversations cost more than one of them.
+    let cost = |v: &Value| v["policies"][0]["cost_usd"].as_f64().unwrap();
+    assert!(cost(&named) > cost(&one));
+    bad_flag(&["--conversations", "0"], &["--conversations"]);
+    bad_flag(
+        &["--conversations", "2", "--transcript", TRANSCRIPT],
+        &["--transcript"],
+    );
+}

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use llm_context::simulate::{Calls, Candidate, Conversation, Outcome, Simulation};
+use llm_context::simulate::{Calls, Candidate, Conversation, Outcome, Sessions, Simulation};
 
 use super::{Exit, emit, input};
 
@@ -41,6 +41,20 @@ pub(crate) struct SimulateArgs {
         conflicts_with = "transcript"
     )]
     seed: u64,
+    /// Generated conversations run at once through one stack and one provider cache (as
+    /// one tenant's users), seeded S, S+1, …; their costs add up.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..),
+        conflicts_with = "transcript"
+    )]
+    conversations: u16,
+    /// The calls name no session (as many OpenAI-style clients send them): the stack must
+    /// tell the conversations apart by itself.
+    #[arg(long)]
+    no_session_ids: bool,
     /// Replay this OpenAI Chat Completions request body (its messages and tools) instead
     /// of a generated conversation.
     #[arg(long, value_name = "FILE")]
@@ -79,32 +93,50 @@ pub(crate) async fn run(args: SimulateArgs) -> Result<u8, Exit> {
             .map(|p| candidate(p))
             .collect::<Result<_, _>>()?
     };
-    let conversation = match &args.transcript {
+    let conversations: Vec<Conversation> = match &args.transcript {
         Some(path) => {
             let (request, _) = input::request(Some(path))?;
-            Conversation::from_transcript(request.messages, request.tools)
+            vec![Conversation::from_transcript(
+                request.messages,
+                request.tools,
+            )]
         }
-        None => Conversation::generate(args.turns, args.seed),
+        None => (0..u64::from(args.conversations))
+            .map(|i| Conversation::generate(args.turns, args.seed.wrapping_add(i)))
+            .collect(),
+    };
+    let sessions = if args.no_session_ids {
+        Sessions::Unnamed
+    } else {
+        Sessions::Named
     };
 
     let mut outcomes = Vec::with_capacity(candidates.len());
     for c in &candidates {
         let outcome = simulation
-            .run(&conversation, c)
+            .run_interleaved(&conversations, c, sessions)
             .await
             .map_err(|e| Exit::bad_input(e.to_string()))?;
         outcomes.push(outcome);
     }
+    let turns = conversations.first().map_or(0, Conversation::turns);
     let text = if args.json {
-        let v = json!({
+        let mut v = json!({
             "model": simulation.model(),
             "calls": simulation.calls().as_str(),
-            "turns": conversation.turns(),
+            "turns": turns,
             "policies": outcomes.iter().map(outcome_json).collect::<Vec<_>>(),
         });
+        // Only when asked for: the contract's keys stay exactly these otherwise.
+        if conversations.len() > 1 {
+            v["conversations"] = json!(conversations.len());
+        }
+        if args.no_session_ids {
+            v["session_ids"] = json!(false);
+        }
         format!("{v}\n")
     } else {
-        table(&simulation, &conversation, &outcomes)
+        table(&simulation, turns, conversations.len(), &outcomes)
     };
     emit(&text, 0)
 }
@@ -138,18 +170,27 @@ fn outcome_json(o: &Outcome) -> Value {
 }
 
 /// One row per policy.
-fn table(simulation: &Simulation, conversation: &Conversation, outcomes: &[Outcome]) -> String {
+fn table(
+    simulation: &Simulation,
+    turns: usize,
+    conversations: usize,
+    outcomes: &[Outcome],
+) -> String {
     // Refused calls were scheduled too.
     let calls = outcomes
         .first()
         .map_or(0, |o| o.calls + o.context_limit_errors);
     let mut out = format!(
-        "{} · {} turns · {} ({} calls)\n\n",
+        "{} · {} turns · {} ({} calls)",
         simulation.model(),
-        conversation.turns(),
+        turns,
         simulation.calls(),
         calls
     );
+    if conversations > 1 {
+        out.push_str(&format!(" · {conversations} conversations at once"));
+    }
+    out.push_str("\n\n");
     let name_width = outcomes
         .iter()
         .map(|o| o.name.chars().count())

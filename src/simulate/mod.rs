@@ -51,6 +51,6 @@ pub use cache::{Block, Chain, Tally};
 pub use conversation::{ANOTHER_ROUND, Conversation, MAX_PARALLEL_CALLS, MAX_ROUNDS};
 pub use openai::OpenAiCache;
 pub use run::{
-    Calls, Candidate, OUTPUT_TOKENS_PER_CALL, Outcome, ROUND_SECONDS, SESSION, SimulateError,
-    Simulation, TURN_GAP_SECONDS,
+    Calls, Candidate, OUTPUT_TOKENS_PER_CALL, Outcome, ROUND_SECONDS, SESSION, Sessions,
+    SimulateError, Simulation, TURN_GAP_SECONDS,
 };

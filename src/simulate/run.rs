@@ -280,6 +280,39 @@ impl Simulation {
         conversation: &Conversation,
         candidate: &Candidate,
     ) -> Result<Outcome, SimulateError> {
+        self.run_interleaved(
+            std::slice::from_ref(conversation),
+            candidate,
+            Sessions::Named,
+        )
+        .await
+    }
+
+    /// Runs `candidate`'s stack over several conversations at once, as one tenant's
+    /// users talking to one deployment: each conversation keeps its own clock (as in
+    /// [`run`](Self::run)), all calls go through one stack and one provider cache in the
+    /// order they are made. With [`Sessions::Unnamed`] the calls name no session, so the
+    /// stack must tell the conversations apart by itself; the outcome is the sum over all
+    /// conversations.
+    ///
+    /// ```
+    /// use llm_context::simulate::{Candidate, Conversation, Sessions, Simulation};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::simulate::SimulateError> {
+    /// let pair = [Conversation::generate(6, 1), Conversation::generate(6, 2)];
+    /// let candidate = &Candidate::comparison()[1];
+    /// let simulation = Simulation::new("claude-sonnet-4-6");
+    /// let named = simulation.run_interleaved(&pair, candidate, Sessions::Named).await?;
+    /// let unnamed = simulation.run_interleaved(&pair, candidate, Sessions::Unnamed).await?;
+    /// assert_eq!(named.cost_usd, unnamed.cost_usd);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_interleaved(
+        &self,
+        conversations: &[Conversation],
+        candidate: &Candidate,
+        sessions: Sessions,
+    ) -> Result<Outcome, SimulateError> {
         let (provider, price) = self.check()?;
         let min = self.catalog.cache_min_tokens(&self.model) as u64;
         let mut cache = match provider {
@@ -298,12 +331,31 @@ impl Simulation {
             name: candidate.name.clone(),
             ..Outcome::default()
         };
-        for (end, at) in schedule(conversation, self.calls) {
-            let request =
+        // Every call of every conversation, in the order they are made (ties in the
+        // order of the conversations).
+        let mut calls: Vec<(Duration, usize, usize)> = conversations
+            .iter()
+            .enumerate()
+            .flat_map(|(c, conversation)| {
+                schedule(conversation, self.calls)
+                    .into_iter()
+                    .map(move |(end, at)| (at, c, end))
+            })
+            .collect();
+        calls.sort_by_key(|&(at, c, _)| (at, c));
+        for (at, c, end) in calls {
+            let conversation = &conversations[c];
+            let mut request =
                 ChatRequest::new(self.model.clone(), conversation.messages()[..end].to_vec())
                     .with_tools(conversation.tools().to_vec())
-                    .with_session(SESSION)
                     .with_scope(Scope::org("simulate"));
+            match sessions {
+                Sessions::Named if conversations.len() > 1 => {
+                    request = request.with_session(format!("{SESSION}-{c}"));
+                }
+                Sessions::Named | Sessions::Shared => request = request.with_session(SESSION),
+                Sessions::Unnamed => {}
+            }
             let ready = stack.ready().await.map_err(SimulateError::Stack)?;
             let report = match ready.call(request).await {
                 Ok(response) => response.report,
@@ -328,6 +380,23 @@ impl Simulation {
         }
         Ok(outcome)
     }
+}
+
+/// Whether a run's calls name their conversation's session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Sessions {
+    /// Each conversation's calls carry its own session id ([`SESSION`], or
+    /// `simulate-N` for the Nth of several).
+    #[default]
+    Named,
+    /// The calls name no session, as many OpenAI-style clients send them: the stack
+    /// infers one from each conversation's head.
+    Unnamed,
+    /// Every conversation's calls carry one and the same session id: what requests with
+    /// no id cost before the stack inferred sessions (they shared one cut, and each
+    /// conversation kept moving the other's).
+    Shared,
 }
 
 /// The provider's cache, chosen by the model's provider.
@@ -401,6 +470,25 @@ impl Service<ChatRequest> for Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn conversations_without_ids_cost_what_they_cost_with_ids() {
+        let pair = [Conversation::generate(40, 7), Conversation::generate(40, 8)];
+        let candidate = &Candidate::comparison()[1];
+        let simulation = Simulation::new("claude-sonnet-4-6");
+        let run = |sessions| simulation.run_interleaved(&pair, candidate, sessions);
+        let named = run(Sessions::Named).await.unwrap();
+        let unnamed = run(Sessions::Unnamed).await.unwrap();
+        let shared = run(Sessions::Shared).await.unwrap();
+        assert_eq!(named, unnamed);
+        // One session for both: each conversation's cut is the other's, so neither keeps
+        // one, and the cache is written again far more often.
+        assert!(shared.cut_moves > named.cut_moves, "{shared:?} {named:?}");
+        assert!(
+            shared.cost_usd > named.cost_usd * 1.2,
+            "{shared:?} {named:?}"
+        );
+    }
 
     #[test]
     fn per_turn_calls_keep_the_rounds_time() {
