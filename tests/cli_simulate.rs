@@ -282,3 +282,27 @@ fn conversations_at_once_with_and_without_session_ids() {
         &["--transcript"],
     );
 }
+
+#[test]
+fn the_policies_readme_compares_are_valid_and_named_by_their_files() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policies");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "{files:?}");
+    let mut args = vec!["--turns", "10"];
+    for f in &files {
+        args.extend(["--policy", f.as_str()]);
+    }
+    let v = ok_json(&args);
+    let names: Vec<&str> = v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"low_water_60k") && names.contains(&"tiny_lw50"));
+    assert_eq!(names.len(), files.len());
+}

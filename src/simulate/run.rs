@@ -166,6 +166,10 @@ pub struct Outcome {
     /// call that prunes counts): each one breaks the provider's cached prefix after the
     /// system prompt.
     pub cut_moves: usize,
+    /// Of `cache_write_tokens`, those written on the calls whose cut moved: the price of
+    /// moving it (everything after the system prompt is written again), as against each
+    /// call's new content.
+    pub cut_move_write_tokens: u64,
     /// Calls the stack refused because what must be kept did not fit.
     pub context_limit_errors: usize,
 }
@@ -377,6 +381,9 @@ impl Simulation {
             outcome.cost_usd += price.cost(&tally.usage(OUTPUT_TOKENS_PER_CALL));
             outcome.messages_lost += report.removed_messages;
             outcome.cut_moves += usize::from(report.cut_moved);
+            if report.cut_moved {
+                outcome.cut_move_write_tokens += tally.cache_write_tokens;
+            }
         }
         Ok(outcome)
     }
@@ -481,6 +488,10 @@ mod tests {
         let unnamed = run(Sessions::Unnamed).await.unwrap();
         let shared = run(Sessions::Shared).await.unwrap();
         assert_eq!(named, unnamed);
+        // Moving the cut rewrites the cache after the system prompt: a part of all writes.
+        assert!(named.cut_moves > 0);
+        assert!(named.cut_move_write_tokens > 0);
+        assert!(named.cut_move_write_tokens < named.cache_write_tokens);
         // One session for both: each conversation's cut is the other's, so neither keeps
         // one, and the cache is written again far more often.
         assert!(shared.cut_moves > named.cut_moves, "{shared:?} {named:?}");
