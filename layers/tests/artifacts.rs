@@ -680,3 +680,47 @@ async fn an_exact_preview_naming_an_artifact_the_store_lacks_is_text() {
         Some(genuine.as_str())
     );
 }
+
+#[tokio::test]
+async fn a_session_with_tools_never_toggles_them() {
+    // An agent's session: tools declared on every call; its first results are short, then
+    // one is long enough to offload, then that one is pruned away again. The tools sent
+    // are the same on every call, so the provider's cache of them (first in its order)
+    // is never thrown away.
+    let policy = ContextPolicy::default()
+        .with_tool_result_max_chars(1_000)
+        .with_max_tokens(3_000)
+        .with_reserve_tokens(500)
+        .with_preserve_recent(1);
+    let search = ToolSpec::new("fetch", "Fetch a URL.", json!({"type": "object"}));
+    let model = MockModel::echo();
+    let layer = ContextPolicyLayer::new(policy).unwrap();
+    let mut agent = layer.layer(model.clone());
+    let mut history = Vec::new();
+    let mut tools_sent = Vec::new();
+    let mut referred = Vec::new();
+    for turn in 0..8 {
+        history.push(Message::user(format!("turn {turn}")));
+        let long = if turn == 2 { 5_000 } else { 200 };
+        history.extend(call_and_result(&format!("c{turn}"), &"x".repeat(long)));
+        let req = ChatRequest::new("m", history.clone())
+            .with_tools(vec![search.clone()])
+            .with_session("s1");
+        let reply = tower::Service::call(tower::ServiceExt::ready(&mut agent).await.unwrap(), req)
+            .await
+            .unwrap();
+        let sent = model.last_request().unwrap();
+        referred.push(sent.messages.iter().any(|m| is_preview(&m.text())));
+        tools_sent.push(sent.tools);
+        history.push(reply.message);
+    }
+    // Something referred to an artifact on some calls and not on others...
+    assert!(
+        referred.iter().any(|r| *r) && referred.iter().any(|r| !*r),
+        "{referred:?}"
+    );
+    // ...and the tools never changed: the caller's, then the read tool.
+    for tools in &tools_sent {
+        assert_eq!(tools, &vec![search.clone(), read_artifact_tool()]);
+    }
+}
