@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -44,6 +44,14 @@ pub enum ConfigError {
     /// The HTTP client could not be set up.
     #[error("cannot set up the HTTP client: {0}")]
     Transport(#[from] TransportError),
+    /// An extra header cannot be sent, or names one the client sets itself.
+    #[error("invalid header {name:?}: {reason}")]
+    InvalidHeader {
+        /// The header's name, as given (never its value).
+        name: String,
+        /// Why it cannot be sent.
+        reason: String,
+    },
 }
 
 /// The settings every builder has.
@@ -52,6 +60,8 @@ pub(crate) struct Settings {
     pub(crate) api_key: Option<SecretString>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) max_response_bytes: usize,
+    /// Extra headers sent with every request, checked when the client is built.
+    pub(crate) headers: Vec<(String, SecretString)>,
 }
 
 impl Default for Settings {
@@ -61,6 +71,7 @@ impl Default for Settings {
             api_key: None,
             timeout: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            headers: Vec::new(),
         }
     }
 }
@@ -76,6 +87,11 @@ impl std::fmt::Debug for Settings {
             .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
             .field("timeout", &self.timeout)
             .field("max_response_bytes", &self.max_response_bytes)
+            // Names only: a gateway's header may carry a credential.
+            .field(
+                "headers",
+                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -100,6 +116,29 @@ impl Settings {
         )
     }
 
+    /// The extra headers, checked: a valid name and value, and not one of `reserved`
+    /// (the headers the client sets itself, lowercase). Values are marked sensitive, so
+    /// `http`'s `Debug` output leaves them out.
+    pub(crate) fn header_map(&self, reserved: &[&str]) -> Result<http::HeaderMap, ConfigError> {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in &self.headers {
+            let invalid = |reason: &str| ConfigError::InvalidHeader {
+                name: name.clone(),
+                reason: reason.to_owned(),
+            };
+            let n = http::HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|_| invalid("not a valid header name"))?;
+            if reserved.contains(&n.as_str()) || n == http::header::CONTENT_TYPE {
+                return Err(invalid("the client sets this header itself"));
+            }
+            let mut v = http::HeaderValue::from_str(value.expose_secret())
+                .map_err(|_| invalid("the value is not a valid header value"))?;
+            v.set_sensitive(true);
+            map.append(n, v);
+        }
+        Ok(map)
+    }
+
     /// The default transport for these settings: their timeout and body limit.
     pub(crate) fn transport(&self) -> Result<ReqwestTransport, ConfigError> {
         Ok(ReqwestTransport::with_timeout(self.timeout)?
@@ -115,7 +154,7 @@ pub(crate) struct Reading {
 }
 
 /// Reads an environment variable, treating an empty value as unset.
-fn env(var: &str) -> Option<String> {
+pub(crate) fn env(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty())
 }
 
@@ -150,6 +189,7 @@ pub(crate) fn post_json(
     provider: Provider,
     url: &str,
     headers: &[(&'static str, String, bool)],
+    extra: &http::HeaderMap,
     body: &impl Serialize,
 ) -> Result<HttpRequest, ProviderError> {
     let bytes = serde_json::to_vec(body).map_err(|e| unsupported(provider, e.to_string()))?;
@@ -160,6 +200,9 @@ pub(crate) fn post_json(
             .map_err(|_| unsupported(provider, format!("the {name} header value is not valid")))?;
         v.set_sensitive(*sensitive);
         builder = builder.header(*name, v);
+    }
+    for (name, value) in extra {
+        builder = builder.header(name, value.clone());
     }
     builder
         .body(Bytes::from(bytes))

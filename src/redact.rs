@@ -62,6 +62,14 @@ impl Redactor {
         Self { secrets }
     }
 
+    /// The same redactor, removing `secret` too (a second credential).
+    pub(crate) fn with_secret(mut self, secret: Option<&SecretString>) -> Self {
+        if let Some(s) = secret.filter(|s| !s.expose_secret().is_empty()) {
+            self.secrets.push(s.clone());
+        }
+        self
+    }
+
     /// `text` with the secrets removed, key shapes masked, control characters escaped,
     /// and at most `limit` characters of it kept (then `… (N bytes in all)`).
     pub(crate) fn text(&self, text: &str, limit: usize) -> String {

@@ -537,3 +537,69 @@ fn the_key_is_required_and_never_shown() {
         "{shown}"
     );
 }
+
+#[tokio::test]
+async fn extra_headers_are_sent_and_the_clients_own_are_refused() {
+    let server = mock_post(MESSAGES, ok_text()).await;
+    let client = Anthropic::builder()
+        .base_url(server.uri())
+        .api_key(KEY)
+        .header("anthropic-beta", "context-management-2025-06-27")
+        .header("x-gateway-route", "eu-1")
+        .build()
+        .unwrap();
+    // Values may be credentials: never in Debug output.
+    assert!(!format!("{client:?}").contains("eu-1"));
+    client
+        .oneshot(ChatRequest::new(MODEL, vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    let received = &server.received_requests().await.unwrap()[0];
+    assert_eq!(
+        received.headers.get("anthropic-beta").unwrap(),
+        "context-management-2025-06-27"
+    );
+    assert_eq!(received.headers.get("x-gateway-route").unwrap(), "eu-1");
+    assert_eq!(received.headers.get("x-api-key").unwrap(), KEY);
+
+    for (name, value, reason) in [
+        ("x-api-key", "other", "sets this header itself"),
+        ("Authorization", "Bearer x", "sets this header itself"),
+        ("anthropic-version", "2099-01-01", "sets this header itself"),
+        ("bad name", "v", "not a valid header name"),
+        ("x-ok", "line\nbreak-secret", "not a valid header value"),
+    ] {
+        let err = Anthropic::builder()
+            .api_key(KEY)
+            .header(name, value)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(reason) && err.contains(name), "{err}");
+        assert!(!err.contains("secret"), "the value is never shown: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_bearer_token_alone_is_enough_and_never_shown() {
+    let server = mock_post(MESSAGES, ok_text()).await;
+    let token = "gw-0123456789abcdefghijklmnop";
+    let client = Anthropic::builder()
+        .base_url(server.uri())
+        .auth_token(token)
+        .build()
+        .unwrap();
+    assert!(!format!("{client:?}").contains(token));
+    client
+        .oneshot(ChatRequest::new(MODEL, vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    let received = &server.received_requests().await.unwrap()[0];
+    assert_eq!(
+        received.headers.get("authorization").unwrap(),
+        &format!("Bearer {token}")
+    );
+    assert!(received.headers.get("x-api-key").is_none());
+    // Neither a key nor a token: refused when built.
+    assert!(Anthropic::builder().build().is_err());
+}

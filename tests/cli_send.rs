@@ -28,6 +28,9 @@ async fn run(args: Vec<String>, env: Vec<(&'static str, String)>, stdin: String)
             "OPENAI_BASE_URL",
             "ANTHROPIC_API_KEY",
             "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_AUTH_TOKEN",
+            "OPENAI_ORG_ID",
+            "OPENAI_PROJECT_ID",
         ] {
             cmd.env_remove(var);
         }
@@ -174,6 +177,85 @@ async fn anthropic_gets_the_same_body_in_its_own_form() {
     assert!(anthropic_request(&sent).is_empty());
     assert_eq!(sent["system"][0]["text"], "Be brief.");
     assert_eq!(sent["max_tokens"], 500);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_takes_a_bearer_token_and_openai_only_fields_stay_behind() {
+    let server = common::servers::mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200).set_body_raw(
+            common::fixture("anthropic-response-text.json"),
+            "application/json",
+        ),
+    )
+    .await;
+    let token = "gw-token-0123456789abcdefghij";
+    let env = vec![
+        ("ANTHROPIC_BASE_URL", server.uri()),
+        ("ANTHROPIC_AUTH_TOKEN", token.to_owned()),
+    ];
+    let mut request: Value = serde_json::from_str(&body()).unwrap();
+    request["model"] = json!("claude-sonnet-4-6");
+    // Fields the Messages API takes pass through; OpenAI's own stay behind.
+    request["metadata"] = json!({"user_id": "u-42"});
+    request["service_tier"] = json!("auto");
+    request["response_format"] = json!({"type": "json_object"});
+    request["seed"] = json!(7);
+    request["user"] = json!("u-42");
+    let a = args(&["send", "--provider", "anthropic", "-"]);
+    let out = run(a, env, request.to_string()).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let received = &server.received_requests().await.unwrap()[0];
+    assert_eq!(
+        received.headers.get("authorization").unwrap(),
+        &format!("Bearer {token}")
+    );
+    assert!(received.headers.get("x-api-key").is_none());
+    let sent: Value = serde_json::from_slice(&received.body).unwrap();
+    assert_valid(
+        &validator("anthropic-messages.schema.json", Root::Request),
+        &sent,
+        "the body",
+    );
+    assert_eq!(sent["metadata"], json!({"user_id": "u-42"}));
+    assert_eq!(sent["service_tier"], "auto");
+    for field in ["response_format", "seed", "user"] {
+        assert!(sent.get(field).is_none(), "{field} was sent");
+    }
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(token));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_organization_and_project_come_from_the_environment() {
+    let server = openai_server(ResponseTemplate::new(200).set_body_raw(
+        common::fixture("openai-response-text.json"),
+        "application/json",
+    ))
+    .await;
+    let mut env = openai_env(&server);
+    env.push(("OPENAI_ORG_ID", "org-acme".to_owned()));
+    env.push(("OPENAI_PROJECT_ID", "proj_agents".to_owned()));
+    let out = run(args(&["send", "--provider", "openai", "-"]), env, body()).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let received = &server.received_requests().await.unwrap()[0];
+    assert_eq!(
+        received.headers.get("openai-organization").unwrap(),
+        "org-acme"
+    );
+    assert_eq!(
+        received.headers.get("openai-project").unwrap(),
+        "proj_agents"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -512,3 +512,39 @@ async fn a_plain_body_gets_a_prompt_cache_key_from_its_stable_head() {
     assert_eq!(keys[3], Value::Null);
     assert_eq!(keys[4], "tenant-7");
 }
+
+#[tokio::test]
+async fn organization_project_and_extra_headers_are_sent() {
+    let server = mock_post(CHAT, ok_text()).await;
+    let client = llm_context::openai::OpenAi::builder()
+        .base_url(format!("{}/v1", server.uri()))
+        .api_key("sk-test-0123456789abcdefghijklmnop")
+        .organization("org-acme")
+        .project("proj_agents")
+        .header("x-portkey-provider", "openai")
+        .build()
+        .unwrap();
+    client
+        .oneshot(ChatRequest::new("gpt-5.4", vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    let received = &server.received_requests().await.unwrap()[0];
+    assert_eq!(
+        received.headers.get("openai-organization").unwrap(),
+        "org-acme"
+    );
+    assert_eq!(
+        received.headers.get("openai-project").unwrap(),
+        "proj_agents"
+    );
+    assert_eq!(
+        received.headers.get("x-portkey-provider").unwrap(),
+        "openai"
+    );
+    let err = llm_context::openai::OpenAi::builder()
+        .header("authorization", "Bearer other")
+        .base_url("http://127.0.0.1:9/v1")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("sets this header itself"), "{err}");
+}

@@ -24,6 +24,11 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
 /// The environment variable holding the base URL.
 pub const BASE_URL_VAR: &str = "ANTHROPIC_BASE_URL";
+/// The environment variable holding a bearer token, sent as `Authorization: Bearer …`
+/// (what Anthropic-compatible gateways take), as Anthropic's SDKs read it.
+pub const AUTH_TOKEN_VAR: &str = "ANTHROPIC_AUTH_TOKEN";
+/// The headers this client sets itself; [`AnthropicBuilder::header`] refuses them.
+const OWN_HEADERS: &[&str] = &["x-api-key", "authorization", "anthropic-version"];
 /// The `anthropic-version` header sent.
 pub const API_VERSION: &str = "2023-06-01";
 /// The output limit sent when the request sets none (the API requires one).
@@ -40,7 +45,10 @@ pub(super) struct ClientState {
     base_url: String,
     /// `base_url` as it may be shown (its password masked).
     shown_url: String,
-    api_key: SecretString,
+    api_key: Option<SecretString>,
+    auth_token: Option<SecretString>,
+    /// Extra headers (`anthropic-beta`, a gateway's own).
+    headers: http::HeaderMap,
     default_max_tokens: u32,
     reading: Reading,
 }
@@ -102,22 +110,32 @@ impl<T> Anthropic<T> {
         self.transport
     }
 
-    /// A JSON POST to `{base}{path}` with the key and version headers.
+    /// A JSON POST to `{base}{path}` with the credentials, version and extra headers.
     pub(super) fn post(
         &self,
         path: &str,
         body: &impl Serialize,
     ) -> Result<HttpRequest, ProviderError> {
-        let headers = [
-            (
-                "x-api-key",
-                self.shared.api_key.expose_secret().to_owned(),
+        let mut headers = Vec::with_capacity(3);
+        if let Some(key) = &self.shared.api_key {
+            headers.push(("x-api-key", key.expose_secret().to_owned(), true));
+        }
+        if let Some(token) = &self.shared.auth_token {
+            headers.push((
+                "authorization",
+                format!("Bearer {}", token.expose_secret()),
                 true,
-            ),
-            ("anthropic-version", API_VERSION.to_owned(), false),
-        ];
+            ));
+        }
+        headers.push(("anthropic-version", API_VERSION.to_owned(), false));
         let url = format!("{}{path}", self.shared.base_url);
-        post_json(Provider::Anthropic, &url, &headers, body)
+        post_json(
+            Provider::Anthropic,
+            &url,
+            &headers,
+            &self.shared.headers,
+            body,
+        )
     }
 
     /// What this client reads its answers with (redaction, body limit).
@@ -130,6 +148,7 @@ impl<T> Anthropic<T> {
 #[derive(Debug)]
 pub struct AnthropicBuilder {
     settings: Settings,
+    auth_token: Option<SecretString>,
     default_max_tokens: u32,
 }
 
@@ -137,20 +156,41 @@ impl Default for AnthropicBuilder {
     fn default() -> Self {
         Self {
             settings: Settings::default(),
+            auth_token: None,
             default_max_tokens: DEFAULT_MAX_TOKENS,
         }
     }
 }
 
 impl AnthropicBuilder {
-    /// A builder with the base URL from [`BASE_URL_VAR`] and the API key from
-    /// [`API_KEY_VAR`], each when set and not blank; the other settings can still be
-    /// changed. Building fails without a key ([`ConfigError::MissingApiKey`]).
+    /// A builder with the base URL from [`BASE_URL_VAR`], the API key from
+    /// [`API_KEY_VAR`] and a bearer token from [`AUTH_TOKEN_VAR`], each when set and not
+    /// blank; the other settings can still be changed. Building fails with neither a key
+    /// nor a token ([`ConfigError::MissingApiKey`]).
     pub fn from_env() -> Self {
         Self {
             settings: Settings::from_env(BASE_URL_VAR, API_KEY_VAR),
+            auth_token: crate::client::env(AUTH_TOKEN_VAR).map(SecretString::from),
             ..Self::default()
         }
+    }
+
+    /// A bearer token, sent as `Authorization: Bearer …` (Anthropic-compatible gateways
+    /// take one instead of a key); with a key too, both are sent, as Anthropic's SDKs do.
+    pub fn auth_token(mut self, token: impl Into<SecretString>) -> Self {
+        self.auth_token = Some(token.into());
+        self
+    }
+
+    /// A header sent with every request, such as `anthropic-beta`. Its value is treated
+    /// as a secret: never shown in `Debug` output. Building fails when the name or value
+    /// cannot be sent, or names one the client sets (`x-api-key`, `authorization`,
+    /// `anthropic-version`, `content-type`): [`ConfigError::InvalidHeader`].
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings
+            .headers
+            .push((name.into(), SecretString::from(value.into())));
+        self
     }
 
     /// The base URL, without `/v1`.
@@ -199,7 +239,10 @@ impl AnthropicBuilder {
     /// The client over another transport (the body limit is still checked on the body
     /// it returns).
     pub fn build_with_transport<T>(self, transport: T) -> Result<Anthropic<T>, ConfigError> {
-        let redactor = self.settings.redactor(DEFAULT_BASE_URL);
+        let redactor = self
+            .settings
+            .redactor(DEFAULT_BASE_URL)
+            .with_secret(self.auth_token.as_ref());
         let url = base_url(
             self.settings
                 .base_url
@@ -207,16 +250,18 @@ impl AnthropicBuilder {
                 .unwrap_or(DEFAULT_BASE_URL),
             &redactor,
         )?;
-        let api_key = self
-            .settings
-            .api_key
-            .ok_or(ConfigError::MissingApiKey { var: API_KEY_VAR })?;
+        if self.settings.api_key.is_none() && self.auth_token.is_none() {
+            return Err(ConfigError::MissingApiKey { var: API_KEY_VAR });
+        }
+        let headers = self.settings.header_map(OWN_HEADERS)?;
         Ok(Anthropic {
             transport,
             shared: Arc::new(ClientState {
                 shown_url: redactor.url(&url),
                 base_url: url,
-                api_key,
+                api_key: self.settings.api_key,
+                auth_token: self.auth_token,
+                headers,
                 default_max_tokens: self.default_max_tokens,
                 reading: Reading {
                     redactor,

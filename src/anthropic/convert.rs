@@ -53,7 +53,76 @@ pub(crate) fn request(
         tools,
         tool_choice,
         stop_sequences: stop(p),
+        extra: passed_through(p),
     })
+}
+
+/// Fields of a Chat Completions body that mean nothing to the Messages API (OpenAI's own,
+/// and those this client reads into the body itself or cannot honour): never passed on.
+/// A body written for OpenAI and sent to Anthropic would otherwise be refused with a 400.
+const NOT_PASSED: &[&str] = &[
+    // Set from the neutral request, or read from these keys into it.
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    // This client reads one JSON response.
+    "stream",
+    "stream_options",
+    // OpenAI only.
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "modalities",
+    "moderation",
+    "n",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "store",
+    "top_logprobs",
+    "user",
+    "verbosity",
+    "web_search_options",
+];
+
+/// The caller's body fields this client does not model, to pass through: everything but
+/// [`NOT_PASSED`]. Those left out are named in a debug event.
+fn passed_through(p: &GenerationParams) -> Map<String, Value> {
+    let mut out = Map::new();
+    let mut dropped = Vec::new();
+    for (k, v) in &p.extra {
+        if NOT_PASSED.contains(&k.as_str()) {
+            dropped.push(k.as_str());
+        } else {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    if !dropped.is_empty() {
+        tracing::debug!(
+            event = "params_not_sent",
+            fields = ?dropped,
+            "body fields the Messages API does not take are not sent to Anthropic"
+        );
+    }
+    out
 }
 
 /// System blocks (from `prefix` and the leading system messages), messages and tools,

@@ -53,7 +53,7 @@ mod count;
 pub mod types;
 
 pub use client::{
-    API_KEY_VAR, API_VERSION, Anthropic, AnthropicBuilder, BASE_URL_VAR, DEFAULT_BASE_URL,
-    DEFAULT_MAX_TOKENS, ResponseFuture,
+    API_KEY_VAR, API_VERSION, AUTH_TOKEN_VAR, Anthropic, AnthropicBuilder, BASE_URL_VAR,
+    DEFAULT_BASE_URL, DEFAULT_MAX_TOKENS, ResponseFuture,
 };
 pub use count::AnthropicTokenCounter;

@@ -39,6 +39,10 @@ pub struct CreateMessageRequest {
     /// Stop sequences.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop_sequences: Vec<String>,
+    /// The caller's other body fields (`metadata`, `service_tier`, a field newer than this
+    /// client), passed through as they are.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The body of `POST /v1/messages/count_tokens`.

@@ -23,6 +23,12 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 pub const API_KEY_VAR: &str = "OPENAI_API_KEY";
 /// The environment variable holding the base URL.
 pub const BASE_URL_VAR: &str = "OPENAI_BASE_URL";
+/// The environment variable holding the organization sent as `OpenAI-Organization`.
+pub const ORG_ID_VAR: &str = "OPENAI_ORG_ID";
+/// The environment variable holding the project sent as `OpenAI-Project`.
+pub const PROJECT_ID_VAR: &str = "OPENAI_PROJECT_ID";
+/// The headers this client sets itself; [`OpenAiBuilder::header`] refuses them.
+const OWN_HEADERS: &[&str] = &["authorization"];
 
 /// An OpenAI-compatible Chat Completions client: a `Service<ChatRequest>`. See the
 /// [module docs](super).
@@ -38,6 +44,8 @@ struct ClientState {
     shown_url: String,
     endpoint: String,
     api_key: Option<SecretString>,
+    /// Extra headers (organization, project, the caller's own).
+    headers: http::HeaderMap,
     reading: Reading,
 }
 
@@ -114,10 +122,41 @@ impl OpenAiBuilder {
     /// changed. As with any builder, a missing key is an error
     /// ([`ConfigError::MissingApiKey`]) only when the base URL is [`DEFAULT_BASE_URL`]:
     /// a local server (vLLM, Ollama, …) may need none.
+    ///
+    /// [`ORG_ID_VAR`] and [`PROJECT_ID_VAR`], when set, are sent as the
+    /// `OpenAI-Organization` and `OpenAI-Project` headers, as OpenAI's SDKs do.
     pub fn from_env() -> Self {
-        Self {
+        let mut builder = Self {
             settings: Settings::from_env(BASE_URL_VAR, API_KEY_VAR),
+        };
+        if let Some(org) = crate::client::env(ORG_ID_VAR) {
+            builder = builder.organization(org);
         }
+        if let Some(project) = crate::client::env(PROJECT_ID_VAR) {
+            builder = builder.project(project);
+        }
+        builder
+    }
+
+    /// The organization requests are billed to, sent as `OpenAI-Organization`.
+    pub fn organization(self, id: impl Into<String>) -> Self {
+        self.header("openai-organization", id.into())
+    }
+
+    /// The project requests are billed to, sent as `OpenAI-Project`.
+    pub fn project(self, id: impl Into<String>) -> Self {
+        self.header("openai-project", id.into())
+    }
+
+    /// A header sent with every request (a gateway's own, for example). Its value is
+    /// treated as a secret: never shown in `Debug` output. Building fails when the name
+    /// or value cannot be sent, or names `authorization` or `content-type`, which the
+    /// client sets ([`ConfigError::InvalidHeader`]).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings
+            .headers
+            .push((name.into(), SecretString::from(value.into())));
+        self
     }
 
     /// The base URL, including `/v1` (`http://localhost:11434/v1` for Ollama,
@@ -173,6 +212,7 @@ impl OpenAiBuilder {
         if self.settings.api_key.is_none() && url == DEFAULT_BASE_URL {
             return Err(ConfigError::MissingApiKey { var: API_KEY_VAR });
         }
+        let headers = self.settings.header_map(OWN_HEADERS)?;
         Ok(OpenAi {
             transport,
             shared: Arc::new(ClientState {
@@ -180,6 +220,7 @@ impl OpenAiBuilder {
                 shown_url: redactor.url(&url),
                 base_url: url,
                 api_key: self.settings.api_key,
+                headers,
                 reading: Reading {
                     redactor,
                     max_response_bytes: self.settings.max_response_bytes,
@@ -237,6 +278,12 @@ impl<T> OpenAi<T> {
                 true,
             ));
         }
-        post_json(Provider::OpenAi, &self.shared.endpoint, &headers, &body)
+        post_json(
+            Provider::OpenAi,
+            &self.shared.endpoint,
+            &headers,
+            &self.shared.headers,
+            &body,
+        )
     }
 }

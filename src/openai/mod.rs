@@ -55,5 +55,6 @@ pub mod types;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use client::{
-    API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, OpenAi, OpenAiBuilder, ResponseFuture,
+    API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, ORG_ID_VAR, OpenAi, OpenAiBuilder, PROJECT_ID_VAR,
+    ResponseFuture,
 };
