@@ -279,6 +279,23 @@ pub(crate) fn unsupported(provider: Provider, message: impl Into<String>) -> Pro
     ProviderError::new(provider, ProviderErrorKind::Unsupported, message)
 }
 
+/// The response's `id` and `model` with its unmodelled fields, for
+/// [`ChatResponse::provider_fields`](llm_context_layers::ChatResponse::provider_fields).
+pub(crate) fn provider_fields(
+    id: Option<String>,
+    model: Option<String>,
+    extra: serde_json::Map<String, serde_json::Value>,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let mut out: std::collections::BTreeMap<String, serde_json::Value> =
+        extra.into_iter().collect();
+    for (key, value) in [("id", id), ("model", model)] {
+        if let Some(v) = value {
+            out.insert(key.to_owned(), serde_json::Value::String(v));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -603,3 +603,18 @@ async fn a_bearer_token_alone_is_enough_and_never_shown() {
     // Neither a key nor a token: refused when built.
     assert!(Anthropic::builder().build().is_err());
 }
+
+#[tokio::test]
+async fn unmodelled_response_fields_are_kept_for_the_caller() {
+    let server = mock_post(MESSAGES, ok_text()).await;
+    let reply = client(&server.uri())
+        .oneshot(ChatRequest::new(MODEL, vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    let fields = &reply.provider_fields;
+    assert_eq!(fields["id"], "msg_01XFDUDYJgAACzvnptvVoYEL");
+    assert_eq!(fields["model"], "claude-sonnet-4-6");
+    assert_eq!(fields["type"], "message");
+    assert_eq!(fields["stop_sequence"], Value::Null);
+    assert!(fields.get("content").is_none() && fields.get("usage").is_none());
+}

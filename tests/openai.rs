@@ -548,3 +548,20 @@ async fn organization_project_and_extra_headers_are_sent() {
         .unwrap_err();
     assert!(err.to_string().contains("sets this header itself"), "{err}");
 }
+
+#[tokio::test]
+async fn unmodelled_response_fields_are_kept_for_the_caller() {
+    let server = mock_post(CHAT, ok_text()).await;
+    let reply = client(&server.uri())
+        .oneshot(ChatRequest::new("gpt-5.4", vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    let fields = &reply.provider_fields;
+    assert_eq!(fields["id"], "chatcmpl-CA7x2Lq9ZkR4vYb1TnW0pE3s");
+    assert_eq!(fields["model"], "gpt-5.4-mini-2026-03-17");
+    assert_eq!(fields["object"], "chat.completion");
+    assert_eq!(fields["created"], 1_767_225_600);
+    assert_eq!(fields["service_tier"], "default");
+    // What the neutral response models is not repeated here.
+    assert!(fields.get("choices").is_none() && fields.get("usage").is_none());
+}

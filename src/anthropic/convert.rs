@@ -454,6 +454,9 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
     ChatResponse::new(message)
         .with_finish_reason(finish)
         .with_usage(usage(&body.usage))
+        .with_provider_fields(crate::client::provider_fields(
+            body.id, body.model, body.extra,
+        ))
 }
 
 /// Anthropic's `input_tokens` already excludes cache reads and writes, as the neutral

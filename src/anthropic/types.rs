@@ -298,6 +298,10 @@ pub struct MessageResponse {
     pub stop_reason: Option<String>,
     /// Token usage.
     pub usage: ResponseUsage,
+    /// Every other top-level field (`type`, `role`, `stop_sequence`, `container`, a
+    /// field newer than the client), kept for the caller.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A response block; kinds the client does not use are kept as `Other`.

@@ -237,9 +237,11 @@ pub(crate) fn response(body: CreateChatCompletionResponse) -> Result<ChatRespons
         Some("content_filter") => FinishReason::ContentFilter,
         Some(other) => FinishReason::Other(other.to_owned()),
     };
+    let fields = crate::client::provider_fields(body.id, body.model, body.extra);
     Ok(ChatResponse::new(message)
         .with_finish_reason(finish)
-        .with_usage(usage(body.usage.unwrap_or_default())))
+        .with_usage(usage(body.usage.unwrap_or_default()))
+        .with_provider_fields(fields))
 }
 
 /// OpenAI counts cached and written tokens inside `prompt_tokens`; the neutral `Usage`

@@ -223,6 +223,10 @@ pub struct CreateChatCompletionResponse {
     /// Token usage (some compatible servers omit it).
     #[serde(default)]
     pub usage: Option<CompletionUsage>,
+    /// Every other top-level field (`created`, `system_fingerprint`, `service_tier`, a
+    /// server's own), kept for the caller.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// One choice.

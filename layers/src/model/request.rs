@@ -491,6 +491,11 @@ pub struct ChatResponse {
     /// What the stack did to the request.
     #[serde(default)]
     pub report: PreparationReport,
+    /// The provider's top-level response fields the neutral response does not model
+    /// (`id`, `model`, `system_fingerprint`, `service_tier`, a field newer than the
+    /// client), as sent; empty when no provider answered (the mock model).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub provider_fields: BTreeMap<String, Value>,
 }
 
 impl ChatResponse {
@@ -506,7 +511,14 @@ impl ChatResponse {
             usage: Usage::default(),
             finish_reason,
             report: PreparationReport::default(),
+            provider_fields: BTreeMap::new(),
         }
+    }
+
+    /// Sets the provider's unmodelled fields.
+    pub fn with_provider_fields(mut self, fields: BTreeMap<String, Value>) -> Self {
+        self.provider_fields = fields;
+        self
     }
 
     /// Sets the usage.
