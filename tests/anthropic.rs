@@ -618,3 +618,77 @@ async fn unmodelled_response_fields_are_kept_for_the_caller() {
     assert_eq!(fields["stop_sequence"], Value::Null);
     assert!(fields.get("content").is_none() && fields.get("usage").is_none());
 }
+
+#[tokio::test]
+async fn a_tool_loop_with_extended_thinking_sends_the_thinking_back_before_its_tool_use() {
+    // Every answer: thinking (signed), then a tool call, as Claude answers with thinking
+    // on; the second request must carry that thinking block, unchanged, first.
+    let answer = json!({
+        "id": "msg_think", "type": "message", "role": "assistant", "model": MODEL,
+        "content": [
+            {"type": "thinking", "thinking": "The user wants the weather; call the tool.",
+             "signature": "EqQBCkgIARABGAIiQL2uSig"},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+             "input": {"city": "Oslo"}}
+        ],
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 40, "output_tokens": 90}
+    });
+    let server = mock_post(MESSAGES, ResponseTemplate::new(200).set_body_json(answer)).await;
+    let mut svc = stack(&server.uri(), PrefixLayer::new());
+    let mut params = llm_context::GenerationParams::default();
+    params.extra.insert(
+        "thinking".into(),
+        json!({"type": "enabled", "budget_tokens": 2_048}),
+    );
+    params.max_output_tokens = Some(4_096);
+    let mut messages = vec![Message::user("What is the weather in Oslo?")];
+    let first = ChatRequest::new(MODEL, messages.clone())
+        .with_tools(tools())
+        .with_params(params.clone());
+    let reply = svc.ready().await.unwrap().call(first).await.unwrap();
+    let thinking = reply.message.reasoning().to_vec();
+    assert_eq!(thinking.len(), 2);
+    assert!(matches!(
+        &thinking[0],
+        llm_context::Reasoning::Thinking { signature, .. } if signature == "EqQBCkgIARABGAIiQL2uSig"
+    ));
+    // The estimate counts the reasoning the message carries.
+    let bare = Message::assistant_tool_calls("", reply.message.tool_calls.clone());
+    assert!(
+        llm_context::tokens::estimate_one(&reply.message)
+            > llm_context::tokens::estimate_one(&bare)
+    );
+    messages.push(reply.message);
+    messages.push(Message::tool_result(
+        "toolu_1",
+        "get_weather",
+        "Oslo: dry, 14 °C",
+    ));
+    let second = ChatRequest::new(MODEL, messages)
+        .with_tools(tools())
+        .with_params(params);
+    svc.ready().await.unwrap().call(second).await.unwrap();
+
+    for text in bodies(&server).await {
+        let body: Value = serde_json::from_str(&text).unwrap();
+        check_body(&body);
+        assert_eq!(body["thinking"]["type"], "enabled");
+    }
+    let body: Value = serde_json::from_str(&bodies(&server).await[1]).unwrap();
+    let assistant = &body["messages"][1];
+    assert_eq!(assistant["role"], "assistant");
+    let content = assistant["content"].as_array().unwrap();
+    assert_eq!(
+        content[0],
+        json!({"type": "thinking", "thinking": "The user wants the weather; call the tool.",
+               "signature": "EqQBCkgIARABGAIiQL2uSig"})
+    );
+    assert_eq!(
+        content[1],
+        json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"})
+    );
+    assert_eq!(content[2]["type"], "tool_use");
+    assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
+}

@@ -565,3 +565,45 @@ async fn unmodelled_response_fields_are_kept_for_the_caller() {
     // What the neutral response models is not repeated here.
     assert!(fields.get("choices").is_none() && fields.get("usage").is_none());
 }
+
+#[tokio::test]
+async fn a_servers_reasoning_content_is_kept_and_never_sent_back() {
+    let answer = json!({
+        "id": "chatcmpl-r1", "object": "chat.completion", "created": 1, "model": "deepseek-reasoner",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": "Oslo.",
+            "reasoning_content": "The capital of Norway is Oslo."}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}
+    });
+    let server = mock_post(CHAT, ResponseTemplate::new(200).set_body_json(answer)).await;
+    let mut svc = client(&server.uri());
+    let mut messages = vec![Message::user("Capital of Norway?")];
+    let reply = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ChatRequest::new("deepseek-reasoner", messages.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.message.reasoning(),
+        [llm_context::Reasoning::Text {
+            text: "The capital of Norway is Oslo.".into()
+        }]
+    );
+    messages.push(reply.message);
+    messages.push(Message::user("And Sweden?"));
+    svc.ready()
+        .await
+        .unwrap()
+        .call(ChatRequest::new("deepseek-reasoner", messages))
+        .await
+        .unwrap();
+    let received = server.received_requests().await.unwrap();
+    let body: Value = serde_json::from_slice(&received[1].body).unwrap();
+    // DeepSeek refuses reasoning_content in a request: the message goes back without it.
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "assistant", "content": "Oslo."})
+    );
+}

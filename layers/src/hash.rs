@@ -113,6 +113,31 @@ impl StableHasher {
             self.str(&call.name);
             self.json(&call.arguments);
         }
+        // Only when present, so a message without reasoning hashes as it always did.
+        if let Some(reasoning) = &m.reasoning {
+            self.inner.update(&[0xFE]);
+            self.u64(reasoning.len() as u64);
+            for r in reasoning.iter() {
+                match r {
+                    crate::Reasoning::Thinking {
+                        thinking,
+                        signature,
+                    } => {
+                        self.inner.update(&[0]);
+                        self.str(thinking);
+                        self.str(signature);
+                    }
+                    crate::Reasoning::RedactedThinking { data } => {
+                        self.inner.update(&[1]);
+                        self.str(data);
+                    }
+                    crate::Reasoning::Text { text } => {
+                        self.inner.update(&[2]);
+                        self.str(text);
+                    }
+                }
+            }
+        }
     }
 
     /// Feeds a list of messages.

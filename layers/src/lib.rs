@@ -72,7 +72,7 @@ pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,
     FinishReason, GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Message, PrefixContext,
-    PreparationReport, Role, Scope, ToolCall, ToolSpec, Usage,
+    PreparationReport, Reasoning, Role, Scope, ToolCall, ToolSpec, Usage,
 };
 pub use policy::{ContextPolicy, PolicyError};
 pub use prefix::PrefixLayer;

@@ -62,7 +62,8 @@ pub fn estimate_one(message: &Message) -> usize {
 pub struct MessageSize {
     /// Characters of the text content.
     pub content_chars: usize,
-    /// Characters of everything else sent as text: `name`, `tool_call_id`, tool calls.
+    /// Characters of everything else sent as text: `name`, `tool_call_id`, tool calls,
+    /// reasoning ([`Reasoning::counted_text`](crate::Reasoning::counted_text)).
     pub other_chars: usize,
     /// Image parts.
     pub images: usize,
@@ -96,6 +97,9 @@ impl MessageSize {
         for call in &message.tool_calls {
             other_chars +=
                 char_count(&call.id) + char_count(&call.name) + json_chars(&call.arguments);
+        }
+        for r in message.reasoning() {
+            other_chars += char_count(r.counted_text());
         }
         Self {
             content_chars: 0,

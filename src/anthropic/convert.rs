@@ -12,7 +12,7 @@ use crate::error::{Provider, ProviderError};
 use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, FinishReason,
-    GenerationParams, Message, PrefixContext, Role, ToolCall, ToolSpec, Usage,
+    GenerationParams, Message, PrefixContext, Reasoning, Role, ToolCall, ToolSpec, Usage,
 };
 
 /// The parts of a request that `messages` and `count_tokens` share.
@@ -167,14 +167,10 @@ pub(crate) fn render(
         if let Some((at, cc)) = history_mark
             && at == i
         {
-            // The message may render to nothing (empty text): mark what precedes it.
-            match blocks.last_mut() {
-                Some(b) => b.set_cache_control(cc),
-                None => {
-                    if let Some(b) = out.last_mut().and_then(|m| m.content.last_mut()) {
-                        b.set_cache_control(cc);
-                    }
-                }
+            // The message may render to nothing (empty text), or to thinking alone: mark
+            // what precedes it.
+            if !mark_last(&mut blocks, cc) {
+                mark_last_of(&mut out, cc);
             }
         }
         if blocks.is_empty() {
@@ -189,16 +185,28 @@ pub(crate) fn render(
             }),
         }
     }
-    if let Some(ttl) = hints.last
-        && let Some(b) = out.last_mut().and_then(|m| m.content.last_mut())
-    {
-        b.set_cache_control(cache_control(ttl));
+    if let Some(ttl) = hints.last {
+        mark_last_of(&mut out, cache_control(ttl));
     }
     Ok(Rendered {
         system,
         messages: out,
         tools,
     })
+}
+
+/// Marks the last block of `blocks` that can carry a breakpoint; `false` when none can.
+fn mark_last(blocks: &mut [ContentBlockParam], cc: CacheControl) -> bool {
+    blocks.iter_mut().rev().any(|b| b.set_cache_control(cc))
+}
+
+/// Marks the last block of `messages` that can carry a breakpoint.
+fn mark_last_of(messages: &mut [InputMessage], cc: CacheControl) {
+    for m in messages.iter_mut().rev() {
+        if mark_last(&mut m.content, cc) {
+            return;
+        }
+    }
 }
 
 /// Appends `blocks` to a message of the same role. Tool results go before any other
@@ -281,7 +289,27 @@ fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderEr
             Ok((InputRole::User, blocks))
         }
         Role::Assistant => {
-            let mut blocks: Vec<ContentBlockParam> = text_block(&m.text()).into_iter().collect();
+            // Reasoning first, unchanged: Anthropic checks the thinking block before the
+            // tool_use it led to. A server's plain reasoning text is not Anthropic's and
+            // is not sent.
+            let mut blocks: Vec<ContentBlockParam> = m
+                .reasoning()
+                .iter()
+                .filter_map(|r| match r {
+                    Reasoning::Thinking {
+                        thinking,
+                        signature,
+                    } => Some(ContentBlockParam::Thinking {
+                        thinking: thinking.clone(),
+                        signature: signature.clone(),
+                    }),
+                    Reasoning::RedactedThinking { data } => {
+                        Some(ContentBlockParam::RedactedThinking { data: data.clone() })
+                    }
+                    _ => None,
+                })
+                .collect();
+            blocks.extend(text_block(&m.text()));
             blocks.extend(m.tool_calls.iter().map(|c| ContentBlockParam::ToolUse {
                 id: c.id.clone(),
                 name: c.name.clone(),
@@ -430,11 +458,22 @@ fn stop(p: &GenerationParams) -> Vec<String> {
 pub(crate) fn response(body: MessageResponse) -> ChatResponse {
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut reasoning = Vec::new();
     for block in body.content {
         match block {
             ResponseBlock::Text { text: t } => text.push_str(&t),
             ResponseBlock::ToolUse { id, name, input } => {
                 calls.push(ToolCall::new(id, name, input))
+            }
+            ResponseBlock::Thinking {
+                thinking,
+                signature,
+            } => reasoning.push(Reasoning::Thinking {
+                thinking,
+                signature,
+            }),
+            ResponseBlock::RedactedThinking { data } => {
+                reasoning.push(Reasoning::RedactedThinking { data })
             }
             _ => {}
         }
@@ -443,7 +482,8 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
         Message::assistant(text)
     } else {
         Message::assistant_tool_calls(text, calls)
-    };
+    }
+    .with_reasoning(reasoning);
     let finish = match body.stop_reason.as_deref() {
         None | Some("end_turn" | "stop_sequence") => FinishReason::Stop,
         Some("max_tokens" | "model_context_window_exceeded") => FinishReason::Length,

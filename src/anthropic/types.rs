@@ -12,7 +12,9 @@
 //!
 //! Content blocks are tagged by `type`; `cache_control` is skipped when absent, so only
 //! the breakpoints asked for are sent. Responses read only what the client uses and
-//! ignore unknown fields and block types (thinking, server tools).
+//! keep thinking blocks; they ignore other block types (server tools, kinds added later)
+//! and keep unknown top-level fields for
+//! [`ChatResponse::provider_fields`](llm_context_layers::ChatResponse::provider_fields).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -176,6 +178,19 @@ pub enum ContentBlockParam {
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
+    /// Extended thinking the model did earlier, sent back unchanged before the blocks it
+    /// led to. It cannot carry a breakpoint.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// Its signature, as the provider sent it.
+        signature: String,
+    },
+    /// Encrypted thinking, sent back unchanged. It cannot carry a breakpoint.
+    RedactedThinking {
+        /// The encrypted data.
+        data: String,
+    },
     /// A tool's result.
     ToolResult {
         /// The call it answers.
@@ -190,13 +205,20 @@ pub enum ContentBlockParam {
 }
 
 impl ContentBlockParam {
-    /// Sets the breakpoint after this block.
-    pub fn set_cache_control(&mut self, cc: CacheControl) {
+    /// Sets the breakpoint after this block; returns `false` for a block that cannot
+    /// carry one (thinking), which is left as it is.
+    pub fn set_cache_control(&mut self, cc: CacheControl) -> bool {
         match self {
             ContentBlockParam::Text { cache_control, .. }
             | ContentBlockParam::Image { cache_control, .. }
             | ContentBlockParam::ToolUse { cache_control, .. }
-            | ContentBlockParam::ToolResult { cache_control, .. } => *cache_control = Some(cc),
+            | ContentBlockParam::ToolResult { cache_control, .. } => {
+                *cache_control = Some(cc);
+                true
+            }
+            ContentBlockParam::Thinking { .. } | ContentBlockParam::RedactedThinking { .. } => {
+                false
+            }
         }
     }
 
@@ -323,7 +345,20 @@ pub enum ResponseBlock {
         /// The arguments.
         input: Value,
     },
-    /// Thinking, server tool blocks and kinds added later.
+    /// Extended thinking, with its signature.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// Its signature.
+        #[serde(default)]
+        signature: String,
+    },
+    /// Encrypted thinking.
+    RedactedThinking {
+        /// The encrypted data.
+        data: String,
+    },
+    /// Server tool blocks and kinds added later.
     #[serde(other)]
     Other,
 }
@@ -390,14 +425,22 @@ mod tests {
     }
 
     #[test]
-    fn unknown_blocks_are_skipped() {
+    fn unknown_blocks_are_skipped_and_thinking_is_kept() {
         let r: MessageResponse = serde_json::from_value(json!({
             "content": [{"type": "thinking", "thinking": "…", "signature": "s"},
+                        {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
                         {"type": "text", "text": "hi", "citations": null}],
             "usage": {"input_tokens": 1, "output_tokens": 2}
         }))
         .unwrap();
-        assert_eq!(r.content[0], ResponseBlock::Other);
-        assert_eq!(r.content[1], ResponseBlock::Text { text: "hi".into() });
+        assert_eq!(
+            r.content[0],
+            ResponseBlock::Thinking {
+                thinking: "…".into(),
+                signature: "s".into()
+            }
+        );
+        assert_eq!(r.content[1], ResponseBlock::Other);
+        assert_eq!(r.content[2], ResponseBlock::Text { text: "hi".into() });
     }
 }

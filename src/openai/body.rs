@@ -707,12 +707,15 @@ fn message_from_fields(f: Fields<'_>) -> Result<(Message, Kept), WireError> {
         }
         Some(_) => return Err(WireError::new(".tool_calls", "must be an array")),
     };
+    // `reasoning_content`, where a server sent one, stays among the kept fields and is
+    // written back as it came: it is not modelled on the way in.
     let message = Message {
         role,
         content,
         name,
         tool_call_id,
         tool_calls,
+        reasoning: None,
     };
     // The model writes empty content as `null` on a message that calls tools, as `""`
     // elsewhere.

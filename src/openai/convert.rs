@@ -13,8 +13,8 @@ use super::types::{
 use crate::client::unsupported;
 use crate::error::{Provider, ProviderError, ProviderErrorKind};
 use llm_context_layers::{
-    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, Message, Role, ToolCall,
-    ToolSpec, Usage,
+    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, Message, Reasoning, Role,
+    ToolCall, ToolSpec, Usage,
 };
 
 /// Fields of a caller's body that this client sets itself or cannot honour: the rest of
@@ -225,11 +225,16 @@ pub(crate) fn response(body: CreateChatCompletionResponse) -> Result<ChatRespons
         })
         .collect();
     let text = msg.content.or(msg.refusal).unwrap_or_default();
+    let reasoning = msg
+        .reasoning_content
+        .filter(|r| !r.is_empty())
+        .map(|text| Reasoning::Text { text });
     let message = if calls.is_empty() {
         Message::assistant(text)
     } else {
         Message::assistant_tool_calls(text, calls)
-    };
+    }
+    .with_reasoning(reasoning.into_iter().collect());
     let finish = match choice.finish_reason.as_deref() {
         None | Some("stop") => FinishReason::Stop,
         Some("length") => FinishReason::Length,

@@ -253,6 +253,10 @@ pub struct ResponseMessage {
     /// Tool calls.
     #[serde(default)]
     pub tool_calls: Option<Vec<ResponseToolCall>>,
+    /// The reasoning of an OpenAI-compatible reasoning server (vLLM, DeepSeek,
+    /// llama.cpp), which OpenAI itself does not return.
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
 }
 
 /// A tool call in a response.

@@ -183,6 +183,9 @@ fn block_size(b: &ContentBlockParam) -> (u64, Option<CacheControl>) {
             cache_control,
         } => (estimate(char_count(text)), *cache_control),
         ContentBlockParam::Image { cache_control, .. } => (IMAGE_TOKENS as u64, *cache_control),
+        // As the estimate counts reasoning: the text (or the data), not the signature.
+        ContentBlockParam::Thinking { thinking, .. } => (estimate(char_count(thinking)), None),
+        ContentBlockParam::RedactedThinking { data } => (estimate(char_count(data)), None),
         ContentBlockParam::ToolUse {
             id,
             name,
@@ -227,6 +230,18 @@ fn feed(h: &mut StableHasher, b: &ContentBlockParam) {
                 }
                 ImageSource::Url { url } => h.str(url),
             }
+        }
+        ContentBlockParam::Thinking {
+            thinking,
+            signature,
+        } => {
+            h.str("thinking");
+            h.str(thinking);
+            h.str(signature);
+        }
+        ContentBlockParam::RedactedThinking { data } => {
+            h.str("redacted_thinking");
+            h.str(data);
         }
         ContentBlockParam::ToolUse {
             id, name, input, ..

@@ -156,6 +156,45 @@ impl From<&str> for Content {
     }
 }
 
+/// A model's reasoning, as the provider returned it: kept with the assistant message so it
+/// can be sent back unchanged where the provider requires it (Anthropic wants the
+/// `thinking` block, signature and all, before the `tool_use` it led to).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reasoning {
+    /// Anthropic extended thinking: its text and the signature that vouches for it.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The provider's signature of it.
+        signature: String,
+    },
+    /// Anthropic thinking the provider encrypted: opaque data, sent back as it came.
+    RedactedThinking {
+        /// The encrypted thinking.
+        data: String,
+    },
+    /// An OpenAI-compatible server's `reasoning_content` (vLLM, DeepSeek, llama.cpp):
+    /// plain text, never sent back (those servers refuse it in a request).
+    Text {
+        /// The reasoning text.
+        text: String,
+    },
+}
+
+impl Reasoning {
+    /// The characters the estimate counts: the thinking text, or the redacted data (the
+    /// signature vouches for the text and is not counted).
+    pub fn counted_text(&self) -> &str {
+        match self {
+            Reasoning::Thinking { thinking, .. } => thinking,
+            Reasoning::RedactedThinking { data } => data,
+            Reasoning::Text { text } => text,
+        }
+    }
+}
+
 /// A tool call the model asked for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ToolCall {
@@ -223,6 +262,10 @@ pub struct Message {
     /// For an assistant message: the tools it calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// For an assistant message: the reasoning that preceded its content, in order
+    /// (`None` when there is none; boxed so a message without it costs one pointer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Box<[Reasoning]>>,
 }
 
 /// The end of the leading system messages of a transcript (the "head" that pruning keeps,
@@ -243,6 +286,7 @@ impl Message {
             name: None,
             tool_call_id: None,
             tool_calls: Vec::new(),
+            reasoning: None,
         }
     }
 
@@ -286,6 +330,17 @@ impl Message {
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
+    }
+
+    /// Sets the reasoning that preceded the content (none when `reasoning` is empty).
+    pub fn with_reasoning(mut self, reasoning: Vec<Reasoning>) -> Self {
+        self.reasoning = (!reasoning.is_empty()).then(|| reasoning.into_boxed_slice());
+        self
+    }
+
+    /// The reasoning that preceded the content (empty when there is none).
+    pub fn reasoning(&self) -> &[Reasoning] {
+        self.reasoning.as_deref().unwrap_or_default()
     }
 
     /// Sets the `tool_call_id` field.

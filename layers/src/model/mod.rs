@@ -9,7 +9,7 @@ mod request;
 mod scope;
 
 pub use message::leading_system_end;
-pub use message::{Content, ContentPart, Message, Role, ToolCall, ToolSpec};
+pub use message::{Content, ContentPart, Message, Reasoning, Role, ToolCall, ToolSpec};
 pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
 pub use request::{
