@@ -12,7 +12,7 @@ use llm_context_layers::artifact::is_stub;
 use llm_context_layers::artifact::{OFFLOAD_INSTRUCTIONS, READ_ARTIFACT_TOOL, is_preview};
 use llm_context_layers::{
     ArtifactStore, BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
-    ContextPolicyLayer, Message, Role, ToolCall, ToolSpec,
+    ContextPolicyLayer, Message, Reasoning, Role, ToolCall, ToolSpec,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -109,10 +109,15 @@ fn build(system: &[String], turns: &[TurnSpec]) -> Vec<Message> {
                 })
                 .collect();
             let ids: Vec<String> = calls.iter().map(|c| c.id.clone()).collect();
-            out.push(Message::assistant_tool_calls(
-                r.note.clone().unwrap_or_default(),
-                calls,
-            ));
+            let mut call = Message::assistant_tool_calls(r.note.clone().unwrap_or_default(), calls);
+            if r.user_role_results {
+                // Anthropic's convention: signed thinking before the calls it led to.
+                call = call.with_reasoning(vec![Reasoning::Thinking {
+                    thinking: format!("think before call_{n}"),
+                    signature: format!("sig_{n}"),
+                }]);
+            }
+            out.push(call);
             for (id, (_, result)) in ids.iter().zip(&r.calls) {
                 out.push(if r.user_role_results {
                     Message::user(result.as_str()).with_tool_call_id(id)
@@ -329,7 +334,8 @@ proptest! {
                                             && b.arguments == json!({"cleared": true})))
                             })
                     };
-                    prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && same_calls(o)));
+                    // Reasoning is sent as it came: never cleared, never rewritten.
+                    prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && same_calls(o) && o.reasoning == m.reasoning));
                 }
                 // Deterministic: the same input gives the same bytes.
                 let (again, model2) = run(&policy, req.clone());
