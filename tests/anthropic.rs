@@ -692,3 +692,60 @@ async fn a_tool_loop_with_extended_thinking_sends_the_thinking_back_before_its_t
     assert_eq!(content[2]["type"], "tool_use");
     assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
 }
+
+#[tokio::test]
+async fn reasoning_effort_turns_on_thinking_and_an_explicit_thinking_object_wins() {
+    let server = mock_post(MESSAGES, ok_text()).await;
+    let send = |extra: Vec<(&str, Value)>| {
+        let mut params = llm_context::GenerationParams::default();
+        params.max_output_tokens = Some(4_096);
+        for (k, v) in extra {
+            params.extra.insert(k.into(), v);
+        }
+        client(&server.uri())
+            .oneshot(ChatRequest::new(MODEL, vec![Message::user("hi")]).with_params(params))
+    };
+    send(vec![("reasoning_effort", json!("high"))])
+        .await
+        .unwrap();
+    send(vec![("reasoning_effort", json!("low"))])
+        .await
+        .unwrap();
+    send(vec![
+        ("reasoning_effort", json!("high")),
+        (
+            "thinking",
+            json!({"type": "enabled", "budget_tokens": 2_000}),
+        ),
+    ])
+    .await
+    .unwrap();
+    send(vec![("reasoning_effort", json!("minimal"))])
+        .await
+        .unwrap();
+    let bodies: Vec<Value> = bodies(&server)
+        .await
+        .iter()
+        .map(|b| serde_json::from_str(b).unwrap())
+        .collect();
+    for body in &bodies {
+        check_body(body);
+        assert!(body.get("reasoning_effort").is_none());
+    }
+    // high: a 16,384-token budget, and the answer keeps its 4,096 on top of it.
+    assert_eq!(
+        bodies[0]["thinking"],
+        json!({"type": "enabled", "budget_tokens": 16_384})
+    );
+    assert_eq!(bodies[0]["max_tokens"], 16_384 + 4_096);
+    // low: 1,024, under the 4,096 already asked for.
+    assert_eq!(bodies[1]["thinking"]["budget_tokens"], 1_024);
+    assert_eq!(bodies[1]["max_tokens"], 4_096);
+    // An explicit object passes through as it is.
+    assert_eq!(
+        bodies[2]["thinking"],
+        json!({"type": "enabled", "budget_tokens": 2_000})
+    );
+    assert_eq!(bodies[2]["max_tokens"], 4_096);
+    assert!(bodies[3].get("thinking").is_none());
+}

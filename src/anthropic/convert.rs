@@ -45,16 +45,43 @@ pub(crate) fn request(
     } else {
         tool_choice(p)
     };
+    let mut extra = passed_through(p);
+    let mut max_tokens = max_tokens(p).unwrap_or(default_max_tokens);
+    if let Some(budget) = thinking_budget(p)
+        && !extra.contains_key("thinking")
+    {
+        extra.insert(
+            "thinking".into(),
+            serde_json::json!({"type": "enabled", "budget_tokens": budget}),
+        );
+        // The API wants the thinking budget below `max_tokens`: the answer keeps its own
+        // allowance on top of the budget.
+        if max_tokens <= budget {
+            max_tokens = max_tokens.saturating_add(budget);
+        }
+    }
     Ok(CreateMessageRequest {
         model: req.model.clone(),
-        max_tokens: max_tokens(p).unwrap_or(default_max_tokens),
+        max_tokens,
         messages,
         system,
         tools,
         tool_choice,
         stop_sequences: stop(p),
-        extra: passed_through(p),
+        extra,
     })
+}
+
+/// The thinking budget an OpenAI-shaped body's `reasoning_effort` asks for: low 1,024,
+/// medium 4,096, high 16,384 tokens (`minimal` and unknown values ask for none). An
+/// explicit `thinking` object wins over it.
+fn thinking_budget(p: &GenerationParams) -> Option<u32> {
+    match p.extra.get("reasoning_effort")?.as_str()? {
+        "low" => Some(1_024),
+        "medium" => Some(4_096),
+        "high" => Some(16_384),
+        _ => None,
+    }
 }
 
 /// Fields of a Chat Completions body that mean nothing to the Messages API (OpenAI's own,
