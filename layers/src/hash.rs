@@ -140,6 +140,16 @@ impl StableHasher {
         }
     }
 
+    /// Feeds a list of tool definitions: name, description and JSON schema of each.
+    pub fn tools(&mut self, tools: &[crate::model::ToolSpec]) {
+        self.u64(tools.len() as u64);
+        for tool in tools {
+            self.str(&tool.name);
+            self.str(&tool.description);
+            self.json(&tool.parameters);
+        }
+    }
+
     /// Feeds a list of messages.
     pub fn messages(&mut self, messages: &[Message]) {
         self.u64(messages.len() as u64);

@@ -22,6 +22,10 @@
 //! Replies come from a script, in order, or from a function of the request. Usage is the
 //! estimate of what the model was sent, so reports and costs have real numbers offline.
 //! Clones share the script and the record of what was seen.
+//!
+//! [`Capture`] is the other terminal service here: it keeps only the last request and
+//! answers with an empty message, for tools that show what the stack would send (the
+//! CLI's `prepare`, `simulate`) without holding every prompt of a long run.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -178,5 +182,58 @@ impl Service<ChatRequest> for MockModel {
         let output = estimate_message_tokens(std::slice::from_ref(&message));
         let usage = Usage::new(input as u64, output as u64, 0, 0);
         std::future::ready(Ok(ChatResponse::new(message).with_usage(usage)))
+    }
+}
+
+/// A terminal service that keeps the last request it was sent and answers every call
+/// with an empty assistant message: what the stack would send, without a model and
+/// without keeping every earlier request ([`MockModel`] keeps them all).
+///
+/// ```
+/// use llm_context_layers::mock::Capture;
+/// use llm_context_layers::{ChatRequest, Message};
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let capture = Capture::default();
+/// let req = ChatRequest::new("m", vec![Message::user("hi")]);
+/// capture.clone().oneshot(req.clone()).await.unwrap();
+/// assert_eq!(capture.take(), Some(req));
+/// assert_eq!(capture.take(), None);
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct Capture {
+    last: Arc<Mutex<Option<ChatRequest>>>,
+}
+
+impl fmt::Debug for Capture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capture").finish_non_exhaustive()
+    }
+}
+
+impl Capture {
+    /// The last request received, taken out (`None` until the next call).
+    pub fn take(&self) -> Option<ChatRequest> {
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Service<ChatRequest> for Capture {
+    type Response = ChatResponse;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<ChatResponse, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(req);
+        std::future::ready(Ok(ChatResponse::new(Message::assistant(""))))
     }
 }

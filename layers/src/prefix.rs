@@ -243,29 +243,26 @@ pub(crate) fn plan_breakpoints(
     if has_prefix && cumulative >= min_tokens {
         out.prefix = wanted.prefix;
     }
-    // Only "at least the minimum" matters: stop counting once it is reached, so a long
-    // history is not measured a second time on every request.
-    let mut counted = head_end;
-    let mut count_to = |end: usize, cumulative: &mut usize| {
-        for m in &req.messages[counted..end] {
-            if *cumulative >= min_tokens {
-                break;
-            }
-            *cumulative += estimate_one(m);
-        }
-        counted = counted.max(end);
+    // The messages a cached part must hold to reach the minimum: counted once, and only
+    // until it is reached, so a long history is not measured again on every request.
+    let reached = if cumulative >= min_tokens {
+        Some(head_end)
+    } else {
+        req.messages[head_end..]
+            .iter()
+            .position(|m| {
+                cumulative += estimate_one(m);
+                cumulative >= min_tokens
+            })
+            .map(|i| head_end + i + 1)
     };
-    if let Some(end) = stable_history_end(&req.messages) {
-        count_to(end, &mut cumulative);
-        if cumulative >= min_tokens {
-            out.history = wanted.history;
-        }
+    if let (Some(end), Some(r)) = (stable_history_end(&req.messages), reached)
+        && r <= end
+    {
+        out.history = wanted.history;
     }
-    if req.messages.len() > head_end {
-        count_to(req.messages.len(), &mut cumulative);
-        if cumulative >= min_tokens {
-            out.last = wanted.last;
-        }
+    if req.messages.len() > head_end && reached.is_some() {
+        out.last = wanted.last;
     }
     out
 }

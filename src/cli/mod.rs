@@ -1,6 +1,5 @@
 //! The command-line interface.
 
-mod capture;
 mod input;
 mod picture;
 mod prepare;

@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use llm_context::mock::Capture;
 use llm_context::openai::body::write_body;
 use llm_context::{ContextLimitError, ContextPolicyLayer, PreparationReport};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 
-use super::capture::Capture;
 use super::{EXIT_CONTEXT_LIMIT, Exit, emit, input, limit_json};
 
 #[derive(Args, Debug)]

@@ -14,7 +14,8 @@ pub(crate) struct SimulateArgs {
     /// A policy to simulate: a JSON or TOML file with ContextPolicy fields, named by its
     /// file stem. Repeat to compare several. Without one: minimal (the default policy,
     /// max_tokens 100,000), low_water_0.6 (the same with low_water_tokens 60,000) and
-    /// no_breakpoints (minimal without cache breakpoints).
+    /// no_breakpoints (minimal without cache breakpoints; for an OpenAI model, which caches
+    /// without them, it costs what minimal costs).
     #[arg(long, value_name = "FILE")]
     policy: Vec<PathBuf>,
     /// The model: its provider (from the catalog) chooses the cache model, its prices

@@ -107,9 +107,14 @@ pub fn units(req: &ChatRequest) -> Vec<Block> {
             },
         );
     }
-    let prefix = req.prefix.iter().flat_map(|p| p.as_messages());
-    for m in prefix.chain(req.messages.iter().cloned()) {
-        chain.push(estimate_one(&m) as u64, None, |h| h.message(&m));
+    // The prefix rendered once; the transcript by reference, not copied on every call.
+    let prefix = req
+        .prefix
+        .as_ref()
+        .map(|p| p.as_messages())
+        .unwrap_or_default();
+    for m in prefix.iter().chain(&req.messages) {
+        chain.push(estimate_one(m) as u64, None, |h| h.message(m));
     }
     chain.finish()
 }

@@ -1,20 +1,19 @@
 //! A run: one policy's stack over a conversation, every call billed by the provider's
 //! cache model.
 
-use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tower::{Layer, Service, ServiceExt};
 
 use llm_context_layers::catalog::{Catalog, Price, Provider};
+use llm_context_layers::mock::Capture;
 use llm_context_layers::prefix::PrefixLayer;
 use llm_context_layers::{
-    BoxError, CacheHints, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
-    ContextPolicyLayer, Message, PolicyError, Scope,
+    BoxError, CacheHints, ChatRequest, ContextLimitError, ContextPolicy, ContextPolicyLayer,
+    PolicyError, Scope,
 };
 
 use super::anthropic::{self, AnthropicCache};
@@ -108,7 +107,8 @@ impl Candidate {
     /// The built-in comparison: `minimal` (the default policy with a 100,000-token
     /// ceiling), `low_water_0.6` (the same, pruning to 60,000 tokens and keeping that cut
     /// while it fits) and `no_breakpoints` (`minimal` without cache breakpoints, to show
-    /// what caching is worth).
+    /// what they are worth on Anthropic; OpenAI caches without them, so there it costs
+    /// what `minimal` costs).
     pub fn comparison() -> Vec<Candidate> {
         let minimal = ContextPolicy::default().with_max_tokens(100_000);
         vec![
@@ -442,41 +442,10 @@ fn schedule(conversation: &Conversation, calls: Calls) -> Vec<(usize, Duration)>
     out
 }
 
-/// The innermost service: keeps the last request it was sent and answers with an empty
-/// message. [`MockModel`](llm_context_layers::mock::MockModel) keeps every request, which
-/// over a long run is every prompt the stack prepared.
-#[derive(Clone, Default)]
-struct Capture {
-    last: Arc<Mutex<Option<ChatRequest>>>,
-}
-
-impl Capture {
-    fn take(&self) -> Option<ChatRequest> {
-        self.last
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-}
-
-impl Service<ChatRequest> for Capture {
-    type Response = ChatResponse;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<ChatResponse, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: ChatRequest) -> Self::Future {
-        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(req);
-        std::future::ready(Ok(ChatResponse::new(Message::assistant(""))))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use llm_context_layers::Message;
 
     #[tokio::test(flavor = "current_thread")]
     async fn conversations_without_ids_cost_what_they_cost_with_ids() {

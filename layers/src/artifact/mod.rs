@@ -67,5 +67,5 @@ pub(crate) use stub::{stub_text, unkept_stub_text};
 pub use tool::{
     ArtifactReader, DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, READ_ARTIFACT_TOOL, read_artifact_tool,
 };
-pub(crate) use tool::{check_read_tool, read_artifact_tool_tokens};
+pub(crate) use tool::{always_gets_read_tool, check_read_tool, read_artifact_tool_tokens};
 pub(crate) use verify::{PREVIEW_START, Untrusted, has_claims, verify};

@@ -55,6 +55,14 @@ fn build_read_artifact_tool() -> ToolSpec {
     )
 }
 
+/// Whether the stack gives `req` the read tool whatever it refers to: when it declares
+/// tools of its own (an agent's request), so the tools of a session, first in a provider's
+/// cache order, never change because of the stack. Other requests get it only when they
+/// refer to an artifact. The planner counts the tool by this rule and offloading adds it.
+pub(crate) fn always_gets_read_tool(req: &ChatRequest) -> bool {
+    !req.tools.is_empty()
+}
+
 /// Fails when the request defines a different tool under the read tool's name; tells
 /// whether it already has the stack's own definition.
 pub(crate) fn check_read_tool(req: &ChatRequest) -> Result<bool, ToolConflictError> {

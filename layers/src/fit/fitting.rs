@@ -48,10 +48,7 @@ pub(crate) fn prepare(
         None
     };
     let planned = plan::plan(&req, policy, untrusted, stages, budget, memory, scratch)?;
-    let cuts = Cuts {
-        history: planned.cut,
-        cleared: planned.cleared,
-    };
+    let cuts = planned.cuts;
     let reserved_tool = planned.reserved_tool;
     let mut report = planned.report.clone();
     if let Some(r) = &repaired {

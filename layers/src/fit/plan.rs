@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use crate::artifact::{
-    Artifact, Displaced, PREVIEW, READ_ARTIFACT_TOOL, REFERS, STUB, Untrusted, artifact_id,
-    genuine_preview, mark, named_artifact, offloadable_marked, preview_chars,
-    preview_chars_unescaped, read_artifact_tool_tokens, stub_text, unkept_stub_text,
+    Artifact, Displaced, PREVIEW, READ_ARTIFACT_TOOL, REFERS, STUB, Untrusted,
+    always_gets_read_tool, artifact_id, genuine_preview, mark, named_artifact, offloadable_marked,
+    preview_chars, preview_chars_unescaped, read_artifact_tool_tokens, stub_text, unkept_stub_text,
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
-use crate::fit::Cut;
 use crate::fit::turns::Layout;
+use crate::fit::{Cut, Cuts};
 use crate::model::ChatRequest;
 use crate::model::PreparationReport;
 use crate::model::{Content, Message};
@@ -208,10 +208,9 @@ pub(crate) struct Plan {
     /// The messages whose action is [`Action::Clear`] (one cleared and then dropped by a
     /// later stage is not here).
     pub(crate) clears: Vec<Cleared>,
-    /// Where whole turns were cut, to remember for the session's next request.
-    pub(crate) cut: Option<Cut>,
-    /// Where the cleared region ends, to remember likewise.
-    pub(crate) cleared: Option<Cut>,
+    /// Where whole turns were cut and where the cleared region ends, to remember for the
+    /// session's next request.
+    pub(crate) cuts: Cuts,
     pub(crate) report: PreparationReport,
     /// Whether the read tool's tokens were counted (it may be added by offloading).
     pub(crate) reserved_tool: bool,
@@ -571,9 +570,9 @@ pub(crate) fn plan(
     let previous_cut = budget
         .previous_cut
         .and_then(|cut| find_cut(cut, msgs, layout));
-    let previous_clear = policy
-        .clear_at_least_tokens
-        .and(budget.previous_clear)
+    // `fit::budget` hands on a previous region only when the policy clears in steps.
+    let previous_clear = budget
+        .previous_clear
         .and_then(|cut| find_clear(cut, msgs, clear_order));
     let may_add_tool = stages.offloads() && !req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL);
     let allowance = budget.calibrate(policy.prompt_allowance(budget.model_window));
@@ -640,8 +639,7 @@ fn decide_with_tool(
     out: &mut Decision<'_>,
 ) -> Result<Plan, ContextLimitError> {
     let tool_cost = read_artifact_tool_tokens();
-    // A request with tools of its own always gets the read tool (see `offload_request`).
-    if may_add_tool && (refers_already || !m.req.tools.is_empty()) {
+    if may_add_tool && (refers_already || always_gets_read_tool(m.req)) {
         return decide(m, policy, tool_cost, out);
     }
     let plan = decide(m, policy, 0, out)?;
@@ -821,8 +819,10 @@ fn decide(
     };
     Ok(Plan {
         clears,
-        cut,
-        cleared,
+        cuts: Cuts {
+            history: cut,
+            cleared,
+        },
         report,
         reserved_tool: reserved > 0,
         longs: Vec::new(),

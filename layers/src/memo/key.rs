@@ -81,12 +81,7 @@ impl MemoKey {
             }
         }
         h.messages(&request.messages);
-        h.u64(request.tools.len() as u64);
-        for tool in &request.tools {
-            h.str(&tool.name);
-            h.str(&tool.description);
-            h.json(&tool.parameters);
-        }
+        h.tools(&request.tools);
         // Through serde so that a parameter added later is covered without a change here.
         match serde_json::to_value(&request.params) {
             Ok(params) => h.json(&params),

@@ -223,21 +223,14 @@ impl ChatRequest {
     /// routed to the same cache.
     pub fn stable_head_key(&self) -> String {
         let mut h = crate::hash::StableHasher::new("llm-context/head/v1");
-        for t in &self.tools {
-            h.str(&t.name);
-            h.str(&t.description);
-            h.json(&t.parameters);
-        }
+        h.tools(&self.tools);
         self.hash_head(&mut h);
         h.finish_hex()[..32].to_owned()
     }
 
     fn hash_head(&self, h: &mut crate::hash::StableHasher) {
         if let Some(prefix) = &self.prefix {
-            // Its parts, not `as_messages`, which copies the grounding.
-            h.opt_str(prefix.system_prompt());
-            h.messages(prefix.grounding());
-            h.opt_str(prefix.schema_block());
+            prefix.hash_into(h);
         }
         h.u64(u64::MAX);
         let head_end = super::message::leading_system_end(&self.messages);

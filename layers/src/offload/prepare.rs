@@ -3,8 +3,8 @@
 use super::rewrite::{find_longs, offload_messages};
 use crate::BoxError;
 use crate::artifact::{
-    Displaced, Untrusted, check_read_tool, mark, named_artifact, read_artifact_tool,
-    read_artifact_tool_tokens,
+    Displaced, Untrusted, always_gets_read_tool, check_read_tool, mark, named_artifact,
+    read_artifact_tool, read_artifact_tool_tokens,
 };
 use crate::fit::{Applied, Kept, Reference, summary_references};
 use crate::model::{ChatRequest, Message, PreparationReport};
@@ -55,7 +55,7 @@ pub(crate) fn offload_request(
     memory: Option<&SessionMemory>,
 ) -> Result<Prepared, BoxError> {
     let has_tool = check_read_tool(&req)?;
-    let declares_tools = !req.tools.is_empty();
+    let always = always_gets_read_tool(&req);
     let Applied {
         displaced: mut to_store,
         mut refs,
@@ -78,7 +78,7 @@ pub(crate) fn offload_request(
     to_store.extend(offloaded.displaced);
     kept.extend(offloaded.kept);
     made.extend(offloaded.made);
-    if (declares_tools || !refs.is_empty()) && !has_tool {
+    if (always || !refs.is_empty()) && !has_tool {
         req.tools.push(read_artifact_tool());
     } else if reserved_tool && !has_tool {
         report.after_tokens -= read_artifact_tool_tokens();
