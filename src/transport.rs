@@ -38,6 +38,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+use llm_context_layers::stream::Streaming;
 use tower::Service;
 
 use crate::BoxError;
@@ -48,6 +50,13 @@ pub type HttpRequest = http::Request<Bytes>;
 
 /// A response with its whole body.
 pub type HttpResponse = http::Response<Bytes>;
+
+/// A response body read as it arrives (a streamed call's server-sent events).
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> + Send>>;
+
+/// A response whose body is read as it arrives: what a transport answers to a
+/// [`Streaming`]`<`[`HttpRequest`]`>`.
+pub type HttpStreamResponse = http::Response<BodyStream>;
 
 /// The largest response body the clients read by default: 16 MiB. The largest answers
 /// either API gives (128,000 output tokens, a few choices, non-ASCII text written as
@@ -228,26 +237,84 @@ impl Service<HttpRequest> for ReqwestTransport {
         let client = self.client.clone();
         let limit = self.max_body_bytes;
         Box::pin(async move {
-            let req = reqwest::Request::try_from(req).map_err(TransportError::from_reqwest)?;
-            let asked = req.url().clone();
-            let mut resp = client
-                .execute(req)
-                .await
-                .map_err(TransportError::from_reqwest)?;
-            if resp.url() != &asked {
-                return Err(TransportError::new(
-                    TransportErrorKind::Redirected,
-                    format!(
-                        "the HTTP client followed a redirect to {}; its answer is refused \
-                         (build the client with reqwest::redirect::Policy::none())",
-                        mask_userinfo(resp.url().as_str())
-                    ),
-                ));
-            }
+            let mut resp = send(&client, req).await?;
             let status = resp.status();
             let body = read_body(&mut resp, limit).await?;
             let headers = std::mem::take(resp.headers_mut());
             let mut out = http::Response::new(body);
+            *out.status_mut() = status;
+            *out.headers_mut() = headers;
+            Ok(out)
+        })
+    }
+}
+
+/// Sends `req`, refusing an answer that came from a followed redirect.
+async fn send(
+    client: &reqwest::Client,
+    req: HttpRequest,
+) -> Result<reqwest::Response, TransportError> {
+    let req = reqwest::Request::try_from(req).map_err(TransportError::from_reqwest)?;
+    let asked = req.url().clone();
+    let resp = client
+        .execute(req)
+        .await
+        .map_err(TransportError::from_reqwest)?;
+    if resp.url() != &asked {
+        return Err(TransportError::new(
+            TransportErrorKind::Redirected,
+            format!(
+                "the HTTP client followed a redirect to {}; its answer is refused \
+                 (build the client with reqwest::redirect::Policy::none())",
+                mask_userinfo(resp.url().as_str())
+            ),
+        ));
+    }
+    Ok(resp)
+}
+
+/// A streamed call: the response as soon as its headers arrive, its body read piece by
+/// piece as the caller polls. Dropping the body closes the connection. The body limit
+/// applies to the bytes between two line breaks (one server-sent event line), not to
+/// the whole stream, which is as long as the model's answer: a server that sends no
+/// line break fails with [`TransportErrorKind::TooLarge`] past it.
+impl Service<Streaming<HttpRequest>> for ReqwestTransport {
+    type Response = HttpStreamResponse;
+    type Error = TransportError;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpStreamResponse, TransportError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Streaming<HttpRequest>) -> Self::Future {
+        let client = self.client.clone();
+        let limit = self.max_body_bytes;
+        Box::pin(async move {
+            let mut resp = send(&client, req.0).await?;
+            let status = resp.status();
+            let headers = std::mem::take(resp.headers_mut());
+            // `None` after an error: nothing is read after it.
+            let body =
+                futures_util::stream::unfold(Some((resp, 0usize)), move |state| async move {
+                    let (mut resp, run) = state?;
+                    match resp.chunk().await {
+                        Ok(Some(piece)) => {
+                            // Bytes since the last line break, this piece included.
+                            let run = match piece.iter().rposition(|&b| b == b'\n') {
+                                Some(at) => piece.len() - at - 1,
+                                None => run + piece.len(),
+                            };
+                            if run > limit {
+                                return Some((Err(TransportError::too_large(limit)), None));
+                            }
+                            Some((Ok(piece), Some((resp, run))))
+                        }
+                        Ok(None) => None,
+                        Err(e) => Some((Err(TransportError::from_reqwest(e)), None)),
+                    }
+                });
+            let mut out = http::Response::new(Box::pin(body) as BodyStream);
             *out.status_mut() = status;
             *out.headers_mut() = headers;
             Ok(out)

@@ -52,7 +52,12 @@ where
         if with_prefix {
             req = req.with_prefix(big_prefix());
         }
-        let reply = stack.ready().await.unwrap().call(req).await.unwrap();
+        let reply = ServiceExt::<ChatRequest>::ready(&mut stack)
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap();
         pruned += reply.report.pruned_turns;
         messages.push(Message::assistant(format!(
             "answer {turn}: {}",

@@ -54,6 +54,7 @@ pub mod fit;
 pub mod memo;
 pub mod offload;
 pub mod prefix;
+pub mod stream;
 // Around the path.
 pub mod builder;
 pub mod durable;

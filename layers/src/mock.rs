@@ -36,6 +36,7 @@ use tower::Service;
 
 use crate::model::{ChatRequest, ChatResponse, Usage};
 use crate::model::{Message, ToolCall};
+use crate::stream::{ChatStream, Streaming};
 use crate::tokens::estimate_message_tokens;
 
 /// One scripted reply.
@@ -171,17 +172,39 @@ impl Service<ChatRequest> for MockModel {
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
+        std::future::ready(self.respond(req))
+    }
+}
+
+/// Streams the reply it would have given: its text in pieces, its tool calls, its usage,
+/// then the response (see [`ChatStream::replay`]).
+impl Service<Streaming> for MockModel {
+    type Response = ChatStream;
+    type Error = MockError;
+    type Future = std::future::Ready<Result<ChatStream, MockError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        std::future::ready(self.respond(req.0).map(ChatStream::replay))
+    }
+}
+
+impl MockModel {
+    fn respond(&self, req: ChatRequest) -> Result<ChatResponse, MockError> {
         let reply = self.reply(&req);
         let input = req.estimate_tokens();
         self.lock_seen().push(req);
         let message = match reply {
             MockReply::Text(text) => Message::assistant(text),
             MockReply::ToolCalls(text, calls) => Message::assistant_tool_calls(text, calls),
-            MockReply::Error(e) => return std::future::ready(Err(MockError(e))),
+            MockReply::Error(e) => return Err(MockError(e)),
         };
         let output = estimate_message_tokens(std::slice::from_ref(&message));
         let usage = Usage::new(input as u64, output as u64, 0, 0);
-        std::future::ready(Ok(ChatResponse::new(message).with_usage(usage)))
+        Ok(ChatResponse::new(message).with_usage(usage))
     }
 }
 

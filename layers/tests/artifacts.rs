@@ -706,9 +706,14 @@ async fn a_session_with_tools_never_toggles_them() {
         let req = ChatRequest::new("m", history.clone())
             .with_tools(vec![search.clone()])
             .with_session("s1");
-        let reply = tower::Service::call(tower::ServiceExt::ready(&mut agent).await.unwrap(), req)
-            .await
-            .unwrap();
+        let reply = tower::Service::call(
+            tower::ServiceExt::<ChatRequest>::ready(&mut agent)
+                .await
+                .unwrap(),
+            req,
+        )
+        .await
+        .unwrap();
         let sent = model.last_request().unwrap();
         referred.push(sent.messages.iter().any(|m| is_preview(&m.text())));
         tools_sent.push(sent.tools);

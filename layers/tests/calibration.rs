@@ -50,7 +50,12 @@ async fn converse(layer: ContextPolicyLayer) -> Vec<u64> {
             "why? ".repeat(60)
         )));
         let req = ChatRequest::new("m", history.clone());
-        let reply = agent.ready().await.unwrap().call(req).await.unwrap();
+        let reply = ServiceExt::<ChatRequest>::ready(&mut agent)
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap();
         history.push(reply.message);
     }
     counted.lock().unwrap().clone()
@@ -94,11 +99,21 @@ async fn the_report_and_the_limit_error_speak_in_calibrated_tokens() {
         .with_calibration(calibration)
         .layer(provider(counted));
     let req = ChatRequest::new("m", vec![Message::user("hello")]);
-    let reply = agent.ready().await.unwrap().call(req).await.unwrap();
+    let reply = ServiceExt::<ChatRequest>::ready(&mut agent)
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap();
     assert_eq!(reply.report.prompt_allowance, 1_400);
     // 1,500 estimated tokens fit 2,800 but not 2,800 / 2.
     let req = ChatRequest::new("m", vec![Message::user("word ".repeat(1_200))]);
-    let err = agent.ready().await.unwrap().call(req).await.unwrap_err();
+    let err = ServiceExt::<ChatRequest>::ready(&mut agent)
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap_err();
     let limit = err
         .downcast_ref::<llm_context_layers::ContextLimitError>()
         .unwrap();

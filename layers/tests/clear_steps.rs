@@ -52,7 +52,12 @@ async fn converse(policy: ContextPolicy) -> Vec<(ChatRequest, PreparationReport)
         let answer = t.pop().unwrap();
         history.extend(t);
         let req = ChatRequest::new("mock", history.clone()).with_session("s1");
-        let reply = agent.ready().await.unwrap().call(req).await.unwrap();
+        let reply = ServiceExt::<ChatRequest>::ready(&mut agent)
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap();
         out.push((model.last_request().unwrap(), reply.report));
         history.push(answer);
     }

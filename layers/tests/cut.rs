@@ -42,7 +42,10 @@ fn agent_with_store(store: Arc<LocalCutStore>) -> (Agent, MockModel) {
 }
 
 async fn send(agent: &mut Agent, req: ChatRequest) -> Result<ChatResponse, BoxError> {
-    agent.ready().await?.call(req).await
+    ServiceExt::<ChatRequest>::ready(agent)
+        .await?
+        .call(req)
+        .await
 }
 
 /// Runs `turns` turns of one conversation; returns each turn's sent request and report.

@@ -383,7 +383,8 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         for req in [&long, &short, &long] {
             let reused = rt.block_on(async {
-                service.ready().await.unwrap().call(req.clone()).await
+                // Both `Service<ChatRequest>` and `Service<Streaming>`: say which is meant.
+                ServiceExt::<ChatRequest>::ready(&mut service).await.unwrap().call(req.clone()).await
             });
             let (fresh, fresh_model) = run(&policy, req.clone());
             match (reused, fresh) {

@@ -61,7 +61,12 @@ async fn send(
     let req = ChatRequest::new("m", messages)
         .with_scope(Scope::org("acme"))
         .with_session("s1");
-    service.ready().await.unwrap().call(req).await.unwrap()
+    ServiceExt::<ChatRequest>::ready(service)
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -145,7 +150,12 @@ async fn a_session_evicted_from_the_store_gets_its_artifacts_again() {
         let req = ChatRequest::new("m", messages.clone())
             .with_scope(Scope::org("acme"))
             .with_session(session);
-        let reply = service.ready().await.unwrap().call(req).await.unwrap();
+        let reply = ServiceExt::<ChatRequest>::ready(&mut service)
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap();
         assert_eq!(reply.report.offloaded_results, 2);
         assert_eq!(reply.report.unkept_artifacts, 0);
         reused.push(reply.report.reused_previews);

@@ -145,7 +145,11 @@ async fn run_loop(
         let req = ChatRequest::new("mock", t.clone())
             .with_scope(scope.clone())
             .with_session(format!("s{}", step.session));
-        let reply = service.ready().await.unwrap().call(req).await;
+        let reply = ServiceExt::<ChatRequest>::ready(&mut service)
+            .await
+            .unwrap()
+            .call(req)
+            .await;
         let Ok(reply) = reply else {
             // A protected turn too large for the window is refused before dispatch.
             continue;

@@ -61,6 +61,7 @@ mod layer;
 mod resolve;
 mod service;
 mod steps;
+mod stream;
 
 pub use layer::{ContextPolicyLayer, DEFAULT_RESOLVE_ROUNDS};
 pub use service::ContextPolicyService;

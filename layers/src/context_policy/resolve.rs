@@ -13,7 +13,7 @@ use crate::model::{ChatRequest, ChatResponse, Message};
 use crate::offload::{Prepared, commit};
 
 /// Whether the reply asks only for artifact pages.
-fn only_artifact_reads(m: &Message) -> bool {
+pub(super) fn only_artifact_reads(m: &Message) -> bool {
     m.has_tool_calls() && m.tool_calls.iter().all(|c| c.name == READ_ARTIFACT_TOOL)
 }
 

@@ -40,6 +40,27 @@ impl<S, P> ContextPolicyService<S, P> {
     }
 
     inner_accessors!(inner.inner);
+
+    pub(super) fn shared(&self) -> &Arc<Composite> {
+        &self.shared
+    }
+
+    pub(super) fn memo_mut(&mut self) -> &mut Memo<S, P> {
+        &mut self.inner
+    }
+
+    pub(super) fn scratch_mut(&mut self) -> &mut Scratch {
+        &mut self.scratch
+    }
+
+    /// The ready inner service, for a future; a clone stays for the next call.
+    pub(super) fn take_ready(&mut self) -> Memo<S, P>
+    where
+        Memo<S, P>: Clone,
+    {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
+    }
 }
 
 impl<S, P> Service<ChatRequest> for ContextPolicyService<S, P>

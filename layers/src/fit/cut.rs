@@ -25,7 +25,7 @@
 //!     for turn in 0..30 {
 //!         history.push(Message::user(format!("question {turn}: {}", "why? ".repeat(60))));
 //!         let req = ChatRequest::new("mock", history.clone()).with_session("s1");
-//!         let reply = agent.ready().await.unwrap().call(req).await.unwrap();
+//!         let reply = ServiceExt::<ChatRequest>::ready(&mut agent).await.unwrap().call(req).await.unwrap();
 //!         firsts.push(model.last_request().unwrap().messages[0].clone());
 //!         history.push(reply.message);
 //!     }

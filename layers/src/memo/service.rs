@@ -4,14 +4,19 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tower::{Service, ServiceExt};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::PoisonError;
+
+use tower::Service;
 
 use super::breaker::unusable;
 use super::degrade::{degraded, skipped, timed_out};
-use super::flight::{FlightError, Join, follow};
+use super::flight::{FlightError, Join, Lead, follow};
 use super::future::ResponseFuture;
 use super::key::MemoKey;
 use super::layer::MemoLayer;
+use super::lease::MemoLease;
 use super::predicate::{DefaultPredicate, MemoPredicate};
 use super::shared_flight::{self, Settled};
 use super::state::{MemoState, debug_memo};
@@ -20,6 +25,7 @@ use crate::BoxError;
 use crate::model::PreparationReport;
 use crate::model::{ChatRequest, ChatResponse, MemoHint};
 use crate::store::StoreErrorKind;
+use crate::stream::{ChatStream, Streaming, on_end};
 
 /// The service of [`MemoLayer`]. See the [module docs](super).
 #[derive(Clone)]
@@ -92,10 +98,49 @@ where
     }
 }
 
+/// A streamed call: the same lookup, single flight and store, see
+/// [`stream`](crate::stream).
+impl<S, P> Service<Streaming> for Memo<S, P>
+where
+    S: Service<Streaming, Response = ChatStream> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    P: MemoPredicate,
+{
+    type Response = ChatStream;
+    type Error = BoxError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Service::<Streaming>::poll_ready(&mut self.inner, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        let shared = match &self.shared {
+            Some(shared)
+                if req.0.memo != MemoHint::Never && self.predicate.should_memoize(&req.0) =>
+            {
+                Arc::clone(shared)
+            }
+            _ => {
+                let call = self.inner.call(req);
+                return Box::pin(async move { call.await.map_err(Into::into) });
+            }
+        };
+        let key = MemoKey::for_upstream(&req.0, &shared.upstream);
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(memoized_stream(inner, req, key, shared))
+    }
+}
+
+/// The response future of a streamed call through [`Memo`].
+pub type StreamFuture = Pin<Box<dyn Future<Output = Result<ChatStream, BoxError>> + Send>>;
+
 /// One memoizable call: join the flight for the key; the leader looks in the store and,
 /// on a miss, calls `inner` and stores the answer; followers take the leader's outcome.
 async fn memoized<S>(
-    mut inner: S,
+    inner: S,
     req: ChatRequest,
     key: MemoKey,
     shared: Arc<MemoState>,
@@ -104,9 +149,139 @@ where
     S: Service<ChatRequest, Response = ChatResponse> + Clone,
     S::Error: Into<BoxError>,
 {
+    let (mut inner, leading) = match settle::<_, ChatRequest>(inner, &key, &shared).await? {
+        Settle::Served(response) => return Ok(*response),
+        Settle::Lead(inner, leading) => (inner, leading),
+    };
+    let call = inner.call(req);
+    let result: Result<ChatResponse, BoxError> =
+        shared_flight::renewing(&shared, &key, leading.lease.as_deref(), call)
+            .await
+            .map_err(Into::into);
+    match result {
+        Ok(response) => Ok(leading.answered(&shared, &key, response).await),
+        Err(error) => {
+            leading.failed(&shared, &key, &error).await;
+            Err(error)
+        }
+    }
+}
+
+/// One memoizable streamed call, as [`memoized`]: a hit, or a waiter's answer, is
+/// replayed as a stream; the leader's stream is stored once its `Done` arrives, and
+/// nothing is stored when it fails or is dropped (its flight ends, so waiters make the
+/// call again; a shared lease lapses by its TTL).
+async fn memoized_stream<S>(
+    inner: S,
+    req: Streaming,
+    key: MemoKey,
+    shared: Arc<MemoState>,
+) -> Result<ChatStream, BoxError>
+where
+    S: Service<Streaming, Response = ChatStream> + Clone,
+    S::Error: Into<BoxError>,
+{
+    let (mut inner, leading) = match settle::<_, Streaming>(inner, &key, &shared).await? {
+        Settle::Served(response) => return Ok(ChatStream::replay(*response)),
+        Settle::Lead(inner, leading) => (inner, leading),
+    };
+    let call = inner.call(req);
+    let stream = match shared_flight::renewing(&shared, &key, leading.lease.as_deref(), call)
+        .await
+        .map_err(Into::<BoxError>::into)
+    {
+        Ok(stream) => stream,
+        Err(error) => {
+            leading.failed(&shared, &key, &error).await;
+            return Err(error);
+        }
+    };
+    // The lead lives in the stream: dropped with it, it ends the flight.
+    let leading = Arc::new(std::sync::Mutex::new(Some(leading)));
+    let on_failure = leading.clone();
+    Ok(ChatStream::new(on_end(
+        stream,
+        move |response| async move {
+            let taken = leading
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            Ok(match taken {
+                Some(leading) => leading.answered(&shared, &key, response).await,
+                None => response,
+            })
+        },
+        move |error| {
+            // The flight ends here; the lease lapses by its TTL (no await in a callback).
+            if let Some(leading) = on_failure
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
+                leading.lead.publish(Err(Arc::from(error.to_string())));
+            }
+        },
+    )))
+}
+
+/// How the first part of a memoized call ended.
+enum Settle<S> {
+    /// Answered from the store, another process or an identical request in flight.
+    Served(Box<ChatResponse>),
+    /// This request makes the call: `S` is ready.
+    Lead(S, Leading),
+}
+
+/// What the request that makes the call holds.
+struct Leading {
+    lead: Lead,
+    lease: Option<Box<dyn MemoLease>>,
+    store_reachable: bool,
+}
+
+impl Leading {
+    /// Publishes, stores and gives up the lease for a successful call; returns the
+    /// caller's response.
+    async fn answered(
+        self,
+        shared: &MemoState,
+        key: &MemoKey,
+        response: ChatResponse,
+    ) -> ChatResponse {
+        // What the inner layers did to *this* request is not part of the answer.
+        let mut stored = response.clone();
+        stored.report = PreparationReport::default();
+        self.lead.publish(Ok(stored.clone()));
+        if self.store_reachable {
+            save(shared, key, &stored).await;
+        }
+        // After the answer is stored, so that a waiter elsewhere finds it.
+        shared_flight::release(shared, key, self.lease).await;
+        response
+    }
+
+    /// Gives up the lease at once (waiters elsewhere make the call themselves rather
+    /// than wait it out) and tells the waiters here.
+    async fn failed(self, shared: &MemoState, key: &MemoKey, error: &BoxError) {
+        shared_flight::release(shared, key, self.lease).await;
+        self.lead.publish(Err(Arc::from(error.to_string())));
+    }
+}
+
+/// Joins the flight for the key; as the leader, looks in the store and claims the call
+/// across processes. `inner` comes back ready when this request is to make the call.
+async fn settle<S, R>(
+    mut inner: S,
+    key: &MemoKey,
+    shared: &MemoState,
+) -> Result<Settle<S>, BoxError>
+where
+    S: Service<R> + Clone,
+    S::Error: Into<BoxError>,
+{
     let mut ready = true;
     let lead = loop {
-        match shared.flights.join(&key) {
+        match shared.flights.join(key) {
             Join::Leader(lead) => break lead,
             Join::Follower(rx) => {
                 if ready {
@@ -116,7 +291,9 @@ where
                     ready = false;
                 }
                 match follow(rx).await {
-                    Some(Ok(response)) => return Ok(served_from_memo(response)),
+                    Some(Ok(response)) => {
+                        return Ok(Settle::Served(Box::new(served_from_memo(response))));
+                    }
                     Some(Err(message)) => return Err(FlightError::new(&*message).into()),
                     // The leader was cancelled: try again, perhaps as the leader.
                     None => continue,
@@ -125,10 +302,10 @@ where
         }
     };
 
-    let store_reachable = match lookup(&shared, &key).await {
+    let store_reachable = match lookup(shared, key).await {
         Lookup::Hit(response) => {
             lead.publish(Ok((*response).clone()));
-            return Ok(served_from_memo(*response));
+            return Ok(Settle::Served(Box::new(served_from_memo(*response))));
         }
         Lookup::Miss => true,
         // A store that cannot be reached is not asked again for this request: that would
@@ -145,10 +322,10 @@ where
                 ready = false;
             }
         };
-        match shared_flight::claim_or_wait(&shared, &key, give_back).await {
+        match shared_flight::claim_or_wait(shared, key, give_back).await {
             Settled::Answered(response) => {
                 lead.publish(Ok((*response).clone()));
-                return Ok(served_from_memo(*response));
+                return Ok(Settle::Served(Box::new(served_from_memo(*response))));
             }
             Settled::Lead(lease) => lease,
         }
@@ -156,36 +333,22 @@ where
         None
     };
 
-    if !ready && let Err(error) = inner.ready().await.map_err(Into::<BoxError>::into) {
-        shared_flight::release(&shared, &key, lease).await;
+    if !ready
+        && let Err(error) = std::future::poll_fn(|cx| inner.poll_ready(cx))
+            .await
+            .map_err(Into::<BoxError>::into)
+    {
+        shared_flight::release(shared, key, lease).await;
         return Err(error);
     }
-    let call = inner.call(req);
-    let result: Result<ChatResponse, BoxError> =
-        shared_flight::renewing(&shared, &key, lease.as_deref(), call)
-            .await
-            .map_err(Into::into);
-    match result {
-        Ok(response) => {
-            // What the inner layers did to *this* request is not part of the answer.
-            let mut stored = response.clone();
-            stored.report = PreparationReport::default();
-            lead.publish(Ok(stored.clone()));
-            if store_reachable {
-                save(&shared, &key, &stored).await;
-            }
-            // After the answer is stored, so that a waiter elsewhere finds it.
-            shared_flight::release(&shared, &key, lease).await;
-            Ok(response)
-        }
-        Err(error) => {
-            // At once: waiters elsewhere make the call themselves rather than wait out
-            // the lease.
-            shared_flight::release(&shared, &key, lease).await;
-            lead.publish(Err(Arc::from(error.to_string())));
-            Err(error)
-        }
-    }
+    Ok(Settle::Lead(
+        inner,
+        Leading {
+            lead,
+            lease,
+            store_reachable,
+        },
+    ))
 }
 
 fn served_from_memo(mut response: ChatResponse) -> ChatResponse {

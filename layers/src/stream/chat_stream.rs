@@ -1,0 +1,221 @@
+//! [`ChatStream`], the response of a streamed call, and [`Streaming`], its request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::{Stream, StreamExt};
+
+use super::accumulate::deltas;
+use super::error::StreamError;
+use super::event::StreamEvent;
+use crate::BoxError;
+use crate::model::{ChatRequest, ChatResponse};
+
+/// A request to stream the answer: every service of this crate that takes a `R`
+/// (a [`ChatRequest`], by default) also takes a `Streaming<R>`, and answers it with a
+/// [`ChatStream`] instead of a [`ChatResponse`]. The same stack serves both.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Streaming<R = ChatRequest>(pub R);
+
+impl<R> Streaming<R> {
+    /// The request inside.
+    pub fn into_inner(self) -> R {
+        self.0
+    }
+}
+
+impl From<ChatRequest> for Streaming {
+    fn from(req: ChatRequest) -> Self {
+        Streaming(req)
+    }
+}
+
+type Inner = Pin<Box<dyn Stream<Item = Result<StreamEvent, BoxError>> + Send>>;
+
+/// The answer to a [`Streaming`] request: [`StreamEvent`]s as the model writes, ending
+/// with [`StreamEvent::Done`] and its complete [`ChatResponse`]. An `Err` item ends the
+/// stream; so does `Done`. Dropping it cancels the call (the provider's connection is
+/// closed) and nothing is memoized.
+///
+/// One allocation per stream (the box); events pass through the stack's layers without
+/// another.
+pub struct ChatStream {
+    inner: Inner,
+}
+
+impl std::fmt::Debug for ChatStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatStream").finish_non_exhaustive()
+    }
+}
+
+impl ChatStream {
+    /// A stream of `events`.
+    pub fn new<S>(events: S) -> Self
+    where
+        S: Stream<Item = Result<StreamEvent, BoxError>> + Send + 'static,
+    {
+        Self {
+            inner: Box::pin(events),
+        }
+    }
+
+    /// `response` streamed again: its reasoning, text and tool calls as deltas, its
+    /// usage, then `Done` with the response itself (what the memo replays, what the mock
+    /// model streams).
+    pub fn replay(response: ChatResponse) -> Self {
+        let mut events = deltas(&response, REPLAY_CHUNK);
+        events.push(StreamEvent::Done(Box::new(response)));
+        Self::new(futures_util::stream::iter(events.into_iter().map(Ok)))
+    }
+
+    /// A stream that fails at once with `error`.
+    pub fn failed(error: impl Into<BoxError>) -> Self {
+        let error: BoxError = error.into();
+        Self::new(futures_util::stream::once(std::future::ready(Err(error))))
+    }
+
+    /// Reads the stream to its end and returns the complete response: what a
+    /// non-streamed call would have returned. A stream that ends without `Done` is
+    /// [`StreamError::Incomplete`].
+    pub async fn response(mut self) -> Result<ChatResponse, BoxError> {
+        while let Some(event) = self.next().await {
+            if let StreamEvent::Done(response) = event? {
+                return Ok(*response);
+            }
+        }
+        Err(StreamError::Incomplete.into())
+    }
+
+    /// The same stream, with `f` applied to the final response before it is yielded.
+    pub fn map_response(self, f: impl FnOnce(&mut ChatResponse) + Send + 'static) -> Self {
+        self.then_response(move |mut response| {
+            f(&mut response);
+            std::future::ready(Ok(response))
+        })
+    }
+
+    /// The same stream, with `f` awaited on the final response before it is yielded (a
+    /// store write, say). `f`'s error ends the stream instead of `Done`. An error item
+    /// ends the stream; a stream that ends without `Done` yields
+    /// [`StreamError::Incomplete`] and `f` never runs.
+    pub fn then_response<F, Fut>(self, f: F) -> Self
+    where
+        F: FnOnce(ChatResponse) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<ChatResponse, BoxError>> + Send + 'static,
+    {
+        Self::new(on_end(self, f, |_| {}))
+    }
+}
+
+/// About how many bytes of text each replayed delta carries.
+const REPLAY_CHUNK: usize = 64;
+
+impl Stream for ChatStream {
+    type Item = Result<StreamEvent, BoxError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+/// `stream` with `done` awaited on its final response and `failed` called once when it
+/// ends any other way (an error, or no `Done`) — not when it is dropped before its end.
+pub(crate) fn on_end<F, Fut, G>(
+    stream: ChatStream,
+    done: F,
+    failed: G,
+) -> impl Stream<Item = Result<StreamEvent, BoxError>> + Send + 'static
+where
+    F: FnOnce(ChatResponse) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<ChatResponse, BoxError>> + Send + 'static,
+    G: FnOnce(&BoxError) + Send + 'static,
+{
+    enum State<F, G> {
+        Streaming(ChatStream, F, G),
+        Ended,
+    }
+    futures_util::stream::unfold(State::Streaming(stream, done, failed), |state| async move {
+        let State::Streaming(mut stream, done, failed) = state else {
+            return None;
+        };
+        match stream.next().await {
+            Some(Ok(StreamEvent::Done(response))) => {
+                let item = done(*response)
+                    .await
+                    .map(|r| StreamEvent::Done(Box::new(r)));
+                Some((item, State::Ended))
+            }
+            Some(Ok(event)) => Some((Ok(event), State::Streaming(stream, done, failed))),
+            Some(Err(error)) => {
+                failed(&error);
+                Some((Err(error), State::Ended))
+            }
+            None => {
+                let error: BoxError = StreamError::Incomplete.into();
+                failed(&error);
+                Some((Err(error), State::Ended))
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Message, Usage};
+
+    #[tokio::test]
+    async fn a_replay_reads_back_to_the_response() {
+        let response = ChatResponse::new(Message::assistant("x".repeat(300)))
+            .with_usage(Usage::new(1, 2, 3, 4));
+        let events: Vec<_> = ChatStream::replay(response.clone()).collect().await;
+        assert!(events.len() > 3, "text is replayed in pieces");
+        assert_eq!(
+            ChatStream::replay(response.clone())
+                .response()
+                .await
+                .unwrap(),
+            response
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_done_is_incomplete() {
+        let s = ChatStream::new(futures_util::stream::iter([Ok(StreamEvent::Text(
+            "half".into(),
+        ))]));
+        let err = s.response().await.unwrap_err();
+        assert!(err.downcast_ref::<StreamError>().is_some(), "{err}");
+    }
+
+    #[tokio::test]
+    async fn then_response_runs_once_on_done_and_not_on_failure() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let s = ChatStream::replay(ChatResponse::new(Message::assistant("hi"))).then_response(
+            move |mut resp| {
+                r.fetch_add(1, Ordering::SeqCst);
+                resp.message = Message::assistant("changed");
+                std::future::ready(Ok(resp))
+            },
+        );
+        assert_eq!(s.response().await.unwrap().message.text(), "changed");
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+
+        let r = ran.clone();
+        let s = ChatStream::failed(StreamError::Incomplete).then_response(move |resp| {
+            r.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok(resp))
+        });
+        assert!(s.response().await.is_err());
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,94 @@
+//! The provider-neutral events of a streamed call.
+
+use crate::model::{ChatResponse, Usage};
+
+/// What a streamed call yields, in order: deltas as the model writes, usage, and last
+/// the complete response ([`StreamEvent::Done`]). Nothing follows `Done`.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum StreamEvent {
+    /// Text the model wrote, in order.
+    Text(String),
+    /// A piece of reasoning (thinking). `index` is the reasoning block's position in the
+    /// message's [`reasoning`](crate::Message::reasoning), counted from 0.
+    Reasoning {
+        /// The block's position among the message's reasoning blocks.
+        index: usize,
+        /// What arrived.
+        delta: ReasoningDelta,
+    },
+    /// A piece of a tool call.
+    ToolCall(ToolCallDelta),
+    /// Token usage so far; the last one is the call's total (also in `Done`).
+    Usage(Usage),
+    /// The end: the complete response, as a non-streamed call would have returned it
+    /// (message, usage, finish reason, report).
+    Done(Box<ChatResponse>),
+}
+
+impl StreamEvent {
+    /// The response, when this is the last event.
+    pub fn as_done(&self) -> Option<&ChatResponse> {
+        match self {
+            StreamEvent::Done(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// A piece of a reasoning block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReasoningDelta {
+    /// Anthropic thinking text.
+    Thinking(String),
+    /// The signature of an Anthropic thinking block (it arrives whole, after the text).
+    Signature(String),
+    /// An Anthropic `redacted_thinking` block's data (it arrives whole).
+    Redacted(String),
+    /// An OpenAI-compatible server's `reasoning_content` text.
+    Text(String),
+}
+
+/// A piece of a tool call. The first piece of a call carries its `id` and `name`; the
+/// following ones append to its `arguments` (JSON text, complete only at the end).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolCallDelta {
+    /// The call's position among the message's tool calls, counted from 0.
+    pub index: usize,
+    /// The provider's call id, on the call's first piece.
+    pub id: Option<String>,
+    /// The tool's name, on the call's first piece.
+    pub name: Option<String>,
+    /// More of the arguments' JSON text.
+    pub arguments: String,
+}
+
+impl ToolCallDelta {
+    /// A piece of the call at `index`.
+    pub fn new(index: usize) -> Self {
+        Self {
+            index,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the call's id.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Sets the tool's name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Sets the arguments' text.
+    pub fn with_arguments(mut self, arguments: impl Into<String>) -> Self {
+        self.arguments = arguments.into();
+        self
+    }
+}

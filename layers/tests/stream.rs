@@ -1,0 +1,340 @@
+//! Streamed calls through the stack: the same preparation as a non-streamed call, the
+//! memo storing only completed streams and replaying them, single flight, cancellation,
+//! and artifact reads answered inside one stream.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use llm_context_layers::artifact::{READ_ARTIFACT_TOOL, artifact_id};
+use llm_context_layers::memo::{LocalMemoStore, MemoLayer, MemoStore};
+use llm_context_layers::mock::{MockModel, MockReply};
+use llm_context_layers::stream::{ChatStream, StreamEvent, Streaming};
+use llm_context_layers::{
+    BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
+    Message, Scope, ToolCall,
+};
+use serde_json::json;
+use tower::{Layer, Service, ServiceExt};
+
+fn transcript(result: &str) -> ChatRequest {
+    let mut messages = vec![
+        Message::system("You are a careful SRE assistant."),
+        Message::user("Why did the deploy fail? Überprüfe die Logs."),
+    ];
+    messages.push(Message::assistant_tool_calls(
+        "",
+        vec![ToolCall::new("c1", "fetch_logs", json!({"unit": "deploy"}))],
+    ));
+    messages.push(Message::tool_result("c1", "fetch_logs", result));
+    ChatRequest::new("mock", messages)
+        .with_scope(Scope::org("acme"))
+        .with_session("s1")
+        .with_temperature(0.0)
+}
+
+fn logs(lines: usize) -> String {
+    (0..lines)
+        .map(|i| {
+            format!(
+                "{{\"ts\":\"2026-11-30T10:{:02}:{:02}Z\",\"level\":\"error\",\"msg\":\"connexion refusée — 接続拒否 #{i}\"}}\n",
+                i / 60 % 60,
+                i % 60
+            )
+        })
+        .collect()
+}
+
+async fn events(stream: ChatStream) -> Vec<StreamEvent> {
+    stream.map(|e| e.unwrap()).collect().await
+}
+
+fn text_of(events: &[StreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn done(events: &[StreamEvent]) -> &ChatResponse {
+    events
+        .last()
+        .and_then(StreamEvent::as_done)
+        .expect("the last event is Done")
+}
+
+#[tokio::test]
+async fn a_streamed_call_is_prepared_exactly_as_a_non_streamed_one() {
+    let policy = ContextPolicy::default()
+        .with_max_tokens(3_000)
+        .with_reserve_tokens(500)
+        .with_tool_result_max_chars(2_000);
+    let reply = "The deploy failed: the database refused connections (接続拒否).";
+    let plain_model = MockModel::scripted([MockReply::text(reply)]);
+    let streamed_model = MockModel::scripted([MockReply::text(reply)]);
+    let plain = ContextPolicyLayer::new(policy.clone())
+        .unwrap()
+        .layer(plain_model.clone())
+        .oneshot(transcript(&logs(200)))
+        .await
+        .unwrap();
+    let stream = ContextPolicyLayer::new(policy)
+        .unwrap()
+        .layer(streamed_model.clone())
+        .oneshot(Streaming(transcript(&logs(200))))
+        .await
+        .unwrap();
+    let events = events(stream).await;
+    assert_eq!(
+        streamed_model.last_request(),
+        plain_model.last_request(),
+        "the model is sent the same prepared request"
+    );
+    assert!(
+        plain.report.offloaded_results > 0,
+        "the logs were offloaded"
+    );
+    let final_response = done(&events);
+    assert_eq!(final_response, &plain, "the same response and report");
+    assert_eq!(text_of(&events), reply, "the text arrived as deltas");
+    assert!(
+        events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::Text(_)))
+            .count()
+            > 1,
+        "in more than one piece"
+    );
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_fit_fails_before_anything_is_sent() {
+    let model = MockModel::echo();
+    let policy = ContextPolicy::default()
+        .with_max_tokens(2_000)
+        .with_reserve_tokens(500);
+    let huge = ChatRequest::new("mock", vec![Message::user("слово ".repeat(5_000))]);
+    let err = ContextPolicyLayer::new(policy)
+        .unwrap()
+        .layer(model.clone())
+        .oneshot(Streaming(huge))
+        .await
+        .unwrap_err();
+    assert!(err.downcast_ref::<ContextLimitError>().is_some(), "{err}");
+    assert_eq!(model.calls(), 0);
+}
+
+/// Streams a canned answer after `delay`, counting calls; its streams end early when
+/// `cut_after` says so (a connection cut).
+#[derive(Clone)]
+struct Upstream {
+    calls: Arc<AtomicUsize>,
+    delay: Duration,
+    cut_after: Option<usize>,
+}
+
+impl Upstream {
+    fn new(delay: Duration) -> Self {
+        Self {
+            calls: Arc::default(),
+            delay,
+            cut_after: None,
+        }
+    }
+}
+
+impl Service<Streaming> for Upstream {
+    type Response = ChatStream;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<ChatStream, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Streaming) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let (delay, cut) = (self.delay, self.cut_after);
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            let answer = ChatResponse::new(Message::assistant(
+                "Die Datenbank hat die Verbindung verweigert. ".repeat(8),
+            ));
+            let full = ChatStream::replay(answer);
+            Ok(match cut {
+                Some(n) => ChatStream::new(full.take(n)),
+                None => full,
+            })
+        })
+    }
+}
+
+fn memo_stack(
+    upstream: Upstream,
+    store: Arc<dyn MemoStore>,
+) -> impl Service<Streaming, Response = ChatStream, Error = BoxError> + Clone {
+    ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(8_000))
+        .unwrap()
+        .with_memo(MemoLayer::new(store))
+        .layer(upstream)
+}
+
+#[tokio::test]
+async fn the_memo_replays_a_completed_stream_as_the_same_stream() {
+    let upstream = Upstream::new(Duration::ZERO);
+    let store: Arc<dyn MemoStore> = Arc::new(LocalMemoStore::default());
+    let stack = memo_stack(upstream.clone(), store);
+    let first = events(
+        stack
+            .clone()
+            .oneshot(Streaming(transcript("ok")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let second = events(
+        stack
+            .clone()
+            .oneshot(Streaming(transcript("ok")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        upstream.calls.load(Ordering::SeqCst),
+        1,
+        "the second is a hit"
+    );
+    assert!(!done(&first).report.memo_hit);
+    assert!(done(&second).report.memo_hit);
+    assert_eq!(done(&second).message, done(&first).message);
+    let deltas = |e: &[StreamEvent]| e[..e.len() - 1].to_vec();
+    assert_eq!(
+        deltas(&second),
+        deltas(&first),
+        "the same events before Done"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_dropped_or_cut_off_stores_nothing() {
+    let store: Arc<dyn MemoStore> = Arc::new(LocalMemoStore::default());
+    let upstream = Upstream::new(Duration::ZERO);
+    let stack = memo_stack(upstream.clone(), store.clone());
+    // The caller reads one event and goes away.
+    let mut stream = stack
+        .clone()
+        .oneshot(Streaming(transcript("ok")))
+        .await
+        .unwrap();
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(StreamEvent::Text(_)))
+    ));
+    drop(stream);
+    // The connection is cut after two events: an error, not a response.
+    let cut = Upstream {
+        cut_after: Some(2),
+        ..upstream.clone()
+    };
+    let stream = memo_stack(cut, store.clone())
+        .oneshot(Streaming(transcript("ok")))
+        .await
+        .unwrap();
+    let items: Vec<_> = stream.collect().await;
+    assert!(
+        items.last().unwrap().is_err(),
+        "a cut stream ends with an error"
+    );
+    // Neither was stored: the next call goes upstream.
+    let events = events(stack.oneshot(Streaming(transcript("ok"))).await.unwrap()).await;
+    assert!(!done(&events).report.memo_hit);
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn identical_streams_in_flight_share_one_upstream_call() {
+    let upstream = Upstream::new(Duration::from_millis(50));
+    let store: Arc<dyn MemoStore> = Arc::new(LocalMemoStore::default());
+    let stack = memo_stack(upstream.clone(), store);
+    let make = || {
+        let stack = stack.clone();
+        async move { events(stack.oneshot(Streaming(transcript("ok"))).await.unwrap()).await }
+    };
+    let (a, b) = tokio::join!(make(), make());
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(done(&a).message, done(&b).message);
+    assert_eq!(text_of(&a), text_of(&b));
+    assert_ne!(
+        done(&a).report.memo_hit,
+        done(&b).report.memo_hit,
+        "one led, one waited"
+    );
+}
+
+#[tokio::test]
+async fn artifact_reads_are_answered_inside_one_stream() {
+    let big = format!("HEADER\n{}\nSECRET-AT-THE-END", logs(300));
+    let req = transcript(&big);
+    let id = artifact_id(&req.scope, &req.session, &big);
+    let model = MockModel::scripted([
+        MockReply::ToolCalls(
+            "Reading the end of the log.".into(),
+            vec![ToolCall::new(
+                "r1",
+                READ_ARTIFACT_TOOL,
+                json!({"artifact_id": id, "offset": big.chars().count() - 40, "max_chars": 100}),
+            )],
+        ),
+        MockReply::text("The log ends with SECRET-AT-THE-END."),
+    ]);
+    let stream = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve()
+        .layer(model.clone())
+        .oneshot(Streaming(req))
+        .await
+        .unwrap();
+    let events = events(stream).await;
+    assert_eq!(model.calls(), 2);
+    assert!(
+        !events.iter().any(|e| matches!(e, StreamEvent::ToolCall(_))),
+        "the artifact read never reaches the caller"
+    );
+    assert_eq!(
+        text_of(&events),
+        "Reading the end of the log.The log ends with SECRET-AT-THE-END.",
+        "both rounds' text streamed through"
+    );
+    let last = done(&events);
+    assert_eq!(last.message.text(), "The log ends with SECRET-AT-THE-END.");
+    assert_eq!(last.report.resolved_messages.len(), 2);
+}
+
+#[tokio::test]
+async fn tool_calls_the_stack_does_not_answer_reach_the_caller() {
+    let model = MockModel::scripted([MockReply::tool_calls([ToolCall::new(
+        "c2",
+        "restart_service",
+        json!({"name": "db", "reason": "接続拒否"}),
+    )])]);
+    let stream = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve()
+        .layer(model)
+        .oneshot(Streaming(transcript("ok")))
+        .await
+        .unwrap();
+    let events = events(stream).await;
+    assert!(events.iter().any(|e| matches!(e, StreamEvent::ToolCall(_))));
+    let call = &done(&events).message.tool_calls[0];
+    assert_eq!(call.name, "restart_service");
+    assert_eq!(call.arguments["reason"], "接続拒否");
+}
