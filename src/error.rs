@@ -99,6 +99,11 @@ pub enum ProviderErrorKind {
     ResponseTooLarge,
     /// The request cannot be expressed in this provider's format (nothing was sent).
     Unsupported,
+    /// A streamed answer was cut off (the connection closed, or the body failed) after
+    /// part of it had reached the caller. Not retryable: the caller already holds part of
+    /// an answer. A stream cut off before its first event is a retryable
+    /// [`Connection`](Self::Connection) error instead.
+    StreamInterrupted,
     /// Any other status.
     Other,
 }
@@ -123,6 +128,7 @@ impl ProviderErrorKind {
             ProviderErrorKind::Redirect => "redirect",
             ProviderErrorKind::ResponseTooLarge => "response_too_large",
             ProviderErrorKind::Unsupported => "unsupported",
+            ProviderErrorKind::StreamInterrupted => "stream_interrupted",
             ProviderErrorKind::Other => "other",
         }
     }

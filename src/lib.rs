@@ -49,6 +49,8 @@ mod redact;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod retry;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
+mod sse;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod transport;
 
 #[cfg(feature = "anthropic")]

@@ -33,7 +33,7 @@ pub(crate) const TEXT_LIMIT: usize = 2_048;
 pub(crate) const SHORT_LIMIT: usize = 256;
 
 /// The secrets of one client, and the rules above. See the [module docs](self).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Redactor {
     secrets: Vec<SecretString>,
 }

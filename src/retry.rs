@@ -39,6 +39,7 @@ use tower::retry::Policy;
 
 use crate::BoxError;
 use crate::error::ProviderError;
+use llm_context_layers::stream::{ChatStream, Streaming};
 use llm_context_layers::{ChatRequest, ChatResponse};
 
 /// A `tower::retry::Policy` for provider calls. See the [module docs](self).
@@ -189,6 +190,37 @@ impl Policy<ChatRequest, ChatResponse, ProviderError> for RetryPolicy {
         self.keep_for_retry(req)
     }
 }
+
+/// Streamed calls are retried only while nothing has reached the caller: the clients'
+/// futures resolve once the first event is read, so every error a retry sees (an error
+/// status, a connection cut before the first event) came before it. An error inside
+/// the stream, after, is never retried.
+macro_rules! streaming_policy {
+    ($error:ty, $decide:expr) => {
+        impl Policy<Streaming, ChatStream, $error> for RetryPolicy {
+            type Future = tokio::time::Sleep;
+
+            fn retry(
+                &mut self,
+                _req: &mut Streaming,
+                result: &mut Result<ChatStream, $error>,
+            ) -> Option<Self::Future> {
+                match result {
+                    Ok(_) => None,
+                    Err(e) => $decide(self, e),
+                }
+            }
+
+            fn clone_request(&mut self, req: &Streaming) -> Option<Streaming> {
+                self.keep_for_retry(&req.0).map(Streaming)
+            }
+        }
+    };
+}
+
+streaming_policy!(BoxError, |p: &mut RetryPolicy, e: &BoxError| p.decide(&**e));
+streaming_policy!(ProviderError, |p: &mut RetryPolicy, e: &ProviderError| p
+    .decide(e));
 
 #[cfg(test)]
 mod tests {

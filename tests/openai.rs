@@ -578,8 +578,8 @@ async fn a_servers_reasoning_content_is_kept_and_never_sent_back() {
     let server = mock_post(CHAT, ResponseTemplate::new(200).set_body_json(answer)).await;
     let mut svc = client(&server.uri());
     let mut messages = vec![Message::user("Capital of Norway?")];
-    let reply = svc
-        .ready()
+    // The client takes `ChatRequest` and `Streaming` requests: `ready` is told which.
+    let reply = ServiceExt::<ChatRequest>::ready(&mut svc)
         .await
         .unwrap()
         .call(ChatRequest::new("deepseek-reasoner", messages.clone()))
@@ -593,7 +593,7 @@ async fn a_servers_reasoning_content_is_kept_and_never_sent_back() {
     );
     messages.push(reply.message);
     messages.push(Message::user("And Sweden?"));
-    svc.ready()
+    ServiceExt::<ChatRequest>::ready(&mut svc)
         .await
         .unwrap()
         .call(ChatRequest::new("deepseek-reasoner", messages))

@@ -8,13 +8,19 @@ use secrecy::{ExposeSecret, SecretString};
 use tower::Service;
 
 use super::convert;
+use super::stream::OpenAiDecoder;
 use super::types::CreateChatCompletionResponse;
 pub use crate::client::ResponseFuture;
 use crate::client::{
     ConfigError, Reading, Settings, base_url, exchange, post_json, transport_error,
 };
 use crate::error::{Provider, ProviderError};
-use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
+pub use crate::sse::StreamFuture;
+use crate::sse::open;
+use crate::transport::{
+    HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
+};
+use llm_context_layers::stream::{ChatStream, Streaming};
 use llm_context_layers::{ChatRequest, ChatResponse};
 
 /// OpenAI's API, the default base URL (it includes `/v1`, as in OpenAI's SDKs).
@@ -38,7 +44,7 @@ pub struct OpenAi<T = ReqwestTransport> {
     shared: Arc<ClientState>,
 }
 
-struct ClientState {
+pub(crate) struct ClientState {
     base_url: String,
     /// `base_url` as it may be shown (its password masked).
     shown_url: String,
@@ -46,7 +52,7 @@ struct ClientState {
     api_key: Option<SecretString>,
     /// Extra headers (organization, project, the caller's own).
     headers: http::HeaderMap,
-    reading: Reading,
+    pub(crate) reading: Reading,
 }
 
 impl<T> std::fmt::Debug for OpenAi<T> {
@@ -267,9 +273,62 @@ where
     }
 }
 
+/// A streamed call (`stream: true`, usage included): see
+/// [`stream`](llm_context_layers::stream). The future resolves once the first event has
+/// been read; what fails before that (an error status, a cut connection) is its error,
+/// so a retry layer retries only before anything reached the caller.
+impl<T> Service<Streaming> for OpenAi<T>
+where
+    T: Service<Streaming<HttpRequest>, Response = HttpStreamResponse, Error = TransportError>,
+    T::Future: Send + 'static,
+{
+    type Response = ChatStream;
+    type Error = ProviderError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.transport
+            .poll_ready(cx)
+            .map_err(|e| transport_error(Provider::OpenAi, e, &self.shared.reading.redactor))
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        let http = match self.build(&req.0, true) {
+            Ok(h) => h,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        tracing::debug!(
+            event = "provider_request",
+            provider = "openai",
+            model = %req.0.model,
+            messages = req.0.messages.len(),
+            stream = true,
+            "sending"
+        );
+        let sent = self.transport.call(Streaming(http));
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let decoder = OpenAiDecoder::new(shared.clone());
+            open(Provider::OpenAi, sent, &shared.reading, decoder).await
+        })
+    }
+}
+
 impl<T> OpenAi<T> {
     fn http_request(&self, req: &ChatRequest) -> Result<HttpRequest, ProviderError> {
-        let body = convert::request(req)?;
+        self.build(req, false)
+    }
+
+    fn build(&self, req: &ChatRequest, stream: bool) -> Result<HttpRequest, ProviderError> {
+        let mut body = convert::request(req)?;
+        if stream {
+            body.extra
+                .insert("stream".into(), serde_json::Value::Bool(true));
+            body.extra.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
         let mut headers = Vec::with_capacity(1);
         if let Some(key) = &self.shared.api_key {
             headers.push((

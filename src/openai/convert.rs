@@ -235,18 +235,23 @@ pub(crate) fn response(body: CreateChatCompletionResponse) -> Result<ChatRespons
         Message::assistant_tool_calls(text, calls)
     }
     .with_reasoning(reasoning.into_iter().collect());
-    let finish = match choice.finish_reason.as_deref() {
-        None | Some("stop") => FinishReason::Stop,
-        Some("length") => FinishReason::Length,
-        Some("tool_calls" | "function_call") => FinishReason::ToolCalls,
-        Some("content_filter") => FinishReason::ContentFilter,
-        Some(other) => FinishReason::Other(other.to_owned()),
-    };
+    let finish = finish_reason(choice.finish_reason.as_deref());
     let fields = crate::client::provider_fields(body.id, body.model, body.extra);
     Ok(ChatResponse::new(message)
         .with_finish_reason(finish)
         .with_usage(usage(body.usage.unwrap_or_default()))
         .with_provider_fields(fields))
+}
+
+/// The neutral finish reason for OpenAI's.
+pub(crate) fn finish_reason(reason: Option<&str>) -> FinishReason {
+    match reason {
+        None | Some("stop") => FinishReason::Stop,
+        Some("length") => FinishReason::Length,
+        Some("tool_calls" | "function_call") => FinishReason::ToolCalls,
+        Some("content_filter") => FinishReason::ContentFilter,
+        Some(other) => FinishReason::Other(other.to_owned()),
+    }
 }
 
 /// OpenAI counts cached and written tokens inside `prompt_tokens`; the neutral `Usage`

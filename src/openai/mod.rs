@@ -48,6 +48,7 @@ pub mod body;
 mod client;
 #[cfg(feature = "openai")]
 mod convert;
+mod stream;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod types;
@@ -56,5 +57,5 @@ pub mod types;
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use client::{
     API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, ORG_ID_VAR, OpenAi, OpenAiBuilder, PROJECT_ID_VAR,
-    ResponseFuture,
+    ResponseFuture, StreamFuture,
 };

@@ -8,16 +8,20 @@ use serde_json::{Map, Value};
 pub(crate) enum Root {
     Request,
     Response,
+    /// One event of a streamed answer (open, as responses are).
+    Stream,
 }
 
 /// A validator for `file`'s request (closed) or response (as published) schema.
 pub(crate) fn validator(file: &str, root: Root) -> Validator {
     let mut doc: Value = serde_json::from_str(&super::fixture(file)).unwrap();
-    let key = match root {
-        Root::Request => "request",
-        Root::Response => "response",
+    let roots = &doc["x-roots"];
+    let target = match root {
+        Root::Request => &roots["request"],
+        Root::Response => &roots["response"],
+        Root::Stream => roots.get("stream-chunk").unwrap_or(&roots["stream-event"]),
     };
-    let target = doc["x-roots"][key].as_str().unwrap().to_owned();
+    let target = target.as_str().unwrap().to_owned();
     if root == Root::Request {
         close(&mut doc);
     }

@@ -1,0 +1,196 @@
+//! What both clients' streamed calls share: sending the request, reading an error
+//! status, framing server-sent events (with `eventsource-stream`), and turning a
+//! provider's events into a [`ChatStream`] that has already produced its first event.
+
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures_util::{Stream, StreamExt};
+use llm_context_layers::stream::{ChatStream, StreamEvent};
+
+use crate::client::{Reading, transport_error};
+use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::redact::TEXT_LIMIT;
+use crate::transport::{HttpStreamResponse, TransportError};
+
+/// The future of a client's streamed call: the stream, once its first event is read.
+pub type StreamFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<ChatStream, ProviderError>> + Send>>;
+
+/// A provider's reading of its stream events.
+pub(crate) trait Decoder: Send + 'static {
+    /// Reads one server-sent event, pushing the neutral events it means onto `out`.
+    /// Returns `true` once the answer is complete (its `Done` pushed).
+    fn decode(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<bool, ProviderError>;
+}
+
+/// Awaits the response to a streamed request and reads its events with `decoder`. The
+/// future resolves once the first neutral event has been read, so that everything that
+/// fails before the caller has seen anything (an error status, a connection cut before
+/// the first event) is the future's error, which a retry layer may retry. After that,
+/// an error is an item of the stream and ends it; a cut is
+/// [`ProviderErrorKind::StreamInterrupted`].
+pub(crate) async fn open<D: Decoder>(
+    provider: Provider,
+    sent: impl Future<Output = Result<HttpStreamResponse, TransportError>>,
+    reading: &Reading,
+    decoder: D,
+) -> Result<ChatStream, ProviderError> {
+    let resp = sent
+        .await
+        .map_err(|e| transport_error(provider, e, &reading.redactor))?;
+    if !resp.status().is_success() {
+        return Err(error_status(provider, resp, reading).await);
+    }
+    let events = resp.into_body().eventsource();
+    let mut state = State {
+        provider,
+        redactor: reading.redactor.clone(),
+        events: Box::pin(events),
+        decoder,
+        queue: VecDeque::new(),
+        delivered: false,
+        ended: false,
+    };
+    // The first event, before the caller sees anything.
+    match state.next().await {
+        Some(Ok(first)) => state.queue.push_front(first),
+        Some(Err(e)) => return Err(e),
+        // `next` yields an error rather than end before the answer is complete.
+        None => {}
+    }
+    state.delivered = true;
+    let stream = futures_util::stream::unfold(state, |mut s| async move {
+        let item = s.next().await?;
+        Some((item.map_err(Into::into), s))
+    });
+    Ok(ChatStream::new(stream))
+}
+
+type Events =
+    std::pin::Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<TransportError>>> + Send>>;
+
+struct State<D> {
+    provider: Provider,
+    redactor: crate::redact::Redactor,
+    events: Events,
+    decoder: D,
+    queue: VecDeque<StreamEvent>,
+    /// Whether the caller has been given an event (a cut is then no longer retryable).
+    delivered: bool,
+    ended: bool,
+}
+
+impl<D: Decoder> State<D> {
+    async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                return Some(Ok(event));
+            }
+            if self.ended {
+                return None;
+            }
+            let failure = match self.events.next().await {
+                Some(Ok(event)) => match self.decoder.decode(&event, &mut self.queue) {
+                    Ok(done) => {
+                        self.ended = done;
+                        continue;
+                    }
+                    Err(e) => e,
+                },
+                Some(Err(EventStreamError::Transport(e))) => {
+                    let mut e = transport_error(self.provider, e, &self.redactor);
+                    if self.delivered && e.kind == ProviderErrorKind::Connection {
+                        e.kind = ProviderErrorKind::StreamInterrupted;
+                    }
+                    e
+                }
+                Some(Err(e)) => ProviderError::new(
+                    self.provider,
+                    ProviderErrorKind::InvalidResponse,
+                    self.redactor
+                        .text(&format!("the event stream is malformed: {e}"), TEXT_LIMIT),
+                ),
+                None => ProviderError::new(
+                    self.provider,
+                    if self.delivered {
+                        ProviderErrorKind::StreamInterrupted
+                    } else {
+                        ProviderErrorKind::Connection
+                    },
+                    "the event stream ended before the answer was complete",
+                ),
+            };
+            self.ended = true;
+            self.queue.clear();
+            return Some(Err(failure));
+        }
+    }
+}
+
+/// The provider's error for a non-success status: its body read (up to the limit)
+/// and turned into a [`ProviderError`] as for a non-streamed call.
+async fn error_status(
+    provider: Provider,
+    resp: HttpStreamResponse,
+    reading: &Reading,
+) -> ProviderError {
+    let (parts, mut body) = resp.into_parts();
+    let mut bytes = BytesMut::new();
+    while let Some(piece) = body.next().await {
+        match piece {
+            Ok(piece) if bytes.len() + piece.len() <= reading.max_response_bytes => {
+                bytes.extend_from_slice(&piece);
+            }
+            // What arrived is enough to say what went wrong.
+            _ => break,
+        }
+    }
+    ProviderError::from_response(
+        provider,
+        parts.status.as_u16(),
+        &parts.headers,
+        &bytes,
+        &reading.redactor,
+    )
+}
+
+/// An error event inside a stream (`{"error": {...}}` or Anthropic's `{"type":
+/// "error", "error": {...}}`): the provider's error, its kind read from its type.
+pub(crate) fn error_event(provider: Provider, data: &str, reading: &Reading) -> ProviderError {
+    let value: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
+    let error = &value["error"];
+    let kind = match error["type"].as_str().or(error["code"].as_str()) {
+        Some("overloaded_error") => ProviderErrorKind::Overloaded,
+        Some("rate_limit_error" | "rate_limit_exceeded") => ProviderErrorKind::RateLimited,
+        Some("api_error" | "server_error") => ProviderErrorKind::Server,
+        Some("invalid_request_error") => ProviderErrorKind::InvalidRequest,
+        _ => ProviderErrorKind::Other,
+    };
+    let message = error["message"]
+        .as_str()
+        .unwrap_or("the provider sent an error event");
+    ProviderError::new(provider, kind, reading.redactor.text(message, TEXT_LIMIT))
+        .with_raw_body(crate::error::raw_body(data.as_bytes(), &reading.redactor))
+}
+
+/// A stream event whose data is not the JSON expected.
+pub(crate) fn bad_event(
+    provider: Provider,
+    e: &serde_json::Error,
+    reading: &Reading,
+) -> ProviderError {
+    ProviderError::new(
+        provider,
+        ProviderErrorKind::InvalidResponse,
+        reading.redactor.text(
+            &format!("a stream event is not the expected JSON: {e}"),
+            TEXT_LIMIT,
+        ),
+    )
+}

@@ -1,0 +1,4 @@
+//! Helpers of the streaming tests.
+#![allow(dead_code)]
+
+pub(crate) mod server;
