@@ -91,7 +91,10 @@ async fn replica_limited(
         // default, and a timed-out claim rightly makes its own call.
         .store_timeout(Duration::from_secs(2))
         .layer(tower::limit::ConcurrencyLimit::new(client, limit));
-    BoxCloneSyncService::new(ServiceExt::<ChatRequest>::map_err(stack, Into::<BoxError>::into))
+    BoxCloneSyncService::new(ServiceExt::<ChatRequest>::map_err(
+        stack,
+        Into::<BoxError>::into,
+    ))
 }
 
 fn question(tenant: &str) -> ChatRequest {

@@ -9,13 +9,19 @@ use serde::Serialize;
 use tower::Service;
 
 use super::convert;
+use super::stream::AnthropicDecoder;
 use super::types::MessageResponse;
 pub use crate::client::ResponseFuture;
 use crate::client::{
     ConfigError, Reading, Settings, base_url, exchange, post_json, transport_error,
 };
 use crate::error::{Provider, ProviderError};
-use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
+pub use crate::sse::StreamFuture;
+use crate::sse::open;
+use crate::transport::{
+    HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
+};
+use llm_context_layers::stream::{ChatStream, Streaming};
 use llm_context_layers::{ChatRequest, ChatResponse};
 
 /// Anthropic's API, the default base URL (without `/v1`, as in Anthropic's SDKs).
@@ -41,7 +47,7 @@ pub struct Anthropic<T = ReqwestTransport> {
     pub(super) shared: Arc<ClientState>,
 }
 
-pub(super) struct ClientState {
+pub(crate) struct ClientState {
     base_url: String,
     /// `base_url` as it may be shown (its password masked).
     shown_url: String,
@@ -50,7 +56,7 @@ pub(super) struct ClientState {
     /// Extra headers (`anthropic-beta`, a gateway's own).
     headers: http::HeaderMap,
     default_max_tokens: u32,
-    reading: Reading,
+    pub(crate) reading: Reading,
 }
 
 impl<T> std::fmt::Debug for Anthropic<T> {
@@ -268,6 +274,52 @@ impl AnthropicBuilder {
                     max_response_bytes: self.settings.max_response_bytes,
                 },
             }),
+        })
+    }
+}
+
+/// A streamed call (`stream: true`): see [`stream`](llm_context_layers::stream). The
+/// future resolves once the first event has been read; what fails before that (an
+/// error status, a cut connection) is its error, so a retry layer retries only before
+/// anything reached the caller. An `error` event is a typed error item.
+impl<T> Service<Streaming> for Anthropic<T>
+where
+    T: Service<Streaming<HttpRequest>, Response = HttpStreamResponse, Error = TransportError>,
+    T::Future: Send + 'static,
+{
+    type Response = ChatStream;
+    type Error = ProviderError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.transport
+            .poll_ready(cx)
+            .map_err(|e| transport_error(Provider::Anthropic, e, &self.shared.reading.redactor))
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        let http =
+            match convert::request(&req.0, self.shared.default_max_tokens).and_then(|mut body| {
+                body.extra
+                    .insert("stream".into(), serde_json::Value::Bool(true));
+                self.post("/v1/messages", &body)
+            }) {
+                Ok(h) => h,
+                Err(e) => return Box::pin(std::future::ready(Err(e))),
+            };
+        tracing::debug!(
+            event = "provider_request",
+            provider = "anthropic",
+            model = %req.0.model,
+            messages = req.0.messages.len(),
+            stream = true,
+            "sending"
+        );
+        let sent = self.transport.call(Streaming(http));
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let decoder = AnthropicDecoder::new(shared.clone());
+            open(Provider::Anthropic, sent, &shared.reading, decoder).await
         })
     }
 }

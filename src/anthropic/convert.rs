@@ -511,19 +511,24 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
         Message::assistant_tool_calls(text, calls)
     }
     .with_reasoning(reasoning);
-    let finish = match body.stop_reason.as_deref() {
-        None | Some("end_turn" | "stop_sequence") => FinishReason::Stop,
-        Some("max_tokens" | "model_context_window_exceeded") => FinishReason::Length,
-        Some("tool_use") => FinishReason::ToolCalls,
-        Some("refusal") => FinishReason::ContentFilter,
-        Some(other) => FinishReason::Other(other.to_owned()),
-    };
+    let finish = finish_reason(body.stop_reason.as_deref());
     ChatResponse::new(message)
         .with_finish_reason(finish)
         .with_usage(usage(&body.usage))
         .with_provider_fields(crate::client::provider_fields(
             body.id, body.model, body.extra,
         ))
+}
+
+/// The neutral finish reason for Anthropic's `stop_reason`.
+pub(crate) fn finish_reason(reason: Option<&str>) -> FinishReason {
+    match reason {
+        None | Some("end_turn" | "stop_sequence") => FinishReason::Stop,
+        Some("max_tokens" | "model_context_window_exceeded") => FinishReason::Length,
+        Some("tool_use") => FinishReason::ToolCalls,
+        Some("refusal") => FinishReason::ContentFilter,
+        Some(other) => FinishReason::Other(other.to_owned()),
+    }
 }
 
 /// Anthropic's `input_tokens` already excludes cache reads and writes, as the neutral

@@ -50,10 +50,11 @@ mod client;
 // The simulator renders requests exactly as they are sent.
 pub(crate) mod convert;
 mod count;
+mod stream;
 pub mod types;
 
 pub use client::{
     API_KEY_VAR, API_VERSION, AUTH_TOKEN_VAR, Anthropic, AnthropicBuilder, BASE_URL_VAR,
-    DEFAULT_BASE_URL, DEFAULT_MAX_TOKENS, ResponseFuture,
+    DEFAULT_BASE_URL, DEFAULT_MAX_TOKENS, ResponseFuture, StreamFuture,
 };
 pub use count::AnthropicTokenCounter;
