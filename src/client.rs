@@ -17,7 +17,7 @@ use crate::transport::{
     DEFAULT_MAX_RESPONSE_BYTES, HttpRequest, HttpResponse, ReqwestTransport, TransportError,
     TransportErrorKind,
 };
-use llm_context_layers::ChatResponse;
+use llm_context_layers::{ChatRequest, ChatResponse};
 
 /// The response future of a provider client's `Service<ChatRequest>`: the neutral
 /// response, or a [`ProviderError`].
@@ -272,6 +272,33 @@ fn read_response<T: DeserializeOwned>(
         err.status = Some(status);
         err
     })
+}
+
+/// Logs a request the client is about to send (no content: the model and the size).
+pub(crate) fn log_request(provider: Provider, req: &ChatRequest, stream: bool) {
+    tracing::debug!(
+        event = "provider_request",
+        provider = %provider,
+        model = %req.model,
+        messages = req.messages.len(),
+        stream,
+        "sending"
+    );
+}
+
+/// A client's readiness: its transport's, a transport failure redacted.
+pub(crate) fn poll_transport<T, R>(
+    transport: &mut T,
+    cx: &mut std::task::Context<'_>,
+    provider: Provider,
+    redactor: &Redactor,
+) -> std::task::Poll<Result<(), ProviderError>>
+where
+    T: tower::Service<R, Error = TransportError>,
+{
+    transport
+        .poll_ready(cx)
+        .map_err(|e| transport_error(provider, e, redactor))
 }
 
 /// A request that could not be converted; nothing was sent.

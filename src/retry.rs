@@ -120,7 +120,7 @@ impl RetryPolicy {
     /// the retries are used up. `tower::retry` calls `clone_request` before each attempt
     /// (after `retry` counted the previous one) and never retries a request it has no
     /// copy of, so the last attempt's transcript is not deep-copied for nothing.
-    fn keep_for_retry(&self, req: &ChatRequest) -> Option<ChatRequest> {
+    fn keep_for_retry<R: Clone>(&self, req: &R) -> Option<R> {
         (self.attempts < self.max_retries).then(|| req.clone())
     }
 
@@ -153,74 +153,46 @@ fn classify(err: &(dyn Error + 'static)) -> Option<Option<Duration>> {
     None
 }
 
-impl Policy<ChatRequest, ChatResponse, BoxError> for RetryPolicy {
-    type Future = tokio::time::Sleep;
-
-    fn retry(
-        &mut self,
-        _req: &mut ChatRequest,
-        result: &mut Result<ChatResponse, BoxError>,
-    ) -> Option<Self::Future> {
-        match result {
-            Ok(_) => None,
-            Err(e) => self.decide(&**e),
-        }
-    }
-
-    fn clone_request(&mut self, req: &ChatRequest) -> Option<ChatRequest> {
-        self.keep_for_retry(req)
-    }
-}
-
-impl Policy<ChatRequest, ChatResponse, ProviderError> for RetryPolicy {
-    type Future = tokio::time::Sleep;
-
-    fn retry(
-        &mut self,
-        _req: &mut ChatRequest,
-        result: &mut Result<ChatResponse, ProviderError>,
-    ) -> Option<Self::Future> {
-        match result {
-            Ok(_) => None,
-            Err(e) => self.decide(e),
-        }
-    }
-
-    fn clone_request(&mut self, req: &ChatRequest) -> Option<ChatRequest> {
-        self.keep_for_retry(req)
-    }
-}
-
-/// Streamed calls are retried only while nothing has reached the caller: the clients'
-/// futures resolve once the first event is read, so every error a retry sees (an error
-/// status, a connection cut before the first event) came before it. An error inside
-/// the stream, after, is never retried.
-macro_rules! streaming_policy {
-    ($error:ty, $decide:expr) => {
-        impl Policy<Streaming, ChatStream, $error> for RetryPolicy {
+/// The same policy for both request types and both error types. A streamed call is
+/// retried only while nothing has reached the caller: the clients' futures resolve once
+/// the first event is read, so every error a retry sees (an error status, a connection
+/// cut before the first event) came before it; an error inside the stream, after, is
+/// never retried.
+macro_rules! policy {
+    ($req:ty, $res:ty, $error:ty, $as_error:expr) => {
+        impl Policy<$req, $res, $error> for RetryPolicy {
             type Future = tokio::time::Sleep;
 
             fn retry(
                 &mut self,
-                _req: &mut Streaming,
-                result: &mut Result<ChatStream, $error>,
+                _req: &mut $req,
+                result: &mut Result<$res, $error>,
             ) -> Option<Self::Future> {
                 match result {
                     Ok(_) => None,
-                    Err(e) => $decide(self, e),
+                    Err(e) => self.decide($as_error(e)),
                 }
             }
 
-            fn clone_request(&mut self, req: &Streaming) -> Option<Streaming> {
-                self.keep_for_retry(&req.0).map(Streaming)
+            fn clone_request(&mut self, req: &$req) -> Option<$req> {
+                self.keep_for_retry(req)
             }
         }
     };
 }
 
-streaming_policy!(BoxError, |p: &mut RetryPolicy, e: &BoxError| p.decide(&**e));
-streaming_policy!(ProviderError, |p: &mut RetryPolicy, e: &ProviderError| p
-    .decide(e));
+fn boxed(e: &BoxError) -> &(dyn Error + 'static) {
+    &**e
+}
+
+fn provider(e: &ProviderError) -> &(dyn Error + 'static) {
+    e
+}
+
+policy!(ChatRequest, ChatResponse, BoxError, boxed);
+policy!(ChatRequest, ChatResponse, ProviderError, provider);
+policy!(Streaming, ChatStream, BoxError, boxed);
+policy!(Streaming, ChatStream, ProviderError, provider);
 
 #[cfg(test)]
 mod tests {

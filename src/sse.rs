@@ -2,31 +2,46 @@
 //! status, framing server-sent events (with `eventsource-stream`), and turning a
 //! provider's events into a [`ChatStream`] that has already produced its first event.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
-use llm_context_layers::stream::{ChatStream, StreamEvent};
+use llm_context_layers::stream::Streaming;
+use llm_context_layers::stream::{Accumulator, ChatStream, StreamError, StreamEvent};
+use llm_context_layers::{ChatRequest, FinishReason};
+use serde_json::Value;
+use tower::Service;
 
-use crate::client::{Reading, transport_error};
+use crate::client::{Reading, log_request, transport_error};
 use crate::error::{Provider, ProviderError, ProviderErrorKind};
 use crate::redact::TEXT_LIMIT;
-use crate::transport::{HttpStreamResponse, TransportError};
+use crate::transport::{HttpRequest, HttpStreamResponse, TransportError};
 
 /// The future of a client's streamed call: the stream, once its first event is read.
 pub type StreamFuture =
     std::pin::Pin<Box<dyn Future<Output = Result<ChatStream, ProviderError>> + Send>>;
 
-/// A provider's reading of its stream events.
+/// A provider's reading of its stream events: it only translates. [`open`] feeds what
+/// it pushes through the one [`Accumulator`] and builds the final `Done`.
 pub(crate) trait Decoder: Send + 'static {
     /// Reads one server-sent event, pushing the neutral events it means onto `out`.
-    /// Returns `true` once the answer is complete (its `Done` pushed).
+    /// Returns how the answer ended once it is complete.
     fn decode(
         &mut self,
         event: &Event,
         out: &mut VecDeque<StreamEvent>,
-    ) -> Result<bool, ProviderError>;
+        reading: &Reading,
+    ) -> Result<Option<Ending>, ProviderError>;
+}
+
+/// What a provider says at the end of an answer, beyond its deltas.
+pub(crate) struct Ending {
+    /// Its finish reason (`None`: the one its tool calls imply).
+    pub(crate) finish: Option<FinishReason>,
+    /// Its top-level fields, for [`ChatResponse::provider_fields`](llm_context_layers::ChatResponse::provider_fields).
+    pub(crate) fields: BTreeMap<String, Value>,
 }
 
 /// Awaits the response to a streamed request and reads its events with `decoder`. The
@@ -35,34 +50,37 @@ pub(crate) trait Decoder: Send + 'static {
 /// the first event) is the future's error, which a retry layer may retry. After that,
 /// an error is an item of the stream and ends it; a cut is
 /// [`ProviderErrorKind::StreamInterrupted`].
-pub(crate) async fn open<D: Decoder>(
+async fn open<D, C>(
     provider: Provider,
     sent: impl Future<Output = Result<HttpStreamResponse, TransportError>>,
-    reading: &Reading,
+    client: Arc<C>,
     decoder: D,
-) -> Result<ChatStream, ProviderError> {
+) -> Result<ChatStream, ProviderError>
+where
+    D: Decoder,
+    C: AsRef<Reading> + Send + Sync + 'static,
+{
+    let reading = (*client).as_ref();
     let resp = sent
         .await
         .map_err(|e| transport_error(provider, e, &reading.redactor))?;
     if !resp.status().is_success() {
         return Err(error_status(provider, resp, reading).await);
     }
-    let events = resp.into_body().eventsource();
     let mut state = State {
         provider,
-        redactor: reading.redactor.clone(),
-        events: Box::pin(events),
+        client,
+        events: Box::pin(resp.into_body().eventsource()),
         decoder,
+        acc: Accumulator::new(),
         queue: VecDeque::new(),
         delivered: false,
         ended: false,
     };
-    // The first event, before the caller sees anything.
-    match state.next().await {
-        Some(Ok(first)) => state.queue.push_front(first),
-        Some(Err(e)) => return Err(e),
-        // `next` yields an error rather than end before the answer is complete.
-        None => {}
+    // The first event, before the caller sees anything (`next` yields an error rather
+    // than end before the answer is complete).
+    if let Some(first) = state.next().await {
+        state.queue.push_front(first?);
     }
     state.delivered = true;
     let stream = futures_util::stream::unfold(state, |mut s| async move {
@@ -72,21 +90,47 @@ pub(crate) async fn open<D: Decoder>(
     Ok(ChatStream::new(stream))
 }
 
+/// A client's streamed call: `http` (the request built, or why it could not be) sent
+/// through `transport` and read with `decoder`, as [`open`] does.
+pub(crate) fn call<T, D, C>(
+    provider: Provider,
+    transport: &mut T,
+    req: &ChatRequest,
+    http: Result<HttpRequest, ProviderError>,
+    client: Arc<C>,
+    decoder: D,
+) -> StreamFuture
+where
+    T: Service<Streaming<HttpRequest>, Response = HttpStreamResponse, Error = TransportError>,
+    T::Future: Send + 'static,
+    D: Decoder,
+    C: AsRef<Reading> + Send + Sync + 'static,
+{
+    let http = match http {
+        Ok(h) => h,
+        Err(e) => return Box::pin(std::future::ready(Err(e))),
+    };
+    log_request(provider, req, true);
+    let sent = transport.call(Streaming(http));
+    Box::pin(open(provider, sent, client, decoder))
+}
+
 type Events =
     std::pin::Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<TransportError>>> + Send>>;
 
-struct State<D> {
+struct State<D, C> {
     provider: Provider,
-    redactor: crate::redact::Redactor,
+    client: Arc<C>,
     events: Events,
     decoder: D,
+    acc: Accumulator,
     queue: VecDeque<StreamEvent>,
     /// Whether the caller has been given an event (a cut is then no longer retryable).
     delivered: bool,
     ended: bool,
 }
 
-impl<D: Decoder> State<D> {
+impl<D: Decoder, C: AsRef<Reading>> State<D, C> {
     async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
         loop {
             if let Some(event) = self.queue.pop_front() {
@@ -96,16 +140,14 @@ impl<D: Decoder> State<D> {
                 return None;
             }
             let failure = match self.events.next().await {
-                Some(Ok(event)) => match self.decoder.decode(&event, &mut self.queue) {
-                    Ok(done) => {
-                        self.ended = done;
-                        continue;
-                    }
+                Some(Ok(event)) => match self.decoded(&event) {
+                    Ok(()) => continue,
                     Err(e) => e,
                 },
                 Some(Err(EventStreamError::Transport(e))) => {
-                    let mut e = transport_error(self.provider, e, &self.redactor);
-                    if self.delivered && e.kind == ProviderErrorKind::Connection {
+                    let mut e = transport_error(self.provider, e, &self.reading().redactor);
+                    // Once the caller holds part of the answer, nothing can be retried.
+                    if self.delivered && e.is_retryable() {
                         e.kind = ProviderErrorKind::StreamInterrupted;
                     }
                     e
@@ -113,7 +155,8 @@ impl<D: Decoder> State<D> {
                 Some(Err(e)) => ProviderError::new(
                     self.provider,
                     ProviderErrorKind::InvalidResponse,
-                    self.redactor
+                    self.reading()
+                        .redactor
                         .text(&format!("the event stream is malformed: {e}"), TEXT_LIMIT),
                 ),
                 None => ProviderError::new(
@@ -130,6 +173,37 @@ impl<D: Decoder> State<D> {
             self.queue.clear();
             return Some(Err(failure));
         }
+    }
+
+    fn reading(&self) -> &Reading {
+        (*self.client).as_ref()
+    }
+
+    /// Decodes one event into the (empty) queue, adds what it pushed to the answer, and
+    /// pushes `Done` when the answer is complete.
+    fn decoded(&mut self, event: &Event) -> Result<(), ProviderError> {
+        let ending = self
+            .decoder
+            .decode(event, &mut self.queue, (*self.client).as_ref())?;
+        let invalid = |e: StreamError| {
+            ProviderError::new(
+                self.provider,
+                ProviderErrorKind::InvalidResponse,
+                e.to_string(),
+            )
+        };
+        for e in &self.queue {
+            self.acc.push(e).map_err(invalid)?;
+        }
+        if let Some(ending) = ending {
+            let response = std::mem::take(&mut self.acc)
+                .finish(ending.finish)
+                .map_err(invalid)?
+                .with_provider_fields(ending.fields);
+            self.queue.push_back(StreamEvent::Done(Box::new(response)));
+            self.ended = true;
+        }
+        Ok(())
     }
 }
 

@@ -144,6 +144,9 @@ async fn a_two_round_tool_loop_with_thinking_streams_and_round_trips_the_signatu
     assert_eq!(done.usage.output_tokens, 87);
     assert_eq!(done.usage.cache_read_tokens, 1800);
     assert_eq!(done.provider_fields["id"], "msg_01");
+    // The fields a non-streamed answer keeps: what `message_start` says beyond the model.
+    assert_eq!(done.provider_fields["role"], "assistant");
+    assert!(!done.provider_fields.contains_key("content"));
 
     let mut second = first_request();
     second.messages.push(done.message.clone());

@@ -75,6 +75,28 @@ async fn openai_server(template: ResponseTemplate) -> MockServer {
     common::servers::mock_post("/v1/chat/completions", template).await
 }
 
+/// A server answering every Messages call with the recorded text answer.
+async fn anthropic_server() -> MockServer {
+    common::servers::mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200).set_body_raw(
+            common::fixture("anthropic-response-text.json"),
+            "application/json",
+        ),
+    )
+    .await
+}
+
+/// Exit 0, or the test fails showing stderr.
+fn assert_succeeded(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
     vec![
         ("OPENAI_BASE_URL", format!("{}/v1", server.uri())),
@@ -95,12 +117,7 @@ async fn openai_answers_with_the_response_and_the_report() {
         body(),
     )
     .await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let v = stdout_json(&out);
     assert_eq!(
         v["response"]["message"]["content"],
@@ -132,14 +149,7 @@ async fn openai_answers_with_the_response_and_the_report() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn anthropic_gets_the_same_body_in_its_own_form() {
-    let server = common::servers::mock_post(
-        "/v1/messages",
-        ResponseTemplate::new(200).set_body_raw(
-            common::fixture("anthropic-response-text.json"),
-            "application/json",
-        ),
-    )
-    .await;
+    let server = anthropic_server().await;
     let env = vec![
         ("ANTHROPIC_BASE_URL", server.uri()),
         ("ANTHROPIC_API_KEY", KEY.to_owned()),
@@ -157,12 +167,7 @@ async fn anthropic_gets_the_same_body_in_its_own_form() {
     let mut request: Value = serde_json::from_str(&body()).unwrap();
     request["model"] = json!("claude-sonnet-4-6");
     let out = run(a, env, request.to_string()).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let v = stdout_json(&out);
     assert_eq!(v["response"]["usage"]["cache_write_1h_tokens"], 2_000);
     assert_eq!(v["report"]["prompt_allowance"], 1_000_000 - 2_048);
@@ -181,14 +186,7 @@ async fn anthropic_gets_the_same_body_in_its_own_form() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_takes_a_bearer_token_and_openai_only_fields_stay_behind() {
-    let server = common::servers::mock_post(
-        "/v1/messages",
-        ResponseTemplate::new(200).set_body_raw(
-            common::fixture("anthropic-response-text.json"),
-            "application/json",
-        ),
-    )
-    .await;
+    let server = anthropic_server().await;
     let token = "gw-token-0123456789abcdefghij";
     let env = vec![
         ("ANTHROPIC_BASE_URL", server.uri()),
@@ -204,12 +202,7 @@ async fn a_gateway_takes_a_bearer_token_and_openai_only_fields_stay_behind() {
     request["user"] = json!("u-42");
     let a = args(&["send", "--provider", "anthropic", "-"]);
     let out = run(a, env, request.to_string()).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let received = &server.received_requests().await.unwrap()[0];
     assert_eq!(
         received.headers.get("authorization").unwrap(),
@@ -241,12 +234,7 @@ async fn openai_organization_and_project_come_from_the_environment() {
     env.push(("OPENAI_ORG_ID", "org-acme".to_owned()));
     env.push(("OPENAI_PROJECT_ID", "proj_agents".to_owned()));
     let out = run(args(&["send", "--provider", "openai", "-"]), env, body()).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let received = &server.received_requests().await.unwrap()[0];
     assert_eq!(
         received.headers.get("openai-organization").unwrap(),
@@ -452,12 +440,7 @@ async fn redis_shares_the_memo_between_processes() {
                 body,
             )
             .await;
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_succeeded(&out);
             stdout_json(&out)
         }
     };
@@ -488,12 +471,7 @@ async fn redis_shares_the_memo_between_processes() {
         deterministic.clone(),
     )
     .await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
 
@@ -512,14 +490,7 @@ async fn the_memo_is_per_provider_and_base_url() {
         .await
     };
     let (first_openai, other_openai) = (openai().await, openai().await);
-    let anthropic = common::servers::mock_post(
-        "/v1/messages",
-        ResponseTemplate::new(200).set_body_raw(
-            common::fixture("anthropic-response-text.json"),
-            "application/json",
-        ),
-    )
-    .await;
+    let anthropic = anthropic_server().await;
     let tenant = support::unique_prefix("upstream");
     let body = json!({
         "model": "claude-sonnet-4-6",
@@ -541,12 +512,7 @@ async fn the_memo_is_per_provider_and_base_url() {
         let body = body.clone();
         async move {
             let out = run(a, env, body).await;
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_succeeded(&out);
             stdout_json(&out)
         }
     };

@@ -133,6 +133,12 @@ async fn text_tool_calls_and_usage_stream_and_add_up_to_the_response() {
     assert_eq!(done.usage.output_tokens, 31);
     assert_eq!(done.provider_fields["id"], "chatcmpl-9x");
     assert_eq!(done.provider_fields["system_fingerprint"], "fp_8e1");
+    assert!(
+        !done.provider_fields.contains_key("choices")
+            && !done.provider_fields.contains_key("usage"),
+        "what the response models is not kept twice: {:?}",
+        done.provider_fields.keys()
+    );
 
     let body = server.bodies.lock().unwrap()[0].clone();
     assert_valid(

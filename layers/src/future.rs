@@ -11,6 +11,14 @@ use crate::calibration::Calibration;
 use crate::model::ChatResponse;
 use crate::model::PreparationReport;
 
+/// The ready service out of `slot`, for a future that will call it; a clone takes its
+/// place for the next `poll_ready`. tower's idiom for a service whose future owns its
+/// inner service: the clone is not ready, the one taken is.
+pub(crate) fn take_ready<S: Clone>(slot: &mut S) -> S {
+    let clone = slot.clone();
+    std::mem::replace(slot, clone)
+}
+
 type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, BoxError>> + Send>>;
 
 /// A calibration to teach the response of a request for `model`.

@@ -13,11 +13,11 @@ use super::stream::AnthropicDecoder;
 use super::types::MessageResponse;
 pub use crate::client::ResponseFuture;
 use crate::client::{
-    ConfigError, Reading, Settings, base_url, exchange, post_json, transport_error,
+    ConfigError, Reading, Settings, base_url, exchange, log_request, poll_transport, post_json,
 };
 use crate::error::{Provider, ProviderError};
+use crate::sse;
 pub use crate::sse::StreamFuture;
-use crate::sse::open;
 use crate::transport::{
     HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
 };
@@ -47,7 +47,7 @@ pub struct Anthropic<T = ReqwestTransport> {
     pub(super) shared: Arc<ClientState>,
 }
 
-pub(crate) struct ClientState {
+pub(super) struct ClientState {
     base_url: String,
     /// `base_url` as it may be shown (its password masked).
     shown_url: String,
@@ -56,7 +56,7 @@ pub(crate) struct ClientState {
     /// Extra headers (`anthropic-beta`, a gateway's own).
     headers: http::HeaderMap,
     default_max_tokens: u32,
-    pub(crate) reading: Reading,
+    reading: Reading,
 }
 
 impl<T> std::fmt::Debug for Anthropic<T> {
@@ -142,6 +142,20 @@ impl<T> Anthropic<T> {
             &self.shared.headers,
             body,
         )
+    }
+
+    /// The `POST /v1/messages` of `req`, asking for a stream when `stream`.
+    fn messages_request(
+        &self,
+        req: &ChatRequest,
+        stream: bool,
+    ) -> Result<HttpRequest, ProviderError> {
+        let mut body = convert::request(req, self.shared.default_max_tokens)?;
+        if stream {
+            body.extra
+                .insert("stream".into(), serde_json::Value::Bool(true));
+        }
+        self.post("/v1/messages", &body)
     }
 
     /// What this client reads its answers with (redaction, body limit).
@@ -278,6 +292,12 @@ impl AnthropicBuilder {
     }
 }
 
+impl AsRef<Reading> for ClientState {
+    fn as_ref(&self) -> &Reading {
+        &self.reading
+    }
+}
+
 /// A streamed call (`stream: true`): see [`stream`](llm_context_layers::stream). The
 /// future resolves once the first event has been read; what fails before that (an
 /// error status, a cut connection) is its error, so a retry layer retries only before
@@ -292,35 +312,26 @@ where
     type Future = StreamFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.transport
-            .poll_ready(cx)
-            .map_err(|e| transport_error(Provider::Anthropic, e, &self.shared.reading.redactor))
+        poll_transport(
+            &mut self.transport,
+            cx,
+            Provider::Anthropic,
+            &self.shared.reading.redactor,
+        )
     }
 
     fn call(&mut self, req: Streaming) -> Self::Future {
-        let http =
-            match convert::request(&req.0, self.shared.default_max_tokens).and_then(|mut body| {
-                body.extra
-                    .insert("stream".into(), serde_json::Value::Bool(true));
-                self.post("/v1/messages", &body)
-            }) {
-                Ok(h) => h,
-                Err(e) => return Box::pin(std::future::ready(Err(e))),
-            };
-        tracing::debug!(
-            event = "provider_request",
-            provider = "anthropic",
-            model = %req.0.model,
-            messages = req.0.messages.len(),
-            stream = true,
-            "sending"
-        );
-        let sent = self.transport.call(Streaming(http));
+        let http = self.messages_request(&req.0, true);
         let shared = self.shared.clone();
-        Box::pin(async move {
-            let decoder = AnthropicDecoder::new(shared.clone());
-            open(Provider::Anthropic, sent, &shared.reading, decoder).await
-        })
+        let decoder = AnthropicDecoder::default();
+        sse::call(
+            Provider::Anthropic,
+            &mut self.transport,
+            &req.0,
+            http,
+            shared,
+            decoder,
+        )
     }
 }
 
@@ -334,25 +345,20 @@ where
     type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.transport
-            .poll_ready(cx)
-            .map_err(|e| transport_error(Provider::Anthropic, e, &self.shared.reading.redactor))
+        poll_transport(
+            &mut self.transport,
+            cx,
+            Provider::Anthropic,
+            &self.shared.reading.redactor,
+        )
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let http = match convert::request(&req, self.shared.default_max_tokens)
-            .and_then(|body| self.post("/v1/messages", &body))
-        {
+        let http = match self.messages_request(&req, false) {
             Ok(h) => h,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        tracing::debug!(
-            event = "provider_request",
-            provider = "anthropic",
-            model = %req.model,
-            messages = req.messages.len(),
-            "sending"
-        );
+        log_request(Provider::Anthropic, &req, false);
         let sent = self.transport.call(http);
         let shared = self.shared.clone();
         Box::pin(async move {

@@ -101,7 +101,7 @@ const NOT_PASSED: &[&str] = &[
     "stop_sequences",
     "temperature",
     "top_p",
-    // This client reads one JSON response.
+    // The client sets `stream` itself, for a `Streaming` request only.
     "stream",
     "stream_options",
     // OpenAI only.

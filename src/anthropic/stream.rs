@@ -2,19 +2,84 @@
 //! `content_block_start` / `_delta` / `_stop`, `message_delta`, `message_stop`, `ping`
 //! and `error` events.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, VecDeque};
 
 use eventsource_stream::Event;
-use llm_context_layers::stream::{Accumulator, ReasoningDelta, StreamEvent, ToolCallDelta};
-use llm_context_layers::{FinishReason, Usage};
+use llm_context_layers::FinishReason;
+use llm_context_layers::stream::{ReasoningDelta, StreamEvent, ToolCallDelta};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::client::ClientState;
-use super::convert::finish_reason;
-use super::types::ResponseUsage;
+use super::convert::{finish_reason, usage};
+use super::types::{CacheCreation, MessageResponse, ResponseUsage};
+use crate::client::Reading;
 use crate::error::{Provider, ProviderError, ProviderErrorKind};
-use crate::sse::{Decoder, bad_event, error_event};
+use crate::sse::{Decoder, Ending, bad_event, error_event};
+
+/// Every event's fields, flat: each event fills the ones it has. Its `type` and a
+/// delta's are borrowed, so a `content_block_delta` (the event of every token) costs no
+/// allocation beyond its text.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    index: Option<usize>,
+    /// `message_start`: the message as a non-streamed answer begins.
+    message: Option<MessageResponse>,
+    /// `content_block_start`.
+    content_block: Option<StartBlock>,
+    /// `content_block_delta` and `message_delta`.
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+    /// `message_delta`: cumulative figures, the input side perhaps left out.
+    usage: Option<UsagePatch>,
+}
+
+#[derive(Deserialize)]
+struct StartBlock {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    thinking: Option<String>,
+    data: Option<String>,
+    id: Option<String>,
+    name: Option<String>,
+    input: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    text: Option<String>,
+    thinking: Option<String>,
+    signature: Option<String>,
+    partial_json: Option<String>,
+    stop_reason: Option<String>,
+}
+
+/// The usage figures an event gives; those present override what came before.
+#[derive(Default, Deserialize)]
+struct UsagePatch {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation: Option<CacheCreation>,
+}
+
+impl UsagePatch {
+    fn apply(self, u: &mut ResponseUsage) {
+        u.input_tokens = self.input_tokens.unwrap_or(u.input_tokens);
+        u.output_tokens = self.output_tokens.unwrap_or(u.output_tokens);
+        u.cache_creation_input_tokens = self
+            .cache_creation_input_tokens
+            .or(u.cache_creation_input_tokens);
+        u.cache_read_input_tokens = self.cache_read_input_tokens.or(u.cache_read_input_tokens);
+        u.cache_creation = self.cache_creation.or(u.cache_creation);
+    }
+}
 
 /// What a content block of the answer is, by its index on the wire.
 #[derive(Clone, Copy)]
@@ -29,177 +94,99 @@ enum Block {
 }
 
 /// The state of one streamed answer.
+#[derive(Default)]
 pub(crate) struct AnthropicDecoder {
-    shared: Arc<ClientState>,
-    acc: Accumulator,
     blocks: Vec<Block>,
     reasoning: usize,
     tools: usize,
     usage: ResponseUsage,
     finish: Option<FinishReason>,
-    fields: (Option<String>, Option<String>, Map<String, Value>),
+    fields: BTreeMap<String, Value>,
+}
+
+fn invalid(what: impl Into<String>) -> ProviderError {
+    ProviderError::new(
+        Provider::Anthropic,
+        ProviderErrorKind::InvalidResponse,
+        what,
+    )
 }
 
 impl AnthropicDecoder {
-    pub(crate) fn new(shared: Arc<ClientState>) -> Self {
-        Self {
-            shared,
-            acc: Accumulator::new(),
-            blocks: Vec::new(),
-            reasoning: 0,
-            tools: 0,
-            usage: ResponseUsage::default(),
-            finish: None,
-            fields: Default::default(),
-        }
-    }
-
-    fn invalid(&self, what: impl Into<String>) -> ProviderError {
-        ProviderError::new(
-            Provider::Anthropic,
-            ProviderErrorKind::InvalidResponse,
-            what,
-        )
-    }
-
-    fn emit(
-        &mut self,
-        event: StreamEvent,
-        out: &mut VecDeque<StreamEvent>,
-    ) -> Result<(), ProviderError> {
-        self.acc
-            .push(&event)
-            .map_err(|e| self.invalid(e.to_string()))?;
-        out.push_back(event);
-        Ok(())
-    }
-
-    fn block(&self, v: &Value) -> Result<Block, ProviderError> {
-        let index = v["index"]
-            .as_u64()
-            .ok_or_else(|| self.invalid("a content block event has no index"))?;
-        self.blocks
-            .get(index as usize)
-            .copied()
-            .ok_or_else(|| self.invalid(format!("content block {index} was never started")))
-    }
-
-    fn start_block(
-        &mut self,
-        v: &Value,
-        out: &mut VecDeque<StreamEvent>,
-    ) -> Result<(), ProviderError> {
-        let b = &v["content_block"];
-        let block = match b["type"].as_str() {
-            Some("text") => {
-                let text = b["text"].as_str().unwrap_or_default().to_owned();
-                if !text.is_empty() {
-                    self.emit(StreamEvent::Text(text), out)?;
+    fn start_block(&mut self, index: usize, b: StartBlock, out: &mut VecDeque<StreamEvent>) {
+        let block = match b.kind.as_str() {
+            "text" => {
+                if let Some(text) = b.text.filter(|t| !t.is_empty()) {
+                    out.push_back(StreamEvent::Text(text));
                 }
                 Block::Text
             }
-            Some(kind @ ("thinking" | "redacted_thinking")) => {
-                let index = self.reasoning;
+            kind @ ("thinking" | "redacted_thinking") => {
+                let at = self.reasoning;
                 self.reasoning += 1;
                 let delta = if kind == "thinking" {
-                    ReasoningDelta::Thinking(b["thinking"].as_str().unwrap_or_default().to_owned())
+                    ReasoningDelta::Thinking(b.thinking.unwrap_or_default())
                 } else {
-                    ReasoningDelta::Redacted(b["data"].as_str().unwrap_or_default().to_owned())
+                    ReasoningDelta::Redacted(b.data.unwrap_or_default())
                 };
-                self.emit(StreamEvent::Reasoning { index, delta }, out)?;
-                Block::Reasoning(index)
+                out.push_back(StreamEvent::Reasoning { index: at, delta });
+                Block::Reasoning(at)
             }
-            Some("tool_use") => {
-                let index = self.tools;
+            "tool_use" => {
+                let at = self.tools;
                 self.tools += 1;
-                let mut delta = ToolCallDelta::new(index);
-                delta.id = b["id"].as_str().map(str::to_owned);
-                delta.name = b["name"].as_str().map(str::to_owned);
+                let mut delta = ToolCallDelta::new(at);
+                delta.id = b.id;
+                delta.name = b.name;
                 // The input arrives as `input_json_delta`s; a non-empty start input is
                 // the whole of it.
-                if let Some(input) = b["input"].as_object().filter(|o| !o.is_empty()) {
-                    delta.arguments = Value::Object(input.clone()).to_string();
+                if let Some(input) = b.input.filter(|o| !o.is_empty()) {
+                    delta.arguments = Value::Object(input).to_string();
                 }
-                self.emit(StreamEvent::ToolCall(delta), out)?;
-                Block::Tool(index)
+                out.push_back(StreamEvent::ToolCall(delta));
+                Block::Tool(at)
             }
             _ => Block::Other,
         };
-        let index = v["index"].as_u64().unwrap_or(self.blocks.len() as u64) as usize;
         if self.blocks.len() <= index {
             self.blocks.resize(index + 1, Block::Other);
         }
         self.blocks[index] = block;
-        Ok(())
     }
 
-    fn delta(&mut self, v: &Value, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError> {
-        let block = self.block(v)?;
-        let d = &v["delta"];
-        let text = |key: &str| d[key].as_str().unwrap_or_default().to_owned();
-        let event = match (d["type"].as_str(), block) {
-            (Some("text_delta"), Block::Text) => StreamEvent::Text(text("text")),
+    fn delta(
+        &self,
+        index: usize,
+        d: Delta<'_>,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), ProviderError> {
+        let block = *self
+            .blocks
+            .get(index)
+            .ok_or_else(|| invalid(format!("content block {index} was never started")))?;
+        let event = match (d.kind.as_deref(), block) {
+            (Some("text_delta"), Block::Text) => StreamEvent::Text(d.text.unwrap_or_default()),
             (Some("thinking_delta"), Block::Reasoning(index)) => StreamEvent::Reasoning {
                 index,
-                delta: ReasoningDelta::Thinking(text("thinking")),
+                delta: ReasoningDelta::Thinking(d.thinking.unwrap_or_default()),
             },
             (Some("signature_delta"), Block::Reasoning(index)) => StreamEvent::Reasoning {
                 index,
-                delta: ReasoningDelta::Signature(text("signature")),
+                delta: ReasoningDelta::Signature(d.signature.unwrap_or_default()),
             },
             (Some("input_json_delta"), Block::Tool(index)) => StreamEvent::ToolCall(
-                ToolCallDelta::new(index).with_arguments(text("partial_json")),
+                ToolCallDelta::new(index).with_arguments(d.partial_json.unwrap_or_default()),
             ),
             (_, Block::Other) => return Ok(()),
             (kind, _) => {
-                return Err(self.invalid(format!(
+                return Err(invalid(format!(
                     "a {} delta does not belong to its content block",
                     kind.unwrap_or("typeless")
                 )));
             }
         };
-        self.emit(event, out)
-    }
-
-    fn usage(&self) -> Usage {
-        super::convert::usage(&self.usage)
-    }
-
-    fn done(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError> {
-        let acc = std::mem::take(&mut self.acc);
-        let finish = self.finish.take().unwrap_or(FinishReason::Stop);
-        let response = acc
-            .finish(finish)
-            .map_err(|e| self.invalid(e.to_string()))?;
-        let (id, model, extra) = std::mem::take(&mut self.fields);
-        let response = response
-            .with_usage(self.usage())
-            .with_provider_fields(crate::client::provider_fields(id, model, extra));
-        out.push_back(StreamEvent::Done(Box::new(response)));
+        out.push_back(event);
         Ok(())
-    }
-}
-
-/// Usage figures present in `v` override those of `usage` (a `message_delta`'s usage is
-/// cumulative, and may omit the input side).
-fn merge_usage(usage: &mut ResponseUsage, v: &Value) {
-    let get = |key: &str| v[key].as_u64();
-    if let Some(n) = get("input_tokens") {
-        usage.input_tokens = n;
-    }
-    if let Some(n) = get("output_tokens") {
-        usage.output_tokens = n;
-    }
-    if let Some(n) = get("cache_creation_input_tokens") {
-        usage.cache_creation_input_tokens = Some(n);
-    }
-    if let Some(n) = get("cache_read_input_tokens") {
-        usage.cache_read_input_tokens = Some(n);
-    }
-    if v.get("cache_creation").is_some_and(Value::is_object)
-        && let Ok(c) = serde_json::from_value(v["cache_creation"].clone())
-    {
-        usage.cache_creation = Some(c);
     }
 }
 
@@ -208,65 +195,60 @@ impl Decoder for AnthropicDecoder {
         &mut self,
         event: &Event,
         out: &mut VecDeque<StreamEvent>,
-    ) -> Result<bool, ProviderError> {
+        reading: &Reading,
+    ) -> Result<Option<Ending>, ProviderError> {
         if event.data.trim().is_empty() {
-            return Ok(false);
+            return Ok(None);
         }
-        let v: Value = serde_json::from_str(&event.data)
-            .map_err(|e| bad_event(Provider::Anthropic, &e, &self.shared.reading))?;
-        // The data's own `type` names the event; the SSE `event:` line says the same.
-        let kind = v["type"]
-            .as_str()
-            .unwrap_or(event.event.as_str())
-            .to_owned();
-        match kind.as_str() {
+        let e: Envelope<'_> = serde_json::from_str(&event.data)
+            .map_err(|e| bad_event(Provider::Anthropic, &e, reading))?;
+        let index = || {
+            e.index
+                .ok_or_else(|| invalid("a content block event has no index"))
+        };
+        match e.kind.as_ref() {
             "message_start" => {
-                let m = &v["message"];
-                merge_usage(&mut self.usage, &m["usage"]);
-                let mut extra: Map<String, Value> = m.as_object().cloned().unwrap_or_default();
-                for key in [
-                    "id",
-                    "model",
-                    "content",
-                    "usage",
-                    "stop_reason",
-                    "stop_sequence",
-                    "role",
-                    "type",
-                ] {
-                    extra.remove(key);
-                }
-                self.fields = (
-                    m["id"].as_str().map(str::to_owned),
-                    m["model"].as_str().map(str::to_owned),
-                    extra,
-                );
+                let m = e
+                    .message
+                    .ok_or_else(|| invalid("message_start has no message"))?;
+                self.usage = m.usage;
+                // The same fields as a non-streamed answer's.
+                self.fields = crate::client::provider_fields(m.id, m.model, m.extra);
             }
-            "content_block_start" => self.start_block(&v, out)?,
-            "content_block_delta" => self.delta(&v, out)?,
-            "content_block_stop" | "ping" => {}
+            "content_block_start" => {
+                let at = index()?;
+                let block = e
+                    .content_block
+                    .ok_or_else(|| invalid("a block start has no block"))?;
+                self.start_block(at, block, out);
+            }
+            "content_block_delta" => {
+                let at = index()?;
+                let delta = e
+                    .delta
+                    .ok_or_else(|| invalid("a block delta has no delta"))?;
+                self.delta(at, delta, out)?;
+            }
             "message_delta" => {
-                merge_usage(&mut self.usage, &v["usage"]);
-                if let Some(reason) = v["delta"]["stop_reason"].as_str() {
-                    self.finish = Some(finish_reason(Some(reason)));
+                if let Some(patch) = e.usage {
+                    patch.apply(&mut self.usage);
                 }
-                let usage = self.usage();
-                self.emit(StreamEvent::Usage(usage), out)?;
+                if let Some(reason) = e.delta.and_then(|d| d.stop_reason) {
+                    self.finish = Some(finish_reason(Some(&reason)));
+                }
+                out.push_back(StreamEvent::Usage(usage(&self.usage)));
             }
             "message_stop" => {
-                self.done(out)?;
-                return Ok(true);
+                return Ok(Some(Ending {
+                    finish: Some(self.finish.take().unwrap_or(FinishReason::Stop)),
+                    fields: std::mem::take(&mut self.fields),
+                }));
             }
-            "error" => {
-                return Err(error_event(
-                    Provider::Anthropic,
-                    &event.data,
-                    &self.shared.reading,
-                ));
-            }
-            // Event types newer than this client are ignored, as Anthropic asks.
+            "error" => return Err(error_event(Provider::Anthropic, &event.data, reading)),
+            // `content_block_stop`, `ping`, and event types newer than this client,
+            // which Anthropic asks clients to ignore.
             _ => {}
         }
-        Ok(false)
+        Ok(None)
     }
 }

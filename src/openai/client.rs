@@ -12,11 +12,11 @@ use super::stream::OpenAiDecoder;
 use super::types::CreateChatCompletionResponse;
 pub use crate::client::ResponseFuture;
 use crate::client::{
-    ConfigError, Reading, Settings, base_url, exchange, post_json, transport_error,
+    ConfigError, Reading, Settings, base_url, exchange, log_request, poll_transport, post_json,
 };
 use crate::error::{Provider, ProviderError};
+use crate::sse;
 pub use crate::sse::StreamFuture;
-use crate::sse::open;
 use crate::transport::{
     HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
 };
@@ -44,7 +44,7 @@ pub struct OpenAi<T = ReqwestTransport> {
     shared: Arc<ClientState>,
 }
 
-pub(crate) struct ClientState {
+struct ClientState {
     base_url: String,
     /// `base_url` as it may be shown (its password masked).
     shown_url: String,
@@ -52,7 +52,7 @@ pub(crate) struct ClientState {
     api_key: Option<SecretString>,
     /// Extra headers (organization, project, the caller's own).
     headers: http::HeaderMap,
-    pub(crate) reading: Reading,
+    reading: Reading,
 }
 
 impl<T> std::fmt::Debug for OpenAi<T> {
@@ -246,23 +246,20 @@ where
     type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.transport
-            .poll_ready(cx)
-            .map_err(|e| transport_error(Provider::OpenAi, e, &self.shared.reading.redactor))
+        poll_transport(
+            &mut self.transport,
+            cx,
+            Provider::OpenAi,
+            &self.shared.reading.redactor,
+        )
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let http = match self.http_request(&req) {
+        let http = match self.http_request(&req, false) {
             Ok(h) => h,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        tracing::debug!(
-            event = "provider_request",
-            provider = "openai",
-            model = %req.model,
-            messages = req.messages.len(),
-            "sending"
-        );
+        log_request(Provider::OpenAi, &req, false);
         let sent = self.transport.call(http);
         let shared = self.shared.clone();
         Box::pin(async move {
@@ -287,39 +284,39 @@ where
     type Future = StreamFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.transport
-            .poll_ready(cx)
-            .map_err(|e| transport_error(Provider::OpenAi, e, &self.shared.reading.redactor))
+        poll_transport(
+            &mut self.transport,
+            cx,
+            Provider::OpenAi,
+            &self.shared.reading.redactor,
+        )
     }
 
     fn call(&mut self, req: Streaming) -> Self::Future {
-        let http = match self.build(&req.0, true) {
-            Ok(h) => h,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
-        tracing::debug!(
-            event = "provider_request",
-            provider = "openai",
-            model = %req.0.model,
-            messages = req.0.messages.len(),
-            stream = true,
-            "sending"
-        );
-        let sent = self.transport.call(Streaming(http));
+        let http = self.http_request(&req.0, true);
         let shared = self.shared.clone();
-        Box::pin(async move {
-            let decoder = OpenAiDecoder::new(shared.clone());
-            open(Provider::OpenAi, sent, &shared.reading, decoder).await
-        })
+        let decoder = OpenAiDecoder::default();
+        sse::call(
+            Provider::OpenAi,
+            &mut self.transport,
+            &req.0,
+            http,
+            shared,
+            decoder,
+        )
+    }
+}
+
+impl AsRef<Reading> for ClientState {
+    fn as_ref(&self) -> &Reading {
+        &self.reading
     }
 }
 
 impl<T> OpenAi<T> {
-    fn http_request(&self, req: &ChatRequest) -> Result<HttpRequest, ProviderError> {
-        self.build(req, false)
-    }
-
-    fn build(&self, req: &ChatRequest, stream: bool) -> Result<HttpRequest, ProviderError> {
+    /// The `POST {base}/chat/completions` of `req`, asking for a stream (with its
+    /// usage) when `stream`.
+    fn http_request(&self, req: &ChatRequest, stream: bool) -> Result<HttpRequest, ProviderError> {
         let mut body = convert::request(req)?;
         if stream {
             body.extra

@@ -23,7 +23,7 @@ const NOT_PASSED_THROUGH: &[&str] = &[
     "model",
     "messages",
     "tools",
-    // The client reads one JSON response; streaming is not supported.
+    // The client sets these itself, for a `Streaming` request only.
     "stream",
     "stream_options",
 ];

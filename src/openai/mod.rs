@@ -36,7 +36,9 @@
 //!   `cache_write_tokens`); the neutral [`Usage`](crate::Usage) keeps them apart, so
 //!   `input_tokens = prompt_tokens − cached_tokens − cache_write_tokens`.
 //! * **Other fields** of the caller's body (`response_format`, `reasoning_effort`, …) are
-//!   passed through; `stream` is dropped (this client reads one JSON response).
+//!   passed through; a `stream` field is dropped: a stream is asked for with a
+//!   [`Streaming`](crate::stream::Streaming) request, which sets `stream` and
+//!   `stream_options.include_usage` itself.
 //!
 //! [`body`] maps Chat Completions request bodies to and from
 //! [`ChatRequest`](crate::ChatRequest), keeping what it does not model; the command-line

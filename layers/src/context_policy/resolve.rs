@@ -1,6 +1,7 @@
 //! The artifact-read loop: answering the model's `read_context_artifact` calls inside the
 //! stack, and preparing the conversation again with the pages it read.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use tower::{Service, ServiceExt};
@@ -9,11 +10,11 @@ use super::steps::{Composite, prepare};
 use crate::BoxError;
 use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted, verify};
 use crate::fit::Scratch;
-use crate::model::{ChatRequest, ChatResponse, Message};
+use crate::model::{ChatRequest, ChatResponse, Message, PreparationReport};
 use crate::offload::{Prepared, commit};
 
 /// Whether the reply asks only for artifact pages.
-pub(super) fn only_artifact_reads(m: &Message) -> bool {
+fn only_artifact_reads(m: &Message) -> bool {
     m.has_tool_calls() && m.tool_calls.iter().all(|c| c.name == READ_ARTIFACT_TOOL)
 }
 
@@ -45,12 +46,59 @@ where
     S: Service<ChatRequest, Response = ChatResponse>,
     S::Error: Into<BoxError>,
 {
-    let before_tokens = prepared.report.before_tokens;
-    // Rounds after the first prepare in this future, away from the service's scratch.
-    let mut scratch = Scratch::default();
-    let mut resolved = Vec::new();
-    let mut round = 0;
+    let mut rounds = Rounds::new(shared, untrusted, &prepared);
     loop {
+        let (req, sent) = rounds.begin(prepared).await;
+        if rounds.round > 0 {
+            inner.ready().await.map_err(Into::into)?;
+        }
+        let response = inner.call(req).await.map_err(Into::into)?;
+        match rounds.end(sent, response).await? {
+            ControlFlow::Break(response) => return Ok(response),
+            ControlFlow::Continue(next) => prepared = next,
+        }
+    }
+}
+
+/// The rounds of one call, plain or streamed: each stores what its preparation
+/// displaced, is sent, and ends either with the answer or, when the model only read
+/// artifacts, with the conversation prepared again with the pages it read.
+pub(super) struct Rounds {
+    shared: Arc<Composite>,
+    /// What the first preparation was given.
+    untrusted: Untrusted,
+    /// Rounds after the first prepare in this future, away from the service's scratch.
+    scratch: Scratch,
+    before_tokens: usize,
+    resolved: Vec<Message>,
+    pub(super) round: usize,
+}
+
+/// What a round keeps of what it sent, to read its answer.
+#[derive(Default)]
+pub(super) struct Sent {
+    /// The request, while its artifact reads may still be answered.
+    pub(super) req: Option<ChatRequest>,
+    /// The model, when a calibration learns from the answer.
+    model: Option<String>,
+    report: PreparationReport,
+}
+
+impl Rounds {
+    pub(super) fn new(shared: Arc<Composite>, untrusted: Untrusted, first: &Prepared) -> Self {
+        Self {
+            shared,
+            untrusted,
+            scratch: Scratch::default(),
+            before_tokens: first.report.before_tokens,
+            resolved: Vec::new(),
+            round: 0,
+        }
+    }
+
+    /// Stores what `prepared` displaced; the request to send, and what the round keeps.
+    pub(super) async fn begin(&self, mut prepared: Prepared) -> (ChatRequest, Sent) {
+        let shared = &self.shared;
         commit(
             shared.store.as_ref(),
             Some(&shared.memory),
@@ -58,42 +106,55 @@ where
             &mut prepared,
         )
         .await;
-        let resolving = shared.auto_resolve.is_some_and(|max| round < max);
-        let sent = resolving.then(|| prepared.req.clone());
-        if round > 0 {
-            inner.ready().await.map_err(Into::into)?;
-        }
-        let model = shared
-            .calibration
-            .is_some()
-            .then(|| prepared.req.model.clone());
-        let mut response = inner.call(prepared.req).await.map_err(Into::into)?;
-        let mut report = prepared.report;
+        let resolving = shared.auto_resolve.is_some_and(|max| self.round < max);
+        let sent = Sent {
+            req: resolving.then(|| prepared.req.clone()),
+            model: shared
+                .calibration
+                .is_some()
+                .then(|| prepared.req.model.clone()),
+            report: prepared.report,
+        };
+        (prepared.req, sent)
+    }
+
+    /// Ends a round with its response: the answer (its report covering every round), or
+    /// the next round's preparation when the model only read artifacts.
+    pub(super) async fn end(
+        &mut self,
+        sent: Sent,
+        mut response: ChatResponse,
+    ) -> Result<ControlFlow<ChatResponse, Prepared>, BoxError> {
+        let mut report = sent.report;
         report.absorb_inner(&response.report);
         // Every round is a prompt the provider counted against this round's estimate.
-        if let (Some(calibration), Some(model)) = (&shared.calibration, model) {
+        if let (Some(calibration), Some(model)) = (&self.shared.calibration, sent.model) {
             calibration.observe_parts(&model, &report, &response.usage);
         }
-        match sent {
-            Some(mut req) if only_artifact_reads(&response.message) => {
-                let calls = response.message.tool_calls.clone();
-                req.messages.push(response.message.clone());
-                resolved.push(response.message);
-                for call in &calls {
-                    let answer = shared.reader.answer(&req.scope, &req.session, call).await;
-                    req.messages.push(answer.clone());
-                    resolved.push(answer);
-                }
-                // The pages may not fit with the rest: prepare again.
-                prepared = prepare(req, &shared, &mut scratch, &untrusted)?;
-                round += 1;
-            }
+        let mut req = match sent.req {
+            Some(req) if only_artifact_reads(&response.message) => req,
             _ => {
-                report.before_tokens = before_tokens;
-                report.resolved_messages = resolved;
+                report.before_tokens = self.before_tokens;
+                report.resolved_messages = std::mem::take(&mut self.resolved);
                 response.report = report;
-                return Ok(response);
+                return Ok(ControlFlow::Break(response));
             }
+        };
+        let calls = response.message.tool_calls.clone();
+        req.messages.push(response.message.clone());
+        self.resolved.push(response.message);
+        for call in &calls {
+            let answer = self
+                .shared
+                .reader
+                .answer(&req.scope, &req.session, call)
+                .await;
+            req.messages.push(answer.clone());
+            self.resolved.push(answer);
         }
+        // The pages may not fit with the rest: prepare again.
+        let prepared = prepare(req, &self.shared, &mut self.scratch, &self.untrusted)?;
+        self.round += 1;
+        Ok(ControlFlow::Continue(prepared))
     }
 }

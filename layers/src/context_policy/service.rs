@@ -7,7 +7,7 @@ use super::steps::{Composite, prepare};
 use crate::BoxError;
 use crate::artifact::{Untrusted, has_claims};
 use crate::fit::Scratch;
-use crate::future::Learn;
+use crate::future::{Learn, take_ready};
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
 use crate::model::{ChatRequest, ChatResponse};
 use crate::offload::ResponseFuture;
@@ -16,9 +16,10 @@ use crate::offload::ResponseFuture;
 /// steps around the memo step around `S`.
 #[derive(Clone)]
 pub struct ContextPolicyService<S, P = DefaultPredicate> {
-    inner: Memo<S, P>,
-    shared: Arc<Composite>,
-    scratch: Scratch,
+    // Read by the streamed call's impl too (`super::stream`).
+    pub(super) inner: Memo<S, P>,
+    pub(super) shared: Arc<Composite>,
+    pub(super) scratch: Scratch,
 }
 
 impl<S: std::fmt::Debug, P> std::fmt::Debug for ContextPolicyService<S, P> {
@@ -40,27 +41,6 @@ impl<S, P> ContextPolicyService<S, P> {
     }
 
     inner_accessors!(inner.inner);
-
-    pub(super) fn shared(&self) -> &Arc<Composite> {
-        &self.shared
-    }
-
-    pub(super) fn memo_mut(&mut self) -> &mut Memo<S, P> {
-        &mut self.inner
-    }
-
-    pub(super) fn scratch_mut(&mut self) -> &mut Scratch {
-        &mut self.scratch
-    }
-
-    /// The ready inner service, for a future; a clone stays for the next call.
-    pub(super) fn take_ready(&mut self) -> Memo<S, P>
-    where
-        Memo<S, P>: Clone,
-    {
-        let clone = self.inner.clone();
-        std::mem::replace(&mut self.inner, clone)
-    }
 }
 
 impl<S, P> Service<ChatRequest> for ContextPolicyService<S, P>
@@ -83,8 +63,7 @@ where
         if has_claims(&req) {
             // Previews or stubs in the request: the store says which are the stack's own
             // before anything is planned, so this request takes the asynchronous path.
-            let clone = self.inner.clone();
-            let inner = std::mem::replace(&mut self.inner, clone);
+            let inner = take_ready(&mut self.inner);
             return ResponseFuture::boxed(Box::pin(super::resolve::verify_and_run(
                 inner,
                 self.shared.clone(),
@@ -104,9 +83,7 @@ where
             let future = self.inner.call(prepared.req);
             return ResponseFuture::direct_learning(future, prepared.report, learn);
         }
-        // The ready service goes into the future; a clone stays for the next call.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = take_ready(&mut self.inner);
         ResponseFuture::boxed(Box::pin(super::resolve::run(
             inner,
             self.shared.clone(),

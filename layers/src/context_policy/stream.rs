@@ -3,21 +3,23 @@
 //! the stream.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::StreamExt;
-use tower::Service;
+use tower::{Service, ServiceExt};
 
-use super::resolve::only_artifact_reads;
+use super::resolve::{Rounds, Sent};
 use super::service::{ContextPolicyService, infer_session};
 use super::steps::{Composite, prepare};
 use crate::BoxError;
 use crate::artifact::{Untrusted, has_claims, verify};
 use crate::fit::Scratch;
+use crate::future::take_ready;
 use crate::memo::{MemoPredicate, StreamFuture};
-use crate::model::{ChatRequest, ChatResponse, Message, PreparationReport};
-use crate::offload::{Prepared, commit};
+use crate::model::ChatResponse;
+use crate::offload::Prepared;
 use crate::stream::{ChatStream, StreamError, StreamEvent, Streaming};
 
 /// A streamed call through the whole policy: see [`stream`](crate::stream).
@@ -33,14 +35,14 @@ where
     type Future = StreamFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Service::<Streaming>::poll_ready(self.memo_mut(), cx)
+        Service::<Streaming>::poll_ready(&mut self.inner, cx)
     }
 
     fn call(&mut self, req: Streaming) -> Self::Future {
         let req = infer_session(req.0);
-        let shared = self.shared().clone();
+        let shared = self.shared.clone();
         if has_claims(&req) {
-            let inner = self.take_ready();
+            let inner = take_ready(&mut self.inner);
             return Box::pin(async move {
                 let untrusted = verify(shared.store.as_ref(), &req).await;
                 let prepared = prepare(req, &shared, &mut Scratch::default(), &untrusted)?;
@@ -48,11 +50,11 @@ where
             });
         }
         let untrusted = Untrusted::default();
-        let prepared = match prepare(req, &shared, self.scratch_mut(), &untrusted) {
+        let prepared = match prepare(req, &shared, &mut self.scratch, &untrusted) {
             Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        let inner = self.take_ready();
+        let inner = take_ready(&mut self.inner);
         Box::pin(run(inner, shared, prepared, untrusted))
     }
 }
@@ -61,7 +63,7 @@ where
 async fn run<S>(
     mut inner: S,
     shared: Arc<Composite>,
-    mut prepared: Prepared,
+    prepared: Prepared,
     untrusted: Untrusted,
 ) -> Result<ChatStream, BoxError>
 where
@@ -69,79 +71,38 @@ where
     S::Future: Send,
     S::Error: Into<BoxError>,
 {
-    commit(
-        shared.store.as_ref(),
-        Some(&shared.memory),
-        &shared.policy,
-        &mut prepared,
-    )
-    .await;
-    let resolving = shared.auto_resolve.is_some_and(|max| max > 0);
-    let sent = resolving.then(|| prepared.req.clone());
-    let model = prepared.req.model.clone();
-    let stream = inner
-        .call(Streaming(prepared.req))
-        .await
-        .map_err(Into::into)?;
-    let report = prepared.report;
-    if !resolving {
-        return Ok(stream.map_response(move |response| {
-            let mut ours = report;
-            ours.absorb_inner(&response.report);
-            observe(&shared, &model, &ours, response);
-            response.report = ours;
-        }));
-    }
-    let rounds = Rounds {
-        before_tokens: report.before_tokens,
+    let rounds = Rounds::new(shared, untrusted, &prepared);
+    let (req, sent) = rounds.begin(prepared).await;
+    let current = inner.call(Streaming(req)).await.map_err(Into::into)?;
+    let streamed = Streamed {
         inner,
-        shared,
-        untrusted,
-        scratch: Scratch::default(),
-        current: stream,
+        rounds,
         sent,
-        model,
-        report,
-        resolved: Vec::new(),
-        round: 0,
+        current,
         held: Vec::new(),
         pending: VecDeque::new(),
         ended: false,
     };
     Ok(ChatStream::new(futures_util::stream::unfold(
-        rounds,
-        Rounds::step,
+        streamed,
+        Streamed::step,
     )))
 }
 
-/// Every round is a prompt the provider counted against this round's estimate.
-fn observe(shared: &Composite, model: &str, report: &PreparationReport, response: &ChatResponse) {
-    if let Some(calibration) = &shared.calibration {
-        calibration.observe_parts(model, report, &response.usage);
-    }
-}
-
-/// The rounds of one streamed call with auto-resolve.
-struct Rounds<S> {
+/// One streamed call's rounds, as one stream.
+struct Streamed<S> {
     inner: S,
-    shared: Arc<Composite>,
-    untrusted: Untrusted,
-    scratch: Scratch,
+    rounds: Rounds,
+    /// What the current round keeps of what it sent.
+    sent: Sent,
     current: ChatStream,
-    /// The request this round was sent, while its artifact reads may still be answered.
-    sent: Option<ChatRequest>,
-    model: String,
-    report: PreparationReport,
-    before_tokens: usize,
-    resolved: Vec<Message>,
-    round: usize,
-    /// This round's tool-call deltas, held until the round shows what they are.
+    /// This round's tool-call deltas, held while the round may only read artifacts.
     held: Vec<StreamEvent>,
     pending: VecDeque<Result<StreamEvent, BoxError>>,
     ended: bool,
 }
 
-impl<S> Rounds<S>
+impl<S> Streamed<S>
 where
     S: Service<Streaming, Response = ChatStream> + Send + 'static,
     S::Future: Send,
@@ -156,7 +117,7 @@ where
                 return None;
             }
             match self.current.next().await {
-                Some(Ok(event @ StreamEvent::ToolCall(_))) if self.sent.is_some() => {
+                Some(Ok(event @ StreamEvent::ToolCall(_))) if self.sent.req.is_some() => {
                     self.held.push(event);
                 }
                 Some(Ok(StreamEvent::Done(response))) => match self.round_done(*response).await {
@@ -189,54 +150,19 @@ where
     /// the next one has started.
     async fn round_done(
         &mut self,
-        mut response: ChatResponse,
+        response: ChatResponse,
     ) -> Result<Option<StreamEvent>, BoxError> {
-        let mut report = std::mem::take(&mut self.report);
-        report.absorb_inner(&response.report);
-        observe(&self.shared, &self.model, &report, &response);
-        let mut req = match self.sent.take() {
-            Some(req) if only_artifact_reads(&response.message) => req,
-            _ => {
-                report.before_tokens = self.before_tokens;
-                report.resolved_messages = std::mem::take(&mut self.resolved);
-                response.report = report;
-                return Ok(Some(StreamEvent::Done(Box::new(response))));
-            }
+        let sent = std::mem::take(&mut self.sent);
+        let prepared = match self.rounds.end(sent, response).await? {
+            ControlFlow::Break(response) => return Ok(Some(StreamEvent::Done(Box::new(response)))),
+            ControlFlow::Continue(prepared) => prepared,
         };
-        let calls = response.message.tool_calls.clone();
-        req.messages.push(response.message.clone());
-        self.resolved.push(response.message);
-        for call in &calls {
-            let answer = self
-                .shared
-                .reader
-                .answer(&req.scope, &req.session, call)
-                .await;
-            req.messages.push(answer.clone());
-            self.resolved.push(answer);
-        }
-        // The pages may not fit with the rest: prepare again.
-        let mut prepared = prepare(req, &self.shared, &mut self.scratch, &self.untrusted)?;
-        self.round += 1;
-        commit(
-            self.shared.store.as_ref(),
-            Some(&self.shared.memory),
-            &self.shared.policy,
-            &mut prepared,
-        )
-        .await;
-        let resolving = self.shared.auto_resolve.is_some_and(|max| self.round < max);
-        self.sent = resolving.then(|| prepared.req.clone());
-        self.model = prepared.req.model.clone();
-        self.report = prepared.report;
-        std::future::poll_fn(|cx| self.inner.poll_ready(cx))
+        let (req, sent) = self.rounds.begin(prepared).await;
+        self.sent = sent;
+        ServiceExt::<Streaming>::ready(&mut self.inner)
             .await
             .map_err(Into::into)?;
-        self.current = self
-            .inner
-            .call(Streaming(prepared.req))
-            .await
-            .map_err(Into::into)?;
+        self.current = self.inner.call(Streaming(req)).await.map_err(Into::into)?;
         Ok(None)
     }
 }

@@ -6,9 +6,8 @@ use std::task::{Context, Poll};
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::PoisonError;
 
-use tower::Service;
+use tower::{Service, ServiceExt};
 
 use super::breaker::unusable;
 use super::degrade::{degraded, skipped, timed_out};
@@ -22,6 +21,7 @@ use super::shared_flight::{self, Settled};
 use super::state::{MemoState, debug_memo};
 use super::store::MemoStore;
 use crate::BoxError;
+use crate::future::take_ready;
 use crate::model::PreparationReport;
 use crate::model::{ChatRequest, ChatResponse, MemoHint};
 use crate::store::StoreErrorKind;
@@ -91,9 +91,7 @@ where
             _ => return ResponseFuture::bypass(self.inner.call(req)),
         };
         let key = MemoKey::for_upstream(&req, &shared.upstream);
-        // The ready service goes into the future; a clone stays for the next poll_ready.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = take_ready(&mut self.inner);
         ResponseFuture::memo(Box::pin(memoized(inner, req, key, shared)))
     }
 }
@@ -128,8 +126,7 @@ where
             }
         };
         let key = MemoKey::for_upstream(&req.0, &shared.upstream);
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = take_ready(&mut self.inner);
         Box::pin(memoized_stream(inner, req, key, shared))
     }
 }
@@ -161,7 +158,9 @@ where
     match result {
         Ok(response) => Ok(leading.answered(&shared, &key, response).await),
         Err(error) => {
-            leading.failed(&shared, &key, &error).await;
+            leading
+                .failed(&shared, &key, Arc::from(error.to_string()))
+                .await;
             Err(error)
         }
     }
@@ -169,8 +168,9 @@ where
 
 /// One memoizable streamed call, as [`memoized`]: a hit, or a waiter's answer, is
 /// replayed as a stream; the leader's stream is stored once its `Done` arrives, and
-/// nothing is stored when it fails or is dropped (its flight ends, so waiters make the
-/// call again; a shared lease lapses by its TTL).
+/// nothing is stored when it fails (its lease is given up, its waiters get the error) or
+/// is dropped (its flight ends, so waiters make the call again; a shared lease, which
+/// cannot be given up without awaiting, lapses by its TTL).
 async fn memoized_stream<S>(
     inner: S,
     req: Streaming,
@@ -192,34 +192,22 @@ where
     {
         Ok(stream) => stream,
         Err(error) => {
-            leading.failed(&shared, &key, &error).await;
+            leading
+                .failed(&shared, &key, Arc::from(error.to_string()))
+                .await;
             return Err(error);
         }
     };
     // The lead lives in the stream: dropped with it, it ends the flight.
-    let leading = Arc::new(std::sync::Mutex::new(Some(leading)));
-    let on_failure = leading.clone();
     Ok(ChatStream::new(on_end(
         stream,
-        move |response| async move {
-            let taken = leading
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            Ok(match taken {
-                Some(leading) => leading.answered(&shared, &key, response).await,
-                None => response,
-            })
+        (leading, shared, key),
+        |(leading, shared, key), response| async move {
+            Ok(leading.answered(&shared, &key, response).await)
         },
-        move |error| {
-            // The flight ends here; the lease lapses by its TTL (no await in a callback).
-            if let Some(leading) = on_failure
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-            {
-                leading.lead.publish(Err(Arc::from(error.to_string())));
-            }
+        |(leading, shared, key), error| {
+            let message = Arc::from(error.to_string());
+            async move { leading.failed(&shared, &key, message).await }
         },
     )))
 }
@@ -262,9 +250,9 @@ impl Leading {
 
     /// Gives up the lease at once (waiters elsewhere make the call themselves rather
     /// than wait it out) and tells the waiters here.
-    async fn failed(self, shared: &MemoState, key: &MemoKey, error: &BoxError) {
+    async fn failed(self, shared: &MemoState, key: &MemoKey, message: Arc<str>) {
         shared_flight::release(shared, key, self.lease).await;
-        self.lead.publish(Err(Arc::from(error.to_string())));
+        self.lead.publish(Err(message));
     }
 }
 
@@ -334,7 +322,7 @@ where
     };
 
     if !ready
-        && let Err(error) = std::future::poll_fn(|cx| inner.poll_ready(cx))
+        && let Err(error) = ServiceExt::<R>::ready(&mut inner)
             .await
             .map_err(Into::<BoxError>::into)
     {

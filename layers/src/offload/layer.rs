@@ -7,6 +7,7 @@ use super::{OffloadMemory, Prepared, ResponseFuture, commit, offload_request};
 use crate::BoxError;
 use crate::artifact::{ArtifactStore, Untrusted, has_claims, read_artifact_tool_tokens, verify};
 use crate::fit::Applied;
+use crate::future::take_ready;
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 use crate::policy::{ContextPolicy, PolicyError};
 
@@ -117,8 +118,7 @@ where
         &mut self,
         prepare: impl Future<Output = Result<Prepared, BoxError>> + Send + 'static,
     ) -> ResponseFuture<S::Future> {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(&mut self.inner);
         let layer = self.layer.clone();
         ResponseFuture::boxed(Box::pin(async move {
             let mut prepared = prepare.await?;

@@ -21,7 +21,7 @@ use crate::model::{ChatResponse, FinishReason, Message, Reasoning, ToolCall, Usa
 /// acc.push(&StreamEvent::ToolCall(ToolCallDelta::new(0).with_id("c1").with_name("search"))).unwrap();
 /// acc.push(&StreamEvent::ToolCall(ToolCallDelta::new(0).with_arguments(r#"{"q": "#))).unwrap();
 /// acc.push(&StreamEvent::ToolCall(ToolCallDelta::new(0).with_arguments(r#""cert"}"#))).unwrap();
-/// let response = acc.finish(FinishReason::ToolCalls).unwrap();
+/// let response = acc.finish(Some(FinishReason::ToolCalls)).unwrap();
 /// assert_eq!(response.message.text(), "Let me look.");
 /// assert_eq!(response.message.tool_calls[0].arguments["q"], "cert");
 /// ```
@@ -122,11 +122,12 @@ impl Accumulator {
         call.arguments.push_str(&d.arguments);
     }
 
-    /// The response the events add up to, ending for `finish`, with the last usage seen.
+    /// The response the events add up to, ending for `finish` (`None`: the reason its
+    /// tool calls imply, as [`ChatResponse::new`] gives), with the last usage seen.
     /// Tool-call arguments are parsed as JSON (no text at all is `{}`; text that is not
     /// JSON is kept as a string, as the clients keep it). A tool call without an id or a
     /// name is an error: it could not be answered.
-    pub fn finish(self, finish: FinishReason) -> Result<ChatResponse, StreamError> {
+    pub fn finish(self, finish: Option<FinishReason>) -> Result<ChatResponse, StreamError> {
         let mut calls = Vec::with_capacity(self.calls.len());
         for (index, p) in self.calls.into_iter().enumerate() {
             let (Some(id), Some(name)) = (p.id, p.name) else {
@@ -154,9 +155,11 @@ impl Accumulator {
             Message::assistant_tool_calls(self.text, calls)
         }
         .with_reasoning(reasoning);
-        Ok(ChatResponse::new(message)
-            .with_finish_reason(finish)
-            .with_usage(self.usage.unwrap_or_default()))
+        let response = ChatResponse::new(message).with_usage(self.usage.unwrap_or_default());
+        Ok(match finish {
+            Some(finish) => response.with_finish_reason(finish),
+            None => response,
+        })
     }
 }
 
@@ -249,7 +252,7 @@ mod tests {
         for e in deltas(response, chunk) {
             acc.push(&e).unwrap();
         }
-        acc.finish(response.finish_reason.clone()).unwrap()
+        acc.finish(Some(response.finish_reason.clone())).unwrap()
     }
 
     #[test]
@@ -292,7 +295,7 @@ mod tests {
         let mut acc = Accumulator::new();
         acc.push(&StreamEvent::ToolCall(ToolCallDelta::new(0).with_id("c1")))
             .unwrap();
-        let err = acc.finish(FinishReason::ToolCalls).unwrap_err();
+        let err = acc.finish(None).unwrap_err();
         assert!(err.to_string().contains("tool call 0"), "{err}");
     }
 
@@ -327,7 +330,12 @@ mod tests {
                 ToolCallDelta::new(0).with_arguments(&args[split..]),
             ))
             .unwrap();
-            let r = acc.finish(FinishReason::ToolCalls).unwrap();
+            let r = acc.finish(None).unwrap();
+            assert_eq!(
+                r.finish_reason,
+                FinishReason::ToolCalls,
+                "implied by the call"
+            );
             assert_eq!(r.message.tool_calls[0].arguments["lines"][1], 20);
         }
     }
@@ -339,7 +347,7 @@ mod tests {
             .unwrap();
         acc.push(&StreamEvent::Usage(Usage::new(100, 42, 0, 0)))
             .unwrap();
-        let r = acc.finish(FinishReason::Stop).unwrap();
+        let r = acc.finish(None).unwrap();
         assert_eq!(r.usage.output_tokens, 42);
     }
 }

@@ -105,7 +105,12 @@ impl ChatStream {
         F: FnOnce(ChatResponse) -> Fut + Send + 'static,
         Fut: Future<Output = Result<ChatResponse, BoxError>> + Send + 'static,
     {
-        Self::new(on_end(self, f, |_| {}))
+        Self::new(on_end(
+            self,
+            (),
+            move |(), response| f(response),
+            |(), _| std::future::ready(()),
+        ))
     }
 }
 
@@ -124,44 +129,37 @@ impl Stream for ChatStream {
     }
 }
 
-/// `stream` with `done` awaited on its final response and `failed` called once when it
-/// ends any other way (an error, or no `Done`) — not when it is dropped before its end.
-pub(crate) fn on_end<F, Fut, G>(
+/// `stream` with `done` awaited on its final response, and `failed` awaited when it ends
+/// any other way (an error item, or no `Done`) before the error is yielded. Whichever
+/// runs is given `state`; when the stream is dropped before its end, neither runs and
+/// `state` is dropped.
+pub(crate) fn on_end<T, F, Fut, G, GFut>(
     stream: ChatStream,
+    state: T,
     done: F,
     failed: G,
 ) -> impl Stream<Item = Result<StreamEvent, BoxError>> + Send + 'static
 where
-    F: FnOnce(ChatResponse) -> Fut + Send + 'static,
+    T: Send + 'static,
+    F: FnOnce(T, ChatResponse) -> Fut + Send + 'static,
     Fut: Future<Output = Result<ChatResponse, BoxError>> + Send + 'static,
-    G: FnOnce(&BoxError) + Send + 'static,
+    G: FnOnce(T, &BoxError) -> GFut + Send + 'static,
+    GFut: Future<Output = ()> + Send + 'static,
 {
-    enum State<F, G> {
-        Streaming(ChatStream, F, G),
-        Ended,
-    }
-    futures_util::stream::unfold(State::Streaming(stream, done, failed), |state| async move {
-        let State::Streaming(mut stream, done, failed) = state else {
-            return None;
-        };
-        match stream.next().await {
+    let start = Some((stream, state, done, failed));
+    futures_util::stream::unfold(start, |streaming| async move {
+        let (mut stream, state, done, failed) = streaming?;
+        let error = match stream.next().await {
             Some(Ok(StreamEvent::Done(response))) => {
-                let item = done(*response)
-                    .await
-                    .map(|r| StreamEvent::Done(Box::new(r)));
-                Some((item, State::Ended))
+                let item = done(state, *response).await;
+                return Some((item.map(|r| StreamEvent::Done(Box::new(r))), None));
             }
-            Some(Ok(event)) => Some((Ok(event), State::Streaming(stream, done, failed))),
-            Some(Err(error)) => {
-                failed(&error);
-                Some((Err(error), State::Ended))
-            }
-            None => {
-                let error: BoxError = StreamError::Incomplete.into();
-                failed(&error);
-                Some((Err(error), State::Ended))
-            }
-        }
+            Some(Ok(event)) => return Some((Ok(event), Some((stream, state, done, failed)))),
+            Some(Err(error)) => error,
+            None => StreamError::Incomplete.into(),
+        };
+        failed(state, &error).await;
+        Some((Err(error), None))
     })
 }
 

@@ -15,6 +15,7 @@ use super::run::{Summarized, ask, call, fold_block, span_text};
 use crate::BoxError;
 use crate::artifact::artifact_id;
 use crate::artifact::{Artifact, ArtifactStore};
+use crate::future::take_ready;
 use crate::model::PreparationReport;
 use crate::model::{ChatRequest, ChatResponse};
 use crate::offload::ResponseFuture;
@@ -97,9 +98,7 @@ where
             Ok(Step::Fold(work)) => work,
             Err(e) => return ResponseFuture::failed(e),
         };
-        // The ready service goes into the future; a clone stays for the next call.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = take_ready(&mut self.inner);
         let shared = shared.clone();
         ResponseFuture::boxed(Box::pin(async move {
             let (req, report, mut inner) = fold(inner, &shared, work).await?;
