@@ -65,7 +65,11 @@ async fn main() -> Result<(), BoxError> {
         transcript.push(Message::user(question));
         let request =
             ChatRequest::new(model.clone(), transcript.clone()).with_prefix(prefix.clone());
-        let reply = stack.ready().await?.call(request).await?;
+        // The stack also takes `Streaming` requests: `ready` is told which one is meant.
+        let reply = ServiceExt::<ChatRequest>::ready(&mut stack)
+            .await?
+            .call(request)
+            .await?;
         println!("assistant: {}", reply.message.text());
         println!("  usage: {:?}", reply.usage);
         transcript.push(reply.message);

@@ -10,6 +10,7 @@ use crate::BoxError;
 use crate::calibration::Calibration;
 use crate::model::ChatResponse;
 use crate::model::PreparationReport;
+use crate::stream::{ChatStream, StreamFuture};
 
 /// The ready service out of `slot`, for a future that will call it; a clone takes its
 /// place for the next `poll_ready`. tower's idiom for a service whose future owns its
@@ -90,6 +91,33 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
     }
 }
 
+/// What a preparing layer does to the response of the request it prepared: its report,
+/// with what the inner layers did absorbed, and the calibration taught.
+fn attach(response: &mut ChatResponse, mut ours: PreparationReport, learn: Option<Learn>) {
+    ours.absorb_inner(&response.report);
+    response.report = ours;
+    if let Some(learn) = learn {
+        learn.calibration.observe(&learn.model, response);
+    }
+}
+
+/// A preparing layer's streamed call: `call`'s stream, its final response given the
+/// layer's report (as [`ResponseFuture`] does for a plain call).
+pub(crate) fn streamed<F, E>(
+    call: F,
+    report: PreparationReport,
+    learn: Option<Learn>,
+) -> StreamFuture
+where
+    F: Future<Output = Result<ChatStream, E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    Box::pin(async move {
+        let stream = call.await.map_err(Into::into)?;
+        Ok(stream.map_response(move |response| attach(response, report, learn)))
+    })
+}
+
 impl<F, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<ChatResponse, E>>,
@@ -105,12 +133,11 @@ where
                 learn,
             } => {
                 let mut response = ready!(future.poll(cx)).map_err(Into::into)?;
-                let mut ours = report.take().unwrap_or_default();
-                ours.absorb_inner(&response.report);
-                response.report = ours;
-                if let Some(learn) = learn.take() {
-                    learn.calibration.observe(&learn.model, &response);
-                }
+                attach(
+                    &mut response,
+                    report.take().unwrap_or_default(),
+                    learn.take(),
+                );
                 Poll::Ready(Ok(response))
             }
             KindProj::Boxed { future } => future.as_mut().poll(cx),

@@ -72,6 +72,7 @@ use crate::model::Message;
 use crate::model::PrefixContext;
 use crate::model::{CacheHints, CacheTtl, ChatRequest};
 use crate::policy::PolicyError;
+use crate::stream::Streaming;
 use crate::tokens::{estimate_message_tokens, estimate_one, estimate_tool_tokens};
 
 /// Injects a prefix and marks cache breakpoints. See the [module docs](self).
@@ -217,6 +218,24 @@ where
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         let req = self.layer.prepare(req);
         self.inner.call(req)
+    }
+}
+
+/// A streamed call: the same rewrite, the inner stream unchanged.
+impl<S> Service<Streaming> for Prefix<S>
+where
+    S: Service<Streaming>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        self.inner.call(Streaming(self.layer.prepare(req.0)))
     }
 }
 

@@ -38,9 +38,11 @@ use pin_project_lite::pin_project;
 use serde::{Deserialize, Serialize};
 use tower::{Layer, Service};
 
+use crate::BoxError;
 use crate::catalog::Catalog;
 use crate::model::Scope;
 use crate::model::{ChatRequest, ChatResponse, Usage};
+use crate::stream::{ChatStream, StreamFuture, Streaming};
 
 /// Totals for one scope.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -208,15 +210,37 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let record = Record {
-            scope: req.scope.clone(),
-            model: req.model.clone(),
-            meter: self.meter.clone(),
-        };
+        let record = Record::new(&req, &self.meter);
         ResponseFuture {
             inner: self.inner.call(req),
             record: Some(record),
         }
+    }
+}
+
+/// A streamed call: recorded from its final event (its usage is the call's total), once
+/// it completes; a stream that fails or is dropped records nothing.
+impl<S> Service<Streaming> for UsageService<S>
+where
+    S: Service<Streaming, Response = ChatStream>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatStream;
+    type Error = BoxError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        let record = Record::new(&req.0, &self.meter);
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            let stream = call.await.map_err(Into::into)?;
+            Ok(stream.map_response(move |response| record.record(response)))
+        })
     }
 }
 
@@ -225,6 +249,34 @@ struct Record {
     scope: Scope,
     model: String,
     meter: UsageMeter,
+}
+
+impl Record {
+    fn new(req: &ChatRequest, meter: &UsageMeter) -> Self {
+        Self {
+            scope: req.scope.clone(),
+            model: req.model.clone(),
+            meter: meter.clone(),
+        }
+    }
+
+    /// Records what the provider counted for `response`; a memo hit cost nothing.
+    fn record(self, response: &ChatResponse) {
+        if response.report.memo_hit {
+            return;
+        }
+        self.meter.record(&self.scope, &self.model, &response.usage);
+        tracing::debug!(
+            event = "usage",
+            scope = %self.scope.key(),
+            model = %self.model,
+            input_tokens = response.usage.input_tokens,
+            output_tokens = response.usage.output_tokens,
+            cache_read_tokens = response.usage.cache_read_tokens,
+            cache_write_tokens = response.usage.cache_write_tokens,
+            "usage"
+        );
+    }
 }
 
 pin_project! {
@@ -251,20 +303,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        if let (Ok(response), Some(r)) = (&result, this.record.take())
-            && !response.report.memo_hit
-        {
-            r.meter.record(&r.scope, &r.model, &response.usage);
-            tracing::debug!(
-                event = "usage",
-                scope = %r.scope.key(),
-                model = %r.model,
-                input_tokens = response.usage.input_tokens,
-                output_tokens = response.usage.output_tokens,
-                cache_read_tokens = response.usage.cache_read_tokens,
-                cache_write_tokens = response.usage.cache_write_tokens,
-                "usage"
-            );
+        if let (Ok(response), Some(record)) = (&result, this.record.take()) {
+            record.record(response);
         }
         Poll::Ready(result)
     }

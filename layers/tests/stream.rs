@@ -338,3 +338,146 @@ async fn tool_calls_the_stack_does_not_answer_reach_the_caller() {
     assert_eq!(call.name, "restart_service");
     assert_eq!(call.arguments["reason"], "接続拒否");
 }
+
+/// A model that summarizes when asked to, and otherwise answers in words.
+fn summarizing_model() -> MockModel {
+    MockModel::from_fn(|req| {
+        if llm_context_layers::summarize::is_summary_request(req) {
+            MockReply::text(
+                json!({"goals": ["find why the deploy failed"], "decisions": [], "open": [],
+                       "facts": [], "narrative": "die Datenbank verweigerte (接続拒否)"})
+                .to_string(),
+            )
+        } else {
+            MockReply::text("Der Fehler liegt in der Datenbank — 接続拒否. ".repeat(4))
+        }
+    })
+}
+
+/// A long agent transcript: tool rounds with JSON log results.
+fn long_transcript() -> ChatRequest {
+    let mut req = transcript(&logs(150));
+    for round in 0..12 {
+        let id = format!("c{}", round + 2);
+        req.messages.push(Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::new(
+                &id,
+                "fetch_logs",
+                json!({"unit": format!("svc-{round}")}),
+            )],
+        ));
+        req.messages.push(Message::tool_result(
+            &id,
+            "fetch_logs",
+            logs(60 + round * 7),
+        ));
+        req.messages
+            .push(Message::user(format!("Und Runde {round}? 続けて。")));
+    }
+    req
+}
+
+/// Streams `req` through a layer over one model, and sends it plain through another
+/// such layer (layers remember what they offloaded) over another model: the models see
+/// the same request and the stream ends with the plain response.
+async fn streams_as_it_answers<L, E1, E2>(layer: impl Fn() -> L, req: ChatRequest) -> ChatResponse
+where
+    L: Layer<MockModel>,
+    L::Service: Service<ChatRequest, Response = ChatResponse, Error = E1>
+        + Service<Streaming, Response = ChatStream, Error = E2>,
+    E1: std::fmt::Debug,
+    E2: std::fmt::Debug,
+{
+    let (plain_model, streamed_model) = (summarizing_model(), summarizing_model());
+    let plain = layer()
+        .layer(plain_model.clone())
+        .oneshot(req.clone())
+        .await
+        .unwrap();
+    let stream = layer()
+        .layer(streamed_model.clone())
+        .oneshot(Streaming(req))
+        .await
+        .unwrap();
+    let events = events(stream).await;
+    assert_eq!(streamed_model.requests(), plain_model.requests());
+    assert_eq!(done(&events), &plain);
+    assert_eq!(text_of(&events), plain.message.text());
+    plain
+}
+
+#[tokio::test]
+async fn every_layer_streams_what_it_would_have_answered() {
+    use llm_context_layers::fit::{ClearLayer, PruneLayer};
+    use llm_context_layers::offload::OffloadLayer;
+    use llm_context_layers::summarize::{SummarizeConfig, SummarizeLayer};
+    use llm_context_layers::{PrefixContext, PrefixLayer};
+
+    let policy = ContextPolicy::default()
+        .with_max_tokens(6_000)
+        .with_reserve_tokens(1_000)
+        .with_tool_result_max_chars(1_500);
+    let prune = || PruneLayer::new(policy.clone()).unwrap();
+    let r = streams_as_it_answers(prune, long_transcript()).await;
+    assert!(r.report.removed_messages > 0, "prune removed turns");
+    let clear = || ClearLayer::new(policy.clone()).unwrap();
+    let r = streams_as_it_answers(clear, long_transcript()).await;
+    assert!(r.report.cleared_observations > 0, "clear cleared results");
+    let offload = || {
+        let store = ContextPolicyLayer::new(policy.clone())
+            .unwrap()
+            .artifact_store();
+        OffloadLayer::new(policy.clone(), store).unwrap()
+    };
+    let r = streams_as_it_answers(offload, long_transcript()).await;
+    assert!(r.report.offloaded_results > 0, "offload offloaded results");
+    let prefix =
+        || PrefixLayer::new().with_prefix(Arc::new(PrefixContext::new("Antworte knapp. 簡潔に。")));
+    streams_as_it_answers(prefix, long_transcript()).await;
+    let summarize = || SummarizeLayer::new(SummarizeConfig::new(4_000).with_keep_last(6)).unwrap();
+    let r = streams_as_it_answers(summarize, long_transcript()).await;
+    assert!(r.report.folded_messages > 0, "summarize folded the head");
+}
+
+#[tokio::test]
+async fn usage_is_recorded_once_from_the_final_event() {
+    use llm_context_layers::usage::{UsageLayer, UsageMeter};
+
+    let meter = UsageMeter::new();
+    let store: Arc<dyn MemoStore> = Arc::new(LocalMemoStore::default());
+    let policy = ContextPolicy::default().with_max_tokens(8_000);
+    let stack = tower::ServiceBuilder::new()
+        .layer(UsageLayer::new(meter.clone()))
+        .layer(
+            ContextPolicyLayer::new(policy)
+                .unwrap()
+                .with_memo(MemoLayer::new(store)),
+        )
+        .service(Upstream::new(Duration::ZERO));
+    // Dropped before its end: nothing was settled, nothing is recorded.
+    let mut stream = stack
+        .clone()
+        .oneshot(Streaming(transcript("ok")))
+        .await
+        .unwrap();
+    stream.next().await.unwrap().unwrap();
+    drop(stream);
+    assert_eq!(meter.total().requests, 0);
+    // Completed: recorded once, with the final event's usage.
+    let first = events(
+        stack
+            .clone()
+            .oneshot(Streaming(transcript("ok")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let total = meter.total();
+    assert_eq!(total.requests, 1);
+    assert_eq!(total.usage, done(&first).usage);
+    // A memo hit costs nothing.
+    let hit = events(stack.oneshot(Streaming(transcript("ok"))).await.unwrap()).await;
+    assert!(done(&hit).report.memo_hit);
+    assert_eq!(meter.total().requests, 1);
+}

@@ -254,8 +254,7 @@ async fn an_agent_resending_its_transcript_pays_for_one_summary_in_ten_turns() {
             "question {turn}: {}",
             "why is it slow? ".repeat(7)
         )));
-        let reply = stack
-            .ready()
+        let reply = ServiceExt::<ChatRequest>::ready(&mut stack)
             .await
             .unwrap()
             .call(ChatRequest::new("m", transcript.clone()))
@@ -644,7 +643,12 @@ async fn folding_for_hundreds_of_turns_keeps_the_block_bounded_and_every_fold_re
             "why is it slow? ".repeat(7)
         )));
         let request = ChatRequest::new("m", transcript.clone()).with_scope(Scope::org("acme"));
-        let reply = stack.ready().await.unwrap().call(request).await.unwrap();
+        let reply = ServiceExt::<ChatRequest>::ready(&mut stack)
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .unwrap();
         transcript.push(reply.message);
         let sent = inner.last_request().unwrap();
         if let Some(block) = SummaryBlock::from_message(&sent.messages[1]) {
@@ -770,7 +774,12 @@ async fn the_folds_a_summary_names_stay_readable_past_the_policys_artifact_count
         ));
     }
     let request = ChatRequest::new("m", transcript).with_scope(Scope::org("acme"));
-    let reply = stack.ready().await.unwrap().call(request).await.unwrap();
+    let reply = ServiceExt::<ChatRequest>::ready(&mut stack)
+        .await
+        .unwrap()
+        .call(request)
+        .await
+        .unwrap();
     assert!(reply.report.folded_messages > 0, "{:?}", reply.report);
     assert_eq!(reply.report.offloaded_results, 40);
     let sent = inner.last_request().unwrap();

@@ -17,10 +17,10 @@ use crate::BoxError;
 use crate::artifact::{Untrusted, has_claims, verify};
 use crate::fit::Scratch;
 use crate::future::take_ready;
-use crate::memo::{MemoPredicate, StreamFuture};
+use crate::memo::MemoPredicate;
 use crate::model::ChatResponse;
 use crate::offload::Prepared;
-use crate::stream::{ChatStream, StreamError, StreamEvent, Streaming};
+use crate::stream::{ChatStream, StreamError, StreamEvent, StreamFuture, Streaming};
 
 /// A streamed call through the whole policy: see [`stream`](crate::stream).
 impl<S, P> Service<Streaming> for ContextPolicyService<S, P>

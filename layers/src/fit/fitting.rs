@@ -12,10 +12,11 @@ use crate::BoxError;
 use crate::artifact::Untrusted;
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
-use crate::future::{Learn, ResponseFuture};
+use crate::future::{Learn, ResponseFuture, streamed};
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 use crate::offload::SessionMemory;
 use crate::policy::{ContextPolicy, PolicyError};
+use crate::stream::{ChatStream, StreamFuture, Streaming};
 
 /// A fitted request.
 pub(crate) struct Fitted {
@@ -179,22 +180,57 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
+        match self.fit(req) {
+            Ok((req, report, learn)) => {
+                ResponseFuture::direct_learning(self.inner.call(req), report, learn)
+            }
+            Err(e) => ResponseFuture::failed(e),
+        }
+    }
+}
+
+/// A streamed call, fitted the same way.
+impl<S> Service<Streaming> for Fit<S>
+where
+    S: Service<Streaming, Response = ChatStream>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatStream;
+    type Error = BoxError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        match self.fit(req.0) {
+            Ok((req, report, learn)) => streamed(self.inner.call(Streaming(req)), report, learn),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+impl<S> Fit<S> {
+    /// The request fitted to the budget, its report, and what the calibration learns.
+    fn fit(
+        &mut self,
+        req: ChatRequest,
+    ) -> Result<(ChatRequest, PreparationReport, Option<Learn>), BoxError> {
         let config = &self.config;
         let calibration = config.calibration.as_ref();
-        let budget = match budget(
+        let budget = budget(
             &req,
             &config.policy,
             &config.catalog,
             calibration,
             Cuts::default(),
-        ) {
-            Ok(budget) => budget,
-            Err(e) => return ResponseFuture::failed(Box::new(e)),
-        };
+        )?;
         // No store to look in: a standalone fitting layer takes the stack's formats at
         // their word (they are checked byte for byte, and bounded in size).
         let untrusted = Untrusted::default();
-        match prepare(
+        let fitted = prepare(
             req,
             &config.policy,
             &untrusted,
@@ -202,17 +238,12 @@ where
             budget,
             None,
             &mut self.scratch,
-        ) {
-            Ok(fitted) => {
-                let learn = calibration.map(|c| Learn {
-                    calibration: c.clone(),
-                    model: fitted.req.model.clone(),
-                });
-                let future = self.inner.call(fitted.req);
-                ResponseFuture::direct_learning(future, fitted.report, learn)
-            }
-            Err(e) => ResponseFuture::failed(e),
-        }
+        )?;
+        let learn = calibration.map(|c| Learn {
+            calibration: c.clone(),
+            model: fitted.req.model.clone(),
+        });
+        Ok((fitted.req, fitted.report, learn))
     }
 }
 
@@ -294,6 +325,28 @@ macro_rules! fit_layer {
             }
 
             fn call(&mut self, req: $crate::ChatRequest) -> Self::Future {
+                self.fit.call(req)
+            }
+        }
+
+        impl<S> tower::Service<$crate::stream::Streaming> for $service<S>
+        where
+            S: tower::Service<$crate::stream::Streaming, Response = $crate::stream::ChatStream>,
+            S::Future: Send + 'static,
+            S::Error: Into<$crate::BoxError>,
+        {
+            type Response = $crate::stream::ChatStream;
+            type Error = $crate::BoxError;
+            type Future = $crate::stream::StreamFuture;
+
+            fn poll_ready(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                tower::Service::<$crate::stream::Streaming>::poll_ready(&mut self.fit, cx)
+            }
+
+            fn call(&mut self, req: $crate::stream::Streaming) -> Self::Future {
                 self.fit.call(req)
             }
         }

@@ -85,7 +85,7 @@ pub use layer::{DEFAULT_STORE_BACKOFF, DEFAULT_STORE_TIMEOUT, MemoLayer};
 pub use lease::{Claim, MemoLease};
 pub use memory_store::{DEFAULT_MAX_BYTES, DEFAULT_TTL, LocalMemoStore};
 pub use predicate::{DefaultPredicate, MemoPredicate};
-pub use service::{Memo, StreamFuture};
+pub use service::Memo;
 pub use store::MemoStore;
 
 #[cfg(test)]

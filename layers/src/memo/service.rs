@@ -4,9 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use std::future::Future;
-use std::pin::Pin;
-
 use tower::{Service, ServiceExt};
 
 use super::breaker::unusable;
@@ -25,7 +22,7 @@ use crate::future::take_ready;
 use crate::model::PreparationReport;
 use crate::model::{ChatRequest, ChatResponse, MemoHint};
 use crate::store::StoreErrorKind;
-use crate::stream::{ChatStream, Streaming, on_end};
+use crate::stream::{ChatStream, StreamFuture, Streaming, on_end};
 
 /// The service of [`MemoLayer`]. See the [module docs](super).
 #[derive(Clone)]
@@ -130,9 +127,6 @@ where
         Box::pin(memoized_stream(inner, req, key, shared))
     }
 }
-
-/// The response future of a streamed call through [`Memo`].
-pub type StreamFuture = Pin<Box<dyn Future<Output = Result<ChatStream, BoxError>> + Send>>;
 
 /// One memoizable call: join the flight for the key; the leader looks in the store and,
 /// on a miss, calls `inner` and stores the answer; followers take the leader's outcome.

@@ -7,9 +7,11 @@ use super::{OffloadMemory, Prepared, ResponseFuture, commit, offload_request};
 use crate::BoxError;
 use crate::artifact::{ArtifactStore, Untrusted, has_claims, read_artifact_tool_tokens, verify};
 use crate::fit::Applied;
+use crate::future::streamed;
 use crate::future::take_ready;
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 use crate::policy::{ContextPolicy, PolicyError};
+use crate::stream::{ChatStream, StreamFuture, Streaming};
 
 /// Offloads oversized tool results into an artifact store. See the
 /// [module docs](crate::offload).
@@ -121,20 +123,58 @@ where
         let mut inner = take_ready(&mut self.inner);
         let layer = self.layer.clone();
         ResponseFuture::boxed(Box::pin(async move {
-            let mut prepared = prepare.await?;
-            commit(
-                layer.store.as_ref(),
-                Some(&layer.memory),
-                &layer.policy,
-                &mut prepared,
-            )
-            .await;
+            let prepared = stored(&layer, prepare.await?).await;
             let mut response = inner.call(prepared.req).await.map_err(Into::into)?;
-            prepared.report.absorb_inner(&response.report);
-            response.report = prepared.report;
+            let mut report = prepared.report;
+            report.absorb_inner(&response.report);
+            response.report = report;
             Ok(response)
         }))
     }
+}
+
+/// A streamed call: offloaded and stored the same way, the final response given the
+/// layer's report.
+impl<S> Service<Streaming> for Offload<S>
+where
+    S: Service<Streaming, Response = ChatStream> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatStream;
+    type Error = BoxError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        let mut inner = take_ready(&mut self.inner);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            let req = req.0;
+            let untrusted = if has_claims(&req) {
+                verify(layer.store.as_ref(), &req).await
+            } else {
+                Untrusted::default()
+            };
+            let prepared = stored(&layer, offload(req, &layer, &untrusted)?).await;
+            streamed(inner.call(Streaming(prepared.req)), prepared.report, None).await
+        })
+    }
+}
+
+/// `prepared`, with what it displaced stored.
+async fn stored(layer: &OffloadLayer, mut prepared: Prepared) -> Prepared {
+    commit(
+        layer.store.as_ref(),
+        Some(&layer.memory),
+        &layer.policy,
+        &mut prepared,
+    )
+    .await;
+    prepared
 }
 
 /// Offloads `req` on its own: the request measured once, only the rewritten results and

@@ -31,6 +31,10 @@ impl From<ChatRequest> for Streaming {
     }
 }
 
+/// The response future of a streamed call through this crate's layers: the stream, once
+/// the call has begun.
+pub type StreamFuture = Pin<Box<dyn Future<Output = Result<ChatStream, BoxError>> + Send>>;
+
 type Inner = Pin<Box<dyn Stream<Item = Result<StreamEvent, BoxError>> + Send>>;
 
 /// The answer to a [`Streaming`] request: [`StreamEvent`]s as the model writes, ending

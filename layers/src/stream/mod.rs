@@ -63,6 +63,6 @@ mod event;
 
 pub use accumulate::Accumulator;
 pub(crate) use chat_stream::on_end;
-pub use chat_stream::{ChatStream, Streaming};
+pub use chat_stream::{ChatStream, StreamFuture, Streaming};
 pub use error::StreamError;
 pub use event::{ReasoningDelta, StreamEvent, ToolCallDelta};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tower::Service;
+use tower::{Service, ServiceExt};
 
 use super::block::SummaryBlock;
 use super::bound::{archive_overflow, fit_block, model_budget};
@@ -15,11 +15,12 @@ use super::run::{Summarized, ask, call, fold_block, span_text};
 use crate::BoxError;
 use crate::artifact::artifact_id;
 use crate::artifact::{Artifact, ArtifactStore};
-use crate::future::take_ready;
+use crate::future::{streamed, take_ready};
 use crate::model::PreparationReport;
 use crate::model::{ChatRequest, ChatResponse};
 use crate::offload::ResponseFuture;
 use crate::policy::PolicyError;
+use crate::stream::{ChatStream, StreamFuture, Streaming};
 
 /// The service of [`SummarizeLayer`].
 #[derive(Clone)]
@@ -108,6 +109,53 @@ where
             response.report = ours;
             Ok(response)
         }))
+    }
+}
+
+/// A streamed call: folded the same way (the summary itself asked for with a plain
+/// call), then the request streamed.
+impl<S> Service<Streaming> for Summarize<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse>
+        + Service<Streaming, Response = ChatStream>
+        + Clone
+        + Send
+        + 'static,
+    <S as Service<ChatRequest>>::Future: Send + 'static,
+    <S as Service<ChatRequest>>::Error: Into<BoxError>,
+    <S as Service<Streaming>>::Future: Send + 'static,
+    <S as Service<Streaming>>::Error: Into<BoxError>,
+{
+    type Response = ChatStream;
+    type Error = BoxError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Service::<Streaming>::poll_ready(&mut self.inner, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        let req = crate::context_policy::infer_session(req.0);
+        let shared = &self.layer.shared;
+        let work = match plan(req, &shared.config, &shared.cache, false) {
+            Ok(Step::Send(req, report)) => {
+                let call = Service::<Streaming>::call(&mut self.inner, Streaming(req));
+                return streamed(call, report, None);
+            }
+            Ok(Step::Fold(work)) => work,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let inner = take_ready(&mut self.inner);
+        let shared = shared.clone();
+        Box::pin(async move {
+            let (req, report, mut inner) = fold(inner, &shared, work).await?;
+            // Readiness for the summary call was spent: ready again, to stream.
+            ServiceExt::<Streaming>::ready(&mut inner)
+                .await
+                .map_err(Into::into)?;
+            let call = Service::<Streaming>::call(&mut inner, Streaming(req));
+            streamed(call, report, None).await
+        })
     }
 }
 
