@@ -124,12 +124,17 @@ impl AnthropicDecoder {
             kind @ ("thinking" | "redacted_thinking") => {
                 let at = self.reasoning;
                 self.reasoning += 1;
+                // A thinking block starts empty; its text and signature follow as deltas.
                 let delta = if kind == "thinking" {
-                    ReasoningDelta::Thinking(b.thinking.unwrap_or_default())
+                    b.thinking
+                        .filter(|t| !t.is_empty())
+                        .map(ReasoningDelta::Thinking)
                 } else {
-                    ReasoningDelta::Redacted(b.data.unwrap_or_default())
+                    Some(ReasoningDelta::Redacted(b.data.unwrap_or_default()))
                 };
-                out.push_back(StreamEvent::Reasoning { index: at, delta });
+                if let Some(delta) = delta {
+                    out.push_back(StreamEvent::Reasoning { index: at, delta });
+                }
                 Block::Reasoning(at)
             }
             "tool_use" => {

@@ -5,20 +5,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use futures_util::StreamExt;
 use llm_context::retry::RetryPolicy;
+use llm_context::stream::{ChatStream, ReasoningDelta, StreamEvent, Streaming};
 use llm_context::usage::{UsageLayer, UsageMeter};
 use llm_context::{
-    Catalog, ChatResponse, ContextLimitError, ContextPolicyLayer, ProviderError, Scope,
-    load_catalog,
+    BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicyLayer,
+    ProviderError, Scope, load_catalog,
 };
 use serde_json::{Value, json};
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder, ServiceExt};
 
 use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit, emit, input, limit_json, warn_line};
 
 /// The exit codes, for `--help`.
 pub(crate) const EXIT_CODES_HELP: &str = "Exit codes:
-  0  the provider answered; {\"response\", \"report\"} on stdout
+  0  the provider answered; {\"response\", \"report\"} on stdout (with --stream: JSON
+     lines delta / reasoning / tool_call, then done with the same response and report)
   2  bad input: unreadable or invalid JSON, policy or catalog, a missing API key, or a
      --redis URL that is not valid or whose credentials the server refuses (a Redis
      that cannot be reached is not an error: the request is sent without the memo,
@@ -26,7 +29,8 @@ pub(crate) const EXIT_CODES_HELP: &str = "Exit codes:
   3  the request cannot fit the policy's allowance; nothing was sent
      ({\"error\": \"context_limit\", …} on stdout)
   4  the provider (or the network) failed after retries
-     ({\"error\": \"provider\", \"kind\", \"status\", \"message\", …} on stdout)
+     ({\"error\": \"provider\", \"kind\", \"status\", \"message\", …} on stdout; after a
+     --stream began, the line {\"type\": \"error\", \"error\": {…}} and no done line)
 
 Environment: OPENAI_API_KEY, OPENAI_BASE_URL (with /v1, default https://api.openai.com/v1);
 ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL (default https://api.anthropic.com).";
@@ -69,6 +73,11 @@ pub(crate) struct SendArgs {
     #[cfg(feature = "redis")]
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// Stream the answer: one JSON object a line as it arrives (`delta`, `reasoning`,
+    /// `tool_call`, then `done` with the same `response` and `report` as without it; a
+    /// failure after the stream began is an `error` line and exit 4).
+    #[arg(long)]
+    stream: bool,
     /// An OpenAI Chat Completions request body; `-` or nothing reads stdin.
     #[arg(value_name = "REQUEST.json")]
     request: Option<PathBuf>,
@@ -105,34 +114,118 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         .layer(UsageLayer::new(meter))
         .retry(retry);
 
+    let stream = args.stream;
     let model = request.model.clone();
     let result = match client {
         #[cfg(feature = "openai")]
-        Client::OpenAi(client) => stack.service(client).oneshot(request).await,
+        Client::OpenAi(client) if stream => {
+            streamed(stack.service(client), request, &catalog).await
+        }
+        #[cfg(feature = "openai")]
+        Client::OpenAi(client) => stack.service(client).oneshot(request).await.map(Sent::from),
         #[cfg(feature = "anthropic")]
-        Client::Anthropic(client) => stack.service(client).oneshot(request).await,
+        Client::Anthropic(client) if stream => {
+            streamed(stack.service(client), request, &catalog).await
+        }
+        #[cfg(feature = "anthropic")]
+        Client::Anthropic(client) => stack.service(client).oneshot(request).await.map(Sent::from),
     };
     match result {
-        Ok(response) => {
-            let out = json!({
-                "response": response_json(&response, catalog.cost(&model, &response.usage)),
-                "report": serde_json::to_value(&response.report).unwrap_or_default(),
-            });
-            emit(&format!("{out}\n"), 0)
+        Ok(Sent::Whole(response)) => {
+            emit(&format!("{}\n", done_json(&response, &catalog, &model)), 0)
         }
-        Err(err) => {
-            if let Some(limit) = err.downcast_ref::<ContextLimitError>() {
-                return emit(&format!("{}\n", limit_json(limit)), EXIT_CONTEXT_LIMIT);
-            }
-            // A transcript refused for its pairing (`repair_pairing = false`) is bad input.
-            if let Some(pairing) = err.downcast_ref::<llm_context::PairingError>() {
-                return Err(Exit::bad_input(pairing.to_string()));
-            }
-            let code = emit(&format!("{}\n", error_json(&*err)), EXIT_PROVIDER)?;
-            warn_line(&err.to_string());
-            Ok(code)
-        }
+        Ok(Sent::Streamed(written)) => written,
+        Err(err) => failed(&*err),
     }
+}
+
+/// How a `send` ended without failing before its answer began.
+enum Sent {
+    /// The whole response, to print.
+    Whole(Box<ChatResponse>),
+    /// Streamed: the exit code, or why standard output could not be written.
+    Streamed(Result<u8, Exit>),
+}
+
+impl From<ChatResponse> for Sent {
+    fn from(response: ChatResponse) -> Self {
+        Sent::Whole(Box::new(response))
+    }
+}
+
+/// `{"response", "report"}`: what `send` prints, and what `--stream` ends with.
+fn done_json(response: &ChatResponse, catalog: &Catalog, model: &str) -> Value {
+    let cost = catalog.cost(model, &response.usage);
+    json!({
+        "response": response_json(response, cost),
+        "report": serde_json::to_value(&response.report).unwrap_or_default(),
+    })
+}
+
+/// A failure before any answer: a request that cannot fit (exit 3), a transcript refused
+/// for its pairing (bad input), or the provider's (exit 4).
+fn failed(err: &(dyn std::error::Error + Send + Sync + 'static)) -> Result<u8, Exit> {
+    if let Some(limit) = err.downcast_ref::<ContextLimitError>() {
+        return emit(&format!("{}\n", limit_json(limit)), EXIT_CONTEXT_LIMIT);
+    }
+    // A transcript refused for its pairing (`repair_pairing = false`) is bad input.
+    if let Some(pairing) = err.downcast_ref::<llm_context::PairingError>() {
+        return Err(Exit::bad_input(pairing.to_string()));
+    }
+    let code = emit(&format!("{}\n", error_json(err)), EXIT_PROVIDER)?;
+    warn_line(&err.to_string());
+    Ok(code)
+}
+
+/// `--stream`: the answer as JSON lines, each written (and flushed) as it arrives. A
+/// reader that goes away (a broken pipe) ends the call, which closes the connection.
+async fn streamed<S>(service: S, request: ChatRequest, catalog: &Catalog) -> Result<Sent, BoxError>
+where
+    S: Service<Streaming, Response = ChatStream, Error = BoxError>,
+{
+    let model = request.model.clone();
+    let mut stream = service.oneshot(Streaming(request)).await?;
+    let line = |v: Value| emit(&format!("{v}\n"), 0);
+    let written = async {
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(StreamEvent::Text(text)) => {
+                    line(json!({"type": "delta", "text": text}))?;
+                }
+                Ok(StreamEvent::Reasoning {
+                    delta: ReasoningDelta::Thinking(text) | ReasoningDelta::Text(text),
+                    ..
+                }) => {
+                    line(json!({"type": "reasoning", "text": text}))?;
+                }
+                Ok(StreamEvent::Done(response)) => {
+                    // Each call once complete: its arguments parsed.
+                    for call in &response.message.tool_calls {
+                        line(
+                            json!({"type": "tool_call", "id": call.id, "name": call.name,
+                                    "arguments": call.arguments}),
+                        )?;
+                    }
+                    let mut done = done_json(&response, catalog, &model);
+                    done["type"] = json!("done");
+                    return line(done);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    line(json!({"type": "error", "error": error_json(&*err)}))?;
+                    warn_line(&err.to_string());
+                    return Ok(EXIT_PROVIDER);
+                }
+            }
+        }
+        // A `ChatStream` ends with `Done` or an error; say so if one ever does not.
+        line(
+            json!({"type": "error", "error": {"error": "provider", "kind": "stream_interrupted",
+                    "message": "the stream ended before the answer was complete"}}),
+        )?;
+        Ok(EXIT_PROVIDER)
+    };
+    Ok(Sent::Streamed(written.await))
 }
 
 /// The provider client a `send` calls.
