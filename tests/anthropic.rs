@@ -620,6 +620,33 @@ async fn unmodelled_response_fields_are_kept_for_the_caller() {
 }
 
 #[tokio::test]
+async fn blocks_the_message_has_no_place_for_are_kept_whole() {
+    let answer = json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": MODEL,
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "Oslo"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+            {"type": "text", "text": "Oslo."}
+        ],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 3}
+    });
+    let server = mock_post(MESSAGES, ResponseTemplate::new(200).set_body_json(answer)).await;
+    let reply = client(&server.uri())
+        .oneshot(ChatRequest::new(
+            MODEL,
+            vec![Message::user("Capital of Norway?")],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(reply.message.text(), "Oslo.");
+    let kept = reply.provider_fields["content"].as_array().unwrap();
+    assert_eq!(kept.len(), 2);
+    assert_eq!(kept[0]["input"]["query"], "Oslo");
+    assert_eq!(kept[1]["type"], "web_search_tool_result");
+}
+
+#[tokio::test]
 async fn a_tool_loop_with_extended_thinking_sends_the_thinking_back_before_its_tool_use() {
     // Every answer: thinking (signed), then a tool call, as Claude answers with thinking
     // on; the second request must carry that thinking block, unchanged, first.

@@ -71,12 +71,15 @@ fn text_round() -> Vec<Value> {
     vec![
         start_event("msg_02"),
         json!({"type": "content_block_start", "index": 0,
-               "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0,
-               "delta": {"type": "text_delta", "text": "The database refused "}}),
-        json!({"type": "content_block_delta", "index": 0,
-               "delta": {"type": "text_delta", "text": "connections (接続拒否)."}}),
+               "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}}),
         json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1,
+               "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 1,
+               "delta": {"type": "text_delta", "text": "The database refused "}}),
+        json!({"type": "content_block_delta", "index": 1,
+               "delta": {"type": "text_delta", "text": "connections (接続拒否)."}}),
+        json!({"type": "content_block_stop", "index": 1}),
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
                "usage": {"output_tokens": 12}}),
         json!({"type": "message_stop"}),
@@ -181,7 +184,7 @@ async fn a_two_round_tool_loop_with_thinking_streams_and_round_trips_the_signatu
 #[tokio::test]
 async fn an_error_event_is_a_typed_error() {
     let mut events = text_round();
-    events.truncate(3);
+    events.truncate(5); // up to the first text delta
     events.push(
         json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
     );

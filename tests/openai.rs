@@ -567,6 +567,37 @@ async fn unmodelled_response_fields_are_kept_for_the_caller() {
 }
 
 #[tokio::test]
+async fn a_choices_and_a_messages_unmodelled_fields_are_kept_too() {
+    let answer = json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-5.4",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "logprobs": {"content": [{"token": "Oslo", "logprob": -0.01, "bytes": [79, 115, 108, 111], "top_logprobs": []}]},
+            "message": {"role": "assistant", "content": "Oslo.", "refusal": null,
+                        "annotations": [{"type": "url_citation", "url_citation": {"url": "https://example.org/oslo", "title": "Oslo", "start_index": 0, "end_index": 4}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    });
+    assert_valid(
+        &validator("openai-chat-completions.schema.json", Root::Response),
+        &answer,
+        "the answer",
+    );
+    let server = mock_post(CHAT, ResponseTemplate::new(200).set_body_json(answer)).await;
+    let reply = client(&server.uri())
+        .oneshot(ChatRequest::new(
+            "gpt-5.4",
+            vec![Message::user("Capital of Norway?")],
+        ))
+        .await
+        .unwrap();
+    let fields = &reply.provider_fields;
+    assert_eq!(fields["choice"]["logprobs"]["content"][0]["token"], "Oslo");
+    assert_eq!(fields["message"]["annotations"][0]["type"], "url_citation");
+    // What the neutral message models, and nulls, are not repeated.
+    assert!(fields["choice"].get("index").is_none() && fields["choice"].get("message").is_none());
+    assert!(fields["message"].get("role").is_none() && fields["message"].get("refusal").is_none());
+}
+
+#[tokio::test]
 async fn a_servers_reasoning_content_is_kept_and_never_sent_back() {
     let answer = json!({
         "id": "chatcmpl-r1", "object": "chat.completion", "created": 1, "model": "deepseek-reasoner",

@@ -486,6 +486,9 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
     let mut text = String::new();
     let mut calls = Vec::new();
     let mut reasoning = Vec::new();
+    // Blocks the neutral message has no place for (server tools' calls and results, kinds
+    // newer than the client): kept for the caller.
+    let mut unmodelled = Vec::new();
     for block in body.content {
         match block {
             ResponseBlock::Text { text: t } => text.push_str(&t),
@@ -502,7 +505,7 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
             ResponseBlock::RedactedThinking { data } => {
                 reasoning.push(Reasoning::RedactedThinking { data })
             }
-            _ => {}
+            ResponseBlock::Other(block) => unmodelled.push(block),
         }
     }
     let message = if calls.is_empty() {
@@ -512,12 +515,14 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
     }
     .with_reasoning(reasoning);
     let finish = finish_reason(body.stop_reason.as_deref());
+    let mut fields = crate::client::provider_fields(body.id, body.model, body.extra);
+    if !unmodelled.is_empty() {
+        fields.insert("content".into(), Value::Array(unmodelled));
+    }
     ChatResponse::new(message)
         .with_finish_reason(finish)
         .with_usage(usage(&body.usage))
-        .with_provider_fields(crate::client::provider_fields(
-            body.id, body.model, body.extra,
-        ))
+        .with_provider_fields(fields)
 }
 
 /// The neutral finish reason for Anthropic's `stop_reason`.

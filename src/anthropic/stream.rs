@@ -27,8 +27,9 @@ struct Envelope<'a> {
     index: Option<usize>,
     /// `message_start`: the message as a non-streamed answer begins.
     message: Option<MessageResponse>,
-    /// `content_block_start`.
-    content_block: Option<StartBlock>,
+    /// `content_block_start` (one per block: read as a value, so that a kind this client
+    /// does not model is kept whole).
+    content_block: Option<Value>,
     /// `content_block_delta` and `message_delta`.
     #[serde(borrow)]
     delta: Option<Delta<'a>>,
@@ -102,6 +103,8 @@ pub(crate) struct AnthropicDecoder {
     usage: ResponseUsage,
     finish: Option<FinishReason>,
     fields: BTreeMap<String, Value>,
+    /// Blocks of kinds the neutral message has no place for, as they started.
+    unmodelled: Vec<Value>,
 }
 
 fn invalid(what: impl Into<String>) -> ProviderError {
@@ -113,7 +116,23 @@ fn invalid(what: impl Into<String>) -> ProviderError {
 }
 
 impl AnthropicDecoder {
-    fn start_block(&mut self, index: usize, b: StartBlock, out: &mut VecDeque<StreamEvent>) {
+    fn start_block(
+        &mut self,
+        index: usize,
+        raw: Value,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), ProviderError> {
+        let modelled = matches!(
+            raw["type"].as_str(),
+            Some("text" | "thinking" | "redacted_thinking" | "tool_use")
+        );
+        if !modelled {
+            self.unmodelled.push(raw);
+            self.set_block(index, Block::Other);
+            return Ok(());
+        }
+        let b =
+            StartBlock::deserialize(&raw).map_err(|e| invalid(format!("a block start: {e}")))?;
         let block = match b.kind.as_str() {
             "text" => {
                 if let Some(text) = b.text.filter(|t| !t.is_empty()) {
@@ -153,6 +172,11 @@ impl AnthropicDecoder {
             }
             _ => Block::Other,
         };
+        self.set_block(index, block);
+        Ok(())
+    }
+
+    fn set_block(&mut self, index: usize, block: Block) {
         if self.blocks.len() <= index {
             self.blocks.resize(index + 1, Block::Other);
         }
@@ -225,7 +249,7 @@ impl Decoder for AnthropicDecoder {
                 let block = e
                     .content_block
                     .ok_or_else(|| invalid("a block start has no block"))?;
-                self.start_block(at, block, out);
+                self.start_block(at, block, out)?;
             }
             "content_block_delta" => {
                 let at = index()?;
@@ -244,9 +268,14 @@ impl Decoder for AnthropicDecoder {
                 out.push_back(StreamEvent::Usage(usage(&self.usage)));
             }
             "message_stop" => {
+                let mut fields = std::mem::take(&mut self.fields);
+                if !self.unmodelled.is_empty() {
+                    let blocks = std::mem::take(&mut self.unmodelled);
+                    fields.insert("content".into(), Value::Array(blocks));
+                }
                 return Ok(Some(Ending {
                     finish: Some(self.finish.take().unwrap_or(FinishReason::Stop)),
-                    fields: std::mem::take(&mut self.fields),
+                    fields,
                 }));
             }
             "error" => return Err(error_event(Provider::Anthropic, &event.data, reading)),

@@ -326,7 +326,7 @@ pub struct MessageResponse {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// A response block; kinds the client does not use are kept as `Other`.
+/// A response block; kinds the client does not model are kept whole as `Other`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -358,9 +358,11 @@ pub enum ResponseBlock {
         /// The encrypted data.
         data: String,
     },
-    /// Server tool blocks and kinds added later.
-    #[serde(other)]
-    Other,
+    /// Server tool blocks and kinds added later, as sent (the response keeps them in
+    /// [`ChatResponse::provider_fields`](llm_context_layers::ChatResponse::provider_fields)
+    /// under `"content"`).
+    #[serde(untagged)]
+    Other(Value),
 }
 
 /// Usage. `input_tokens` counts only the tokens after the last breakpoint.
@@ -425,7 +427,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_blocks_are_skipped_and_thinking_is_kept() {
+    fn unknown_blocks_are_kept_whole_and_thinking_is_kept() {
         let r: MessageResponse = serde_json::from_value(json!({
             "content": [{"type": "thinking", "thinking": "…", "signature": "s"},
                         {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
@@ -440,7 +442,12 @@ mod tests {
                 signature: "s".into()
             }
         );
-        assert_eq!(r.content[1], ResponseBlock::Other);
+        assert_eq!(
+            r.content[1],
+            ResponseBlock::Other(
+                json!({"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}})
+            )
+        );
         assert_eq!(r.content[2], ResponseBlock::Text { text: "hi".into() });
     }
 }

@@ -236,7 +236,19 @@ pub(crate) fn response(body: CreateChatCompletionResponse) -> Result<ChatRespons
     }
     .with_reasoning(reasoning.into_iter().collect());
     let finish = finish_reason(choice.finish_reason.as_deref());
-    let fields = crate::client::provider_fields(body.id, body.model, body.extra);
+    let mut fields = crate::client::provider_fields(body.id, body.model, body.extra);
+    // What the choice and its message say beyond what the neutral response models.
+    for (key, mut extra, modelled) in [
+        ("choice", choice.extra, "index"),
+        ("message", msg.extra, "role"),
+    ] {
+        extra.remove(modelled);
+        // `"logprobs": null` and the like say nothing.
+        extra.retain(|_, v| !v.is_null());
+        if !extra.is_empty() {
+            fields.insert(key.into(), Value::Object(extra));
+        }
+    }
     Ok(ChatResponse::new(message)
         .with_finish_reason(finish)
         .with_usage(usage(body.usage.unwrap_or_default()))

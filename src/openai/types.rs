@@ -238,6 +238,9 @@ pub struct Choice {
     /// `stop`, `length`, `tool_calls`, `content_filter`, `function_call`.
     #[serde(default)]
     pub finish_reason: Option<String>,
+    /// Its other fields (`index`, `logprobs`, a server's own), kept for the caller.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The assistant's message.
@@ -257,6 +260,10 @@ pub struct ResponseMessage {
     /// llama.cpp), which OpenAI itself does not return.
     #[serde(default)]
     pub reasoning_content: Option<String>,
+    /// Its other fields (`role`, `annotations`, `audio`, a server's own), kept for the
+    /// caller.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A tool call in a response.
