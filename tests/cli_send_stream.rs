@@ -6,6 +6,7 @@ mod stream;
 
 use std::process::{Command, Output, Stdio};
 
+use common::schema::{Root, assert_valid, validator};
 use serde_json::{Value, json};
 use stream::server::{Reply, data, named, start};
 
@@ -66,6 +67,7 @@ fn chunk(delta: Value, finish: Option<&str>) -> Value {
 }
 
 fn openai_answer() -> Vec<String> {
+    let v = validator("openai-chat-completions.schema.json", Root::Stream);
     let mut out: Vec<String> = [
         chunk(json!({"role": "assistant", "content": ""}), None),
         chunk(json!({"content": "Ich prüfe "}), None),
@@ -81,7 +83,10 @@ fn openai_answer() -> Vec<String> {
                "choices": [], "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320}}),
     ]
     .iter()
-    .map(data)
+    .map(|c| {
+        assert_valid(&v, c, "a stream chunk");
+        data(c)
+    })
     .collect();
     out.push("data: [DONE]\n\n".into());
     out
@@ -127,7 +132,13 @@ async fn openai_streams_json_lines_ending_with_the_response_and_report() {
     assert_eq!(done["response"]["usage"]["output_tokens"], 20);
     assert!(done["response"]["cost_usd"].as_f64().unwrap() > 0.0);
     assert!(done["report"]["prompt_allowance"].as_u64().unwrap() > 0);
-    assert_eq!(server.bodies.lock().unwrap()[0]["stream"], true);
+    let sent = server.bodies.lock().unwrap()[0].clone();
+    assert_valid(
+        &validator("openai-chat-completions.schema.json", Root::Request),
+        &sent,
+        "the body",
+    );
+    assert_eq!(sent["stream"], true);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -183,7 +194,12 @@ async fn anthropic_streams_reasoning_and_keeps_the_signed_block() {
     assert_eq!(lines[2]["type"], "done");
     assert_eq!(message["reasoning"][0]["signature"], "sig==");
     assert_eq!(lines[2]["response"]["usage"]["output_tokens"], 40);
-    let sent = &server.bodies.lock().unwrap()[0];
+    let sent = server.bodies.lock().unwrap()[0].clone();
+    assert_valid(
+        &validator("anthropic-messages.schema.json", Root::Request),
+        &sent,
+        "the body",
+    );
     assert_eq!(sent["thinking"]["budget_tokens"], 1024);
 }
 

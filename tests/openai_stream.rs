@@ -249,6 +249,38 @@ async fn dropping_the_stream_closes_the_upstream_connection() {
 }
 
 #[tokio::test]
+async fn a_stream_dropped_through_the_stack_closes_the_connection_and_stores_nothing() {
+    let mut pieces = sse(&answer()[..2]);
+    pieces.pop();
+    let mut held = Reply::events(pieces);
+    held.close = false;
+    let mut server = start(vec![held, Reply::events(sse(&answer()))]).await;
+    let memo = llm_context::memo::MemoLayer::new(std::sync::Arc::new(
+        llm_context::memo::LocalMemoStore::default(),
+    ));
+    let stack = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(100_000))
+        .unwrap()
+        .with_memo(memo)
+        .layer(client(&server.url));
+    let req = || request().with_temperature(0.0);
+    let mut stream = stack.clone().oneshot(Streaming(req())).await.unwrap();
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(StreamEvent::Text(_)))
+    ));
+    drop(stream);
+    tokio::time::timeout(Duration::from_secs(5), server.closed.recv())
+        .await
+        .expect("the server saw the connection close")
+        .unwrap();
+    // Nothing was memoized: the same request goes upstream again, and completes.
+    let stream = stack.oneshot(Streaming(req())).await.unwrap();
+    let done = all(stream).await.pop().unwrap().unwrap();
+    assert!(!done.as_done().unwrap().report.memo_hit);
+    assert_eq!(server.bodies.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn a_streamed_call_through_the_stack_carries_the_report() {
     let server = start(vec![Reply::events(sse(&answer()))]).await;
     let policy = ContextPolicy::default().with_max_tokens(100_000);
