@@ -571,7 +571,7 @@ async fn a_choices_and_a_messages_unmodelled_fields_are_kept_too() {
     let answer = json!({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-5.4",
         "choices": [{"index": 0, "finish_reason": "stop",
-            "logprobs": {"content": [{"token": "Oslo", "logprob": -0.01, "bytes": [79, 115, 108, 111], "top_logprobs": []}]},
+            "logprobs": {"content": [{"token": "Oslo", "logprob": -0.01, "bytes": [79, 115, 108, 111], "top_logprobs": []}], "refusal": null},
             "message": {"role": "assistant", "content": "Oslo.", "refusal": null,
                         "annotations": [{"type": "url_citation", "url_citation": {"url": "https://example.org/oslo", "title": "Oslo", "start_index": 0, "end_index": 4}}]}}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
