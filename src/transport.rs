@@ -31,6 +31,12 @@
 //! [`TransportErrorKind::TooLarge`] past it, whatever `Content-Length` said or did not
 //! say. Neither transport nor client asks for compressed bodies, so the limit is on the
 //! bytes that arrive.
+//!
+//! Streamed calls ([`Streaming`] requests to a client) need a transport that also takes a
+//! `Streaming<HttpRequest>` and answers an [`HttpStreamResponse`], whose body is read as
+//! it arrives; [`ReqwestTransport`] does, with its body limit applied per line of the
+//! event stream rather than to the whole answer. A transport of your own that only
+//! answers whole bodies serves plain calls, and a streamed call does not compile.
 
 use std::future::Future;
 use std::pin::Pin;
