@@ -1,6 +1,8 @@
 //! The `llm-context` command-line contract (arguments, output, exit codes), through the
 //! real binary.
 
+// Only `feed` is used here.
+#[allow(dead_code)]
 #[path = "common/child.rs"]
 mod child;
 

@@ -5,7 +5,7 @@ mod common;
 #[cfg(feature = "redis")]
 mod support;
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use common::rules::{anthropic_request, openai_request};
 use common::schema::{Root, assert_valid, validator};
@@ -17,32 +17,7 @@ const KEY: &str = "sk-test-CLI-0123456789abcdefghijklmnop";
 /// Runs the binary with `args`, `stdin` as the request, and only the given provider
 /// variables in its environment.
 async fn run(args: Vec<String>, env: Vec<(&'static str, String)>, stdin: String) -> Output {
-    tokio::task::spawn_blocking(move || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_llm-context"));
-        cmd.args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for var in [
-            "OPENAI_API_KEY",
-            "OPENAI_BASE_URL",
-            "ANTHROPIC_API_KEY",
-            "ANTHROPIC_BASE_URL",
-            "ANTHROPIC_AUTH_TOKEN",
-            "OPENAI_ORG_ID",
-            "OPENAI_PROJECT_ID",
-        ] {
-            cmd.env_remove(var);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        common::child::feed(&mut child, stdin.as_bytes());
-        child.wait_with_output().unwrap()
-    })
-    .await
-    .unwrap()
+    common::child::run(env!("CARGO_BIN_EXE_llm-context"), args, env, stdin).await
 }
 
 fn args(list: &[&str]) -> Vec<String> {

@@ -4,7 +4,7 @@
 mod common;
 mod stream;
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use common::schema::{Root, assert_valid, validator};
 use serde_json::{Value, json};
@@ -13,30 +13,8 @@ use stream::server::{Reply, data, named, start};
 const KEY: &str = "sk-test-CLI-0123456789abcdefghijklmnop";
 
 async fn run(args: &[&str], env: Vec<(&'static str, String)>, stdin: String) -> Output {
-    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_llm-context"));
-        cmd.args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for var in [
-            "OPENAI_API_KEY",
-            "OPENAI_BASE_URL",
-            "ANTHROPIC_API_KEY",
-            "ANTHROPIC_BASE_URL",
-        ] {
-            cmd.env_remove(var);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        common::child::feed(&mut child, stdin.as_bytes());
-        child.wait_with_output().unwrap()
-    })
-    .await
-    .unwrap()
+    let args = args.iter().map(|s| (*s).to_owned()).collect();
+    common::child::run(env!("CARGO_BIN_EXE_llm-context"), args, env, stdin).await
 }
 
 /// Every stdout line, as JSON.
