@@ -53,6 +53,10 @@ mod sse;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod transport;
 
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod serve;
+
 #[cfg(feature = "anthropic")]
 pub use anthropic::Anthropic;
 pub use catalog_file::{load_catalog, load_policy};

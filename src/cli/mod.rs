@@ -5,6 +5,8 @@ mod picture;
 mod prepare;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod send;
+#[cfg(feature = "serve")]
+mod serve;
 #[cfg(feature = "simulate")]
 mod simulate;
 
@@ -47,6 +49,10 @@ enum Command {
     /// policy and print what it would cost against the provider's prompt cache.
     #[cfg(feature = "simulate")]
     Simulate(simulate::SimulateArgs),
+    /// Serve the whole stack behind the OpenAI Chat Completions API (POST
+    /// /v1/chat/completions, streaming or not): point any agent's base URL at it.
+    #[cfg(feature = "serve")]
+    Serve(serve::ServeArgs),
 }
 
 /// A failure that ends the command with an exit code.
@@ -158,6 +164,8 @@ pub(crate) fn run() -> ExitCode {
             Command::Send(args) => send::run(args).await,
             #[cfg(feature = "simulate")]
             Command::Simulate(args) => simulate::run(args).await,
+            #[cfg(feature = "serve")]
+            Command::Serve(args) => serve::run(args).await,
         }
     });
     match result {

@@ -1,0 +1,71 @@
+//! `llm-context serve`: the whole stack behind the Chat Completions wire format.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use llm_context::ConfigError;
+use llm_context::anthropic::AnthropicBuilder;
+use llm_context::openai::OpenAiBuilder;
+use llm_context::serve::{Proxy, check_listen};
+
+use super::{Exit, input};
+
+#[derive(Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on. Without a key table (not built yet) only loopback is
+    /// allowed.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The policy every request is prepared under, JSON or TOML, with ContextPolicy
+    /// fields.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+}
+
+pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
+    check_listen(args.listen).map_err(Exit::bad_input)?;
+    let policy = input::policy(args.policy.as_deref())?;
+    let mut builder = Proxy::builder().policy(policy);
+    // Upstream keys come from the server's environment, never from the client.
+    let openai = optional(OpenAiBuilder::from_env().build())?;
+    let anthropic = optional(AnthropicBuilder::from_env().build())?;
+    if openai.is_none() && anthropic.is_none() {
+        return Err(Exit::bad_input(
+            "set OPENAI_API_KEY (or OPENAI_BASE_URL) or ANTHROPIC_API_KEY: there is no upstream",
+        ));
+    }
+    if let Some(client) = openai {
+        builder = builder.openai(client);
+    }
+    if let Some(client) = anthropic {
+        builder = builder.anthropic(client);
+    }
+    let proxy = builder
+        .build()
+        .map_err(|e| Exit::bad_input(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Exit::bad_input(format!("cannot listen on {}: {e}", args.listen)))?;
+    tracing::warn!(
+        event = "serve_listening",
+        addr = %args.listen,
+        "llm-context serve: listening on http://{}",
+        args.listen
+    );
+    proxy
+        .serve(listener)
+        .await
+        .map_err(|e| Exit::internal(format!("the server stopped: {e}")))?;
+    Ok(0)
+}
+
+/// A client, or none when its key is not set; any other configuration error is bad
+/// input.
+fn optional<C>(built: Result<C, ConfigError>) -> Result<Option<C>, Exit> {
+    match built {
+        Ok(client) => Ok(Some(client)),
+        Err(ConfigError::MissingApiKey { .. }) => Ok(None),
+        Err(e) => Err(Exit::bad_input(e.to_string())),
+    }
+}

@@ -1,0 +1,320 @@
+//! `llm_context::serve` over real HTTP on 127.0.0.1: a client speaking Chat Completions
+//! to the proxy, the proxy to a fake provider. Every body the client gets validates
+//! against OpenAI's response (or stream-chunk) schema; every body the provider gets,
+//! against its request schema.
+
+mod common;
+mod stream;
+
+use common::fixture;
+use common::schema::{Root, assert_valid, validator};
+use llm_context::serve::{Proxy, check_listen};
+use llm_context::{Anthropic, ContextPolicy, OpenAi};
+use serde_json::{Value, json};
+use stream::server::{Reply, data, start};
+use wiremock::ResponseTemplate;
+
+const OPENAI_SCHEMA: &str = "openai-chat-completions.schema.json";
+
+/// Serves `proxy` on a free loopback port; its base URL.
+async fn serving(proxy: Proxy) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(proxy.serve(listener));
+    url
+}
+
+fn openai(url: &str) -> OpenAi {
+    OpenAi::builder()
+        .base_url(format!("{url}/v1"))
+        .api_key("sk-upstream")
+        .build()
+        .unwrap()
+}
+
+fn body(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "stream": stream,
+        "stream_options": {"include_usage": true},
+        "messages": [
+            {"role": "system", "content": "You are an SRE assistant."},
+            {"role": "user", "content": "Warum schlug das Deployment fehl? なぜ?"}
+        ]
+    })
+}
+
+async fn post(url: &str, body: &Value, session: Option<&str>) -> reqwest::Response {
+    let mut req = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(s) = session {
+        req = req.header("x-llm-context-session", s);
+    }
+    req.send().await.unwrap()
+}
+
+async fn json_of(response: reqwest::Response) -> Value {
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_plain_completion_goes_through_the_stack_with_the_report_in_headers() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json"),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut request = body("gpt-5.4", false);
+    request["messages"][1]["content"] = json!(format!(
+        "Logs:\n{}",
+        "E connexion refusée 接続拒否\n".repeat(1_000)
+    ));
+    let response = post(&url, &request, Some("ticket-4412")).await;
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    let answer = json_of(response).await;
+    assert_valid(
+        &validator(OPENAI_SCHEMA, Root::Response),
+        &answer,
+        "the answer",
+    );
+    assert_eq!(answer["object"], "chat.completion");
+    assert!(
+        !answer["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
+    for name in [
+        "x-llm-context-before-tokens",
+        "x-llm-context-after-tokens",
+        "x-llm-context-removed-messages",
+        "x-llm-context-cleared",
+        "x-llm-context-offloaded",
+    ] {
+        assert!(
+            headers[name].to_str().unwrap().parse::<u64>().is_ok(),
+            "{name}"
+        );
+    }
+    assert_eq!(headers["x-llm-context-memo"], "miss");
+    let sent: Value =
+        serde_json::from_slice(&upstream.received_requests().await.unwrap()[0].body).unwrap();
+    assert_valid(
+        &validator(OPENAI_SCHEMA, Root::Request),
+        &sent,
+        "the upstream body",
+    );
+    // The upstream key is the server's, never the client's.
+    let received = &upstream.received_requests().await.unwrap()[0];
+    assert_eq!(
+        received.headers.get("authorization").unwrap(),
+        "Bearer sk-upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_comes_back_as_chat_completion_chunks() {
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-5.4",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut pieces: Vec<String> = [
+        chunk(json!({"role": "assistant", "content": ""}), None),
+        chunk(json!({"content": "Die Datenbank "}), None),
+        chunk(json!({"content": "verweigert (接続拒否)."}), None),
+        chunk(json!({}), Some("stop")),
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-5.4",
+               "choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}}),
+    ]
+    .iter()
+    .map(data)
+    .collect();
+    pieces.push("data: [DONE]\n\n".into());
+    let upstream = start(vec![Reply::events(pieces)]).await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.url))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let response = post(&url, &body("gpt-5.4", true), None).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let text = response.text().await.unwrap();
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"));
+    let v = validator(OPENAI_SCHEMA, Root::Stream);
+    let mut content = String::new();
+    let mut usage = None;
+    for e in &events[..events.len() - 1] {
+        let chunk: Value = serde_json::from_str(e).unwrap();
+        assert_valid(&v, &chunk, "a chunk the client gets");
+        if let Some(c) = chunk["choices"][0]["delta"]["content"].as_str() {
+            content.push_str(c);
+        }
+        if !chunk["usage"].is_null() {
+            usage = Some(chunk["usage"].clone());
+        }
+    }
+    assert_eq!(content, "Die Datenbank verweigert (接続拒否).");
+    assert_eq!(usage.unwrap()["completion_tokens"], 8);
+    let sent = upstream.bodies.lock().unwrap()[0].clone();
+    assert_valid(
+        &validator(OPENAI_SCHEMA, Root::Request),
+        &sent,
+        "the upstream body",
+    );
+    assert_eq!(sent["stream"], true);
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_fit_is_400_and_never_sent() {
+    let upstream =
+        common::servers::mock_post("/v1/chat/completions", ResponseTemplate::new(200)).await;
+    let policy = ContextPolicy::default()
+        .with_max_tokens(2_000)
+        .with_reserve_tokens(500);
+    let proxy = Proxy::builder()
+        .policy(policy)
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut request = body("gpt-5.4", false);
+    request["messages"][1]["content"] = json!("слово ".repeat(5_000));
+    for stream in [false, true] {
+        request["stream"] = json!(stream);
+        let response = post(&url, &request, None).await;
+        assert_eq!(response.status(), 400);
+        let v = json_of(response).await;
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
+        assert_eq!(v["error"]["param"], "messages");
+        assert_eq!(v["llm_context"]["allowance"], 1_500);
+        assert!(v["llm_context"]["needed_tokens"].as_u64().unwrap() > 1_500);
+        assert!(v["llm_context"]["breakdown"].is_object());
+    }
+    assert!(upstream.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_openai_client_reaches_claude() {
+    let upstream = common::servers::mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("anthropic-response-text.json"), "application/json"),
+    )
+    .await;
+    let claude = Anthropic::builder()
+        .base_url(upstream.uri())
+        .api_key("sk-ant-upstream")
+        .build()
+        .unwrap();
+    let proxy = Proxy::builder().anthropic(claude).build().unwrap();
+    let url = serving(proxy).await;
+    let response = post(&url, &body("claude-sonnet-4-6", false), None).await;
+    assert_eq!(response.status(), 200);
+    let answer = json_of(response).await;
+    assert_valid(
+        &validator(OPENAI_SCHEMA, Root::Response),
+        &answer,
+        "the answer",
+    );
+    let sent: Value =
+        serde_json::from_slice(&upstream.received_requests().await.unwrap()[0].body).unwrap();
+    assert_valid(
+        &validator("anthropic-messages.schema.json", Root::Request),
+        &sent,
+        "the upstream body",
+    );
+    assert_eq!(sent["system"][0]["text"], "You are an SRE assistant.");
+    // A model whose provider has no key here is the client's error, said plainly.
+    let response = post(&url, &body("gpt-5.4", false), None).await;
+    assert_eq!(response.status(), 400);
+    let v = json_of(response).await;
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("OpenAI"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_error_keeps_its_status() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(404).set_body_json(json!({"error": {
+            "message": "The model `gpt-9` does not exist", "type": "invalid_request_error",
+            "param": null, "code": "model_not_found"}})),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let response = post(&url, &body("gpt-9", false), None).await;
+    assert_eq!(response.status(), 404);
+    let v = json_of(response).await;
+    assert_eq!(v["error"]["code"], "model_not_found");
+    assert!(v["error"]["message"].as_str().unwrap().contains("gpt-9"));
+}
+
+#[tokio::test]
+async fn an_answer_the_proxy_cannot_read_is_a_bad_gateway_never_a_200() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200).set_body_raw("<html>maintenance</html>", "text/html"),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let response = post(&url, &body("gpt-5.4", false), None).await;
+    assert_eq!(response.status(), 502);
+    let v = json_of(response).await;
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("JSON"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn health_and_bad_bodies() {
+    let proxy = Proxy::builder()
+        .openai(openai("http://127.0.0.1:9"))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let v = json_of(response).await;
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+}
+
+#[test]
+fn without_a_key_table_only_loopback_is_served() {
+    assert!(check_listen("127.0.0.1:8080".parse().unwrap()).is_ok());
+    assert!(check_listen("[::1]:8080".parse().unwrap()).is_ok());
+    let err = check_listen("0.0.0.0:8080".parse().unwrap()).unwrap_err();
+    assert!(err.contains("loopback"), "{err}");
+}
