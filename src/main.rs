@@ -6,7 +6,7 @@
 //!     [--session S] [--max-retries N] [--timeout SECONDS] [--redis URL] [--stream]
 //!     [REQUEST.json | -]
 //! llm-context simulate [--policy FILE]... [--model M] [--calls per-turn|per-round] …
-//! llm-context serve [--listen 127.0.0.1:8080] [--policy FILE]
+//! llm-context serve [--listen 127.0.0.1:8080] [--policy FILE] [--drain-timeout SECONDS]
 //! ```
 //!
 //! Exit codes: 0 done, 1 an internal failure, 2 bad input (a one-line message on

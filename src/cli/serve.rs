@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use llm_context::ConfigError;
@@ -21,6 +22,10 @@ pub(crate) struct ServeArgs {
     /// fields.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+    /// On SIGTERM (or Ctrl-C), how long the requests in flight, streams included, may
+    /// run on before they are cut off; no new connection is accepted meanwhile.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    drain_timeout: u64,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
@@ -53,11 +58,34 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
         "llm-context serve: listening on http://{}",
         args.listen
     );
+    let drain = Duration::from_secs(args.drain_timeout);
     proxy
-        .serve(listener)
+        .serve_until(listener, terminated(), drain)
         .await
         .map_err(|e| Exit::internal(format!("the server stopped: {e}")))?;
     Ok(0)
+}
+
+/// SIGTERM or Ctrl-C, whichever comes first.
+async fn terminated() {
+    let ctrl_c = std::pin::pin!(async {
+        let _ = tokio::signal::ctrl_c().await;
+    });
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                let term = std::pin::pin!(async move {
+                    term.recv().await;
+                });
+                futures_util::future::select(ctrl_c, term).await;
+            }
+            Err(_) => ctrl_c.await,
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
 }
 
 /// A client, or none when its key is not set; any other configuration error is bad

@@ -36,14 +36,16 @@
 //!   [`max_body_bytes`](ProxyBuilder::max_body_bytes) (default 64 MiB) is answered 413.
 //!
 //! Not built yet: `/v1/messages`, tenants and the key table, the report headers of a
-//! stream, `/readyz` and `/metrics`, draining on SIGTERM, limits, and replicas over Redis.
+//! stream, `/readyz` and `/metrics`, the concurrency limit, and replicas over Redis.
+//! [`Proxy::serve_until`] drains on a signal (`llm-context serve` on SIGTERM or Ctrl-C).
 //! Until tenants exist, [`check_listen`] keeps the server on loopback.
 
 mod openai_wire;
 
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -135,6 +137,47 @@ impl Proxy {
     /// Serves on `listener` until the process ends.
     pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         axum::serve(listener, self.router()).await
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then drains: no new connection is
+    /// accepted, and the requests in flight (streams included) run to their end, for at
+    /// most `drain` more; what is still running then is cut off.
+    pub async fn serve_until(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        drain: Duration,
+    ) -> std::io::Result<()> {
+        let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::warn!(
+                event = "serve_draining",
+                drain_seconds = drain.as_secs_f64(),
+                "shutting down: draining the requests in flight"
+            );
+            let _ = stopping.send(());
+        });
+        let deadline = async move {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(drain).await;
+            } else {
+                // The server ended on its own: never cut it off.
+                std::future::pending::<()>().await;
+            }
+        };
+        let server = std::pin::pin!(server.into_future());
+        let deadline = std::pin::pin!(deadline);
+        match futures_util::future::select(server, deadline).await {
+            futures_util::future::Either::Left((result, _)) => result,
+            futures_util::future::Either::Right(((), _)) => {
+                tracing::warn!(
+                    event = "serve_drain_timeout",
+                    "the drain timeout passed: the requests still in flight are cut off"
+                );
+                Ok(())
+            }
+        }
     }
 }
 

@@ -1,0 +1,153 @@
+//! `llm-context serve` as a process: SIGTERM drains the requests in flight (a stream
+//! runs to its end), within `--drain-timeout`.
+
+mod stream;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use stream::server::{Reply, data, start};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The server over `upstream`, once it answers `/healthz`; its child and base URL.
+async fn serve(upstream: &str, drain: &str) -> (Child, String) {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_llm-context"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--drain-timeout",
+            drain,
+        ])
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
+        .env("OPENAI_API_KEY", "sk-upstream")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    for _ in 0..200 {
+        if reqwest::get(format!("{url}/healthz")).await.is_ok() {
+            return (child, url);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the server did not start");
+}
+
+fn terminate(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits for the child to exit, at most `limit`.
+async fn exited(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "the server did not exit within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn slow_answer(pieces: usize) -> Vec<String> {
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-5.4",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut out: Vec<String> = (0..pieces)
+        .map(|i| {
+            data(&chunk(
+                json!({"content": format!("Stück {i} — 部分 ")}),
+                None,
+            ))
+        })
+        .collect();
+    out.push(data(&chunk(json!({}), Some("stop"))));
+    out.push("data: [DONE]\n\n".into());
+    out
+}
+
+async fn open_stream(url: &str) -> reqwest::Response {
+    let body = json!({"model": "gpt-5.4", "stream": true,
+                      "messages": [{"role": "user", "content": "Erzähl langsam."}]});
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_a_stream_in_flight_finish_then_exits() {
+    let mut reply = Reply::events(slow_answer(8));
+    reply.gap = Duration::from_millis(120);
+    let upstream = start(vec![reply]).await;
+    let (mut child, url) = serve(&upstream.url, "30").await;
+    let mut response = open_stream(&url).await;
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("Stück 0"));
+    terminate(&child);
+    let mut rest = String::new();
+    while let Some(piece) = response.chunk().await.unwrap() {
+        rest.push_str(&String::from_utf8_lossy(&piece));
+    }
+    assert!(
+        rest.contains("Stück 7"),
+        "the stream ran to its end: {rest}"
+    );
+    assert!(rest.trim_end().ends_with("data: [DONE]"), "{rest}");
+    let status = exited(&mut child, Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    // Gone: no new connection is accepted.
+    assert!(reqwest::get(format!("{url}/healthz")).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_past_the_drain_timeout_is_cut_off() {
+    let mut reply = Reply::events(slow_answer(2)[..1].to_vec());
+    reply.close = false; // the upstream never finishes
+    let upstream = start(vec![reply]).await;
+    let (mut child, url) = serve(&upstream.url, "1").await;
+    let mut response = open_stream(&url).await;
+    response.chunk().await.unwrap().unwrap();
+    let asked = Instant::now();
+    terminate(&child);
+    let status = exited(&mut child, Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900),
+        "the drain lasted {waited:?}"
+    );
+    // The client's stream ends without [DONE].
+    let mut rest = String::new();
+    while let Ok(Some(piece)) = response.chunk().await {
+        rest.push_str(&String::from_utf8_lossy(&piece));
+    }
+    assert!(!rest.contains("[DONE]"));
+}
