@@ -2,8 +2,8 @@
 # Runs every test of the workspace against a real redis-server, on a fresh machine too:
 # installs redis-server where it is missing, starts it on 127.0.0.1 on a free port, runs
 # `cargo test --workspace --all-features` (extra arguments are passed on) and stops the
-# server by its pid whatever happens; then the official OpenAI Python SDK against
-# `llm-context serve` (tests/sdk, the SDK pinned, in a venv outside the repository).
+# server by its pid whatever happens; then the official OpenAI and Anthropic Python SDKs
+# against `llm-context serve` (tests/sdk, pinned, in a venv outside the repository).
 # Exits with the first failure's status.
 set -euo pipefail
 
@@ -59,20 +59,21 @@ if [ "$status" -ne 0 ] || [ "$#" -gt 0 ]; then
     exit "$status"
 fi
 
-# The official OpenAI Python SDK against `llm-context serve` (the binary the tests just
-# built), in a venv outside the repository, at a pinned version.
+# The official OpenAI and Anthropic Python SDKs against `llm-context serve` (the binary
+# the tests just built), in a venv outside the repository, at pinned versions.
 SDK_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/llm-context-tests/sdk-venv"
 OPENAI_SDK_VERSION=3.57.0
-if ! "$SDK_VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_SDK_VERSION')" 2>/dev/null; then
-    echo "test.sh: installing openai==$OPENAI_SDK_VERSION into $SDK_VENV" >&2
+ANTHROPIC_SDK_VERSION=2.16.0
+if ! "$SDK_VENV/bin/python" -c "import openai, anthropic, sys; sys.exit(openai.__version__ != '$OPENAI_SDK_VERSION' or anthropic.__version__ != '$ANTHROPIC_SDK_VERSION')" 2>/dev/null; then
+    echo "test.sh: installing openai==$OPENAI_SDK_VERSION anthropic==$ANTHROPIC_SDK_VERSION into $SDK_VENV" >&2
     if ! python3 -m venv "$SDK_VENV" 2>/dev/null; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -q
         apt-get install -y -q --no-install-recommends python3-venv
         python3 -m venv "$SDK_VENV"
     fi
-    "$SDK_VENV/bin/pip" install -q "openai==$OPENAI_SDK_VERSION"
+    "$SDK_VENV/bin/pip" install -q "openai==$OPENAI_SDK_VERSION" "anthropic==$ANTHROPIC_SDK_VERSION"
 fi
 LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
-    "$SDK_VENV/bin/python" -m unittest tests/sdk/test_openai_sdk.py || status=$?
+    "$SDK_VENV/bin/python" -m unittest tests/sdk/test_openai_sdk.py tests/sdk/test_anthropic_sdk.py || status=$?
 exit "$status"

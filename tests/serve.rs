@@ -7,30 +7,15 @@ mod common;
 mod stream;
 
 use common::fixture;
+use common::proxy::{STREAMED_TEXT, openai, openai_stream, serving};
 use common::schema::{Root, assert_valid, validator};
 use llm_context::serve::{Proxy, check_listen};
-use llm_context::{Anthropic, ContextPolicy, OpenAi};
+use llm_context::{Anthropic, ContextPolicy};
 use serde_json::{Value, json};
-use stream::server::{Reply, data, start};
+use stream::server::{Reply, start};
 use wiremock::ResponseTemplate;
 
 const OPENAI_SCHEMA: &str = "openai-chat-completions.schema.json";
-
-/// Serves `proxy` on a free loopback port; its base URL.
-async fn serving(proxy: Proxy) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(proxy.serve(listener));
-    url
-}
-
-fn openai(url: &str) -> OpenAi {
-    OpenAi::builder()
-        .base_url(format!("{url}/v1"))
-        .api_key("sk-upstream")
-        .build()
-        .unwrap()
-}
 
 fn body(model: &str, stream: bool) -> Value {
     json!({
@@ -123,22 +108,7 @@ async fn a_plain_completion_goes_through_the_stack_with_the_report_in_headers() 
 
 #[tokio::test]
 async fn a_stream_comes_back_as_chat_completion_chunks() {
-    let chunk = |delta: Value, finish: Option<&str>| {
-        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-5.4",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let mut pieces: Vec<String> = [
-        chunk(json!({"role": "assistant", "content": ""}), None),
-        chunk(json!({"content": "Die Datenbank "}), None),
-        chunk(json!({"content": "verweigert (接続拒否)."}), None),
-        chunk(json!({}), Some("stop")),
-        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-5.4",
-               "choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}}),
-    ]
-    .iter()
-    .map(data)
-    .collect();
-    pieces.push("data: [DONE]\n\n".into());
+    let pieces = openai_stream();
     let upstream = start(vec![Reply::events(pieces)]).await;
     let proxy = Proxy::builder()
         .openai(openai(&upstream.url))
@@ -148,6 +118,17 @@ async fn a_stream_comes_back_as_chat_completion_chunks() {
     let response = post(&url, &body("gpt-5.4", true), None).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
+    // What preparation did is known before the first event: the report is in the headers.
+    assert_eq!(response.headers()["x-llm-context-memo"], "miss");
+    assert_eq!(response.headers()["x-llm-context-removed-messages"], "0");
+    assert!(
+        response.headers()["x-llm-context-before-tokens"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
     let text = response.text().await.unwrap();
     let events: Vec<&str> = text
         .split("\n\n")
@@ -167,7 +148,7 @@ async fn a_stream_comes_back_as_chat_completion_chunks() {
             usage = Some(chunk["usage"].clone());
         }
     }
-    assert_eq!(content, "Die Datenbank verweigert (接続拒否).");
+    assert_eq!(content, STREAMED_TEXT);
     assert_eq!(usage.unwrap()["completion_tokens"], 8);
     let sent = upstream.bodies.lock().unwrap()[0].clone();
     assert_valid(

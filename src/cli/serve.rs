@@ -1,4 +1,4 @@
-//! `llm-context serve`: the whole stack behind the Chat Completions wire format.
+//! `llm-context serve`: the whole stack behind the Chat Completions and Messages wire formats.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
-//! The whole stack behind the Chat Completions wire format, as an HTTP server: any agent
-//! that speaks OpenAI's API gets context management by changing its base URL.
+//! The whole stack behind the Chat Completions and Anthropic Messages wire formats, as an
+//! HTTP server: any agent that speaks either API gets context management by changing its
+//! base URL.
 //!
 //! ```no_run
 //! use llm_context::serve::Proxy;
@@ -15,31 +16,47 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This is the first part of `llm-context serve` (DESIGN § The proxy):
+//! What it does (DESIGN § The proxy):
 //!
-//! - `POST /v1/chat/completions`, `stream` true or false. The request goes through the
-//!   whole context stack (prune, clear, offload, prefix, memo) and on to the provider
-//!   the model belongs to: the catalog's provider, else `claude-…` to Anthropic and
-//!   anything else to OpenAI, so an OpenAI client reaches Claude as well. The model's
-//!   reads of offloaded results (`read_context_artifact`) are answered inside the server,
-//!   streams included: the client never sees them.
+//! - `POST /v1/chat/completions` (OpenAI Chat Completions) and `POST /v1/messages`
+//!   (Anthropic Messages), `stream` true or false. The request goes through the whole
+//!   context stack (prune, clear, offload, prefix, memo) and on to the provider the model
+//!   belongs to: the catalog's provider, else `claude-…` to Anthropic and anything else
+//!   to OpenAI, whatever the format it came in, so an OpenAI client reaches Claude and an
+//!   Anthropic client reaches GPT. The answer goes back in the client's format. The
+//!   model's reads of offloaded results (`read_context_artifact`) are answered inside the
+//!   server, streams included: the client never sees them.
+//! - A Messages history keeps its `thinking` and `redacted_thinking` blocks, signatures
+//!   included, before the `tool_use` they led to; top-level fields the proxy does not
+//!   model (`metadata`, `thinking`, `top_k`, …) are passed on. A content block it cannot
+//!   carry (documents, server tools' blocks) is refused with 400 and its type named,
+//!   never dropped; `cache_control` markers are replaced by the stack's own. A tool
+//!   result's `is_error` flag is not carried (the neutral model has no place for it).
 //! - The session is the `x-llm-context-session` header, else inferred from the request's
 //!   stable head.
-//! - A request that cannot fit is answered 400 before any upstream call, with
-//!   `{"error": {"type": "invalid_request_error", "code": "context_length_exceeded",
-//!   "message", "param": "messages"}, "llm_context": {"needed_tokens", "allowance",
-//!   "breakdown"}}`. A provider's error keeps its status and its message, redacted.
-//! - A non-streamed answer carries the report as headers: `x-llm-context-before-tokens`,
-//!   `-after-tokens`, `-removed-messages`, `-cleared`, `-offloaded`, `-memo` (`hit` /
-//!   `miss`).
+//! - A request that cannot fit is answered 400 before any upstream call: on
+//!   `/v1/chat/completions` with `{"error": {"type": "invalid_request_error", "code":
+//!   "context_length_exceeded", "message", "param": "messages"}, "llm_context":
+//!   {"needed_tokens", "allowance", "breakdown"}}`, on `/v1/messages` with Anthropic's
+//!   `{"type": "error", "error": {"type": "invalid_request_error", "message"}}`. A
+//!   provider's error keeps its status and its message, redacted; every error is in the
+//!   route's own shape.
+//! - Every answer, streamed or not, carries the report as headers:
+//!   `x-llm-context-before-tokens`, `-after-tokens`, `-removed-messages`, `-cleared`,
+//!   `-offloaded`, `-memo` (`hit` / `miss`). A stream's are what preparation did before
+//!   the first event ([`ChatStream::report`]).
+//! - A deterministic request (`temperature: 0`) asked again is answered from the memo
+//!   ([`ProxyBuilder::memo_store`]; in this process by default).
 //! - `GET /healthz` answers `ok`. A body over
 //!   [`max_body_bytes`](ProxyBuilder::max_body_bytes) (default 64 MiB) is answered 413.
+//!   [`Proxy::serve_until`] drains on a signal (`llm-context serve` on SIGTERM or
+//!   Ctrl-C).
 //!
-//! Not built yet: `/v1/messages`, tenants and the key table, the report headers of a
-//! stream, `/readyz` and `/metrics`, the concurrency limit, and replicas over Redis.
-//! [`Proxy::serve_until`] drains on a signal (`llm-context serve` on SIGTERM or Ctrl-C).
-//! Until tenants exist, [`check_listen`] keeps the server on loopback.
+//! Not built yet: tenants and the key table (until then [`check_listen`] keeps the
+//! server on loopback), `/readyz` and `/metrics`, the concurrency limit and upstream
+//! timeout, and replicas over Redis.
 
+mod anthropic_wire;
 mod openai_wire;
 
 use std::future::{Future, IntoFuture};
@@ -49,6 +66,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -60,6 +78,7 @@ use tower::{ServiceBuilder, ServiceExt};
 
 use crate::catalog::Provider;
 use crate::error::ProviderError;
+use crate::memo::{LocalMemoStore, MemoLayer, MemoStore};
 use crate::openai::body::request_from_body;
 use crate::retry::RetryPolicy;
 use crate::stream::{ChatStream, StreamEvent, Streaming};
@@ -109,13 +128,25 @@ impl std::fmt::Debug for Proxy {
 }
 
 /// Builds a [`Proxy`].
-#[derive(Debug)]
 pub struct ProxyBuilder {
     max_body_bytes: usize,
     policy: ContextPolicy,
     catalog: Option<Arc<Catalog>>,
     openai: Option<OpenAi>,
     anthropic: Option<Anthropic>,
+    memo: Option<Arc<dyn MemoStore>>,
+}
+
+impl std::fmt::Debug for ProxyBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyBuilder")
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("policy", &self.policy)
+            .field("openai", &self.openai.is_some())
+            .field("anthropic", &self.anthropic.is_some())
+            .field("memo", &self.memo.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Proxy {
@@ -130,6 +161,7 @@ impl Proxy {
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/messages", post(messages))
             .layer(limit)
             .with_state(self.shared)
     }
@@ -189,6 +221,7 @@ impl Default for ProxyBuilder {
             catalog: None,
             openai: None,
             anthropic: None,
+            memo: None,
         }
     }
 }
@@ -226,6 +259,14 @@ impl ProxyBuilder {
         self
     }
 
+    /// The memo store: a deterministic request (`temperature: 0`) asked again is
+    /// answered from it, with `x-llm-context-memo: hit`. By default a
+    /// [`LocalMemoStore`] in this process; a Redis store shares it between replicas.
+    pub fn memo_store(mut self, store: Arc<dyn MemoStore>) -> Self {
+        self.memo = Some(store);
+        self
+    }
+
     /// The server; fails when the policy does not validate. Both upstreams share one
     /// context layer: one artifact store, one memory of each session's cut.
     pub fn build(self) -> Result<Proxy, PolicyError> {
@@ -234,6 +275,10 @@ impl ProxyBuilder {
             .with_catalog(catalog.clone())
             // The client never sees the stack's artifact tool: its reads are answered here.
             .with_auto_resolve();
+        let memo = self
+            .memo
+            .unwrap_or_else(|| Arc::new(LocalMemoStore::default()));
+        let context = context.with_memo(MemoLayer::new(memo));
         let stack = |context: &ContextPolicyLayer| {
             ServiceBuilder::new()
                 .layer(context.clone())
@@ -298,55 +343,138 @@ impl Shared {
     }
 }
 
+/// The wire format of a route: what it reads, and how it writes answers and errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// `POST /v1/chat/completions`.
+    OpenAi,
+    /// `POST /v1/messages`.
+    Anthropic,
+}
+
 async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    handle(&shared, Format::OpenAi, &headers, body).await
+}
+
+async fn messages(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&shared, Format::Anthropic, &headers, body).await
+}
+
+/// One call, in either format: read, route, run through the stack, answer.
+async fn handle(
+    shared: &Shared,
+    format: Format,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        // Over the body limit (413), or a body that could not be read.
+        Err(rejection) => return error(format, rejection.status(), &rejection.body_text()),
+    };
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
             let message = format!("the body is not JSON: {e}");
-            return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message);
+            return error(format, StatusCode::BAD_REQUEST, &message);
         }
     };
-    let (mut req, _) = match request_from_body(&body) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                &e.to_string(),
-            );
-        }
+    let parsed = match format {
+        Format::OpenAi => request_from_body(&body)
+            .map(|(req, _)| req)
+            .map_err(|e| e.to_string()),
+        Format::Anthropic => anthropic_wire::request(&body),
+    };
+    let mut req = match parsed {
+        Ok(req) => req,
+        Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
     };
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
         req = req.with_session(session);
     }
     let upstream = match shared.upstream(&req.model) {
         Ok(u) => u.clone(),
-        Err(why) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &why),
+        Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
     };
     let model = req.model.clone();
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     if body["stream"] == json!(true) {
         let include_usage = body["stream_options"]["include_usage"] == json!(true);
         return match upstream.streamed.oneshot(Streaming(req)).await {
-            Ok(stream) => sse(stream, model, created, include_usage),
-            Err(e) => failure(&e),
+            Ok(stream) => {
+                let report = stream.report().cloned();
+                let mut out = match format {
+                    Format::OpenAi => sse(stream, model, created(), include_usage),
+                    Format::Anthropic => anthropic_sse(stream, model),
+                };
+                if let Some(report) = report {
+                    report_headers(out.headers_mut(), &report);
+                }
+                out
+            }
+            Err(e) => failure(format, &e),
         };
     }
     match upstream.plain.oneshot(req).await {
         Ok(response) => {
-            let mut out =
-                axum::Json(openai_wire::completion(&response, &model, created)).into_response();
+            let body = match format {
+                Format::OpenAi => openai_wire::completion(&response, &model, created()),
+                Format::Anthropic => anthropic_wire::message(&response, &model),
+            };
+            let mut out = axum::Json(body).into_response();
             report_headers(out.headers_mut(), &response.report);
             out
         }
-        Err(e) => failure(&e),
+        Err(e) => failure(format, &e),
     }
+}
+
+/// Now, in seconds since the epoch (a completion's `created`).
+fn created() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The stream as the Messages API's server-sent events. A failure after the stream
+/// began is an `error` event, and the stream ends without `message_stop`.
+fn anthropic_sse(stream: ChatStream, model: String) -> Response {
+    let mut events = anthropic_wire::Events::new(model);
+    let body = stream.flat_map(move |item| {
+        let lines: Vec<Result<Bytes, std::convert::Infallible>> = match item {
+            Ok(event) => events
+                .on(&event)
+                .into_iter()
+                .map(|(name, data)| Ok(Bytes::from(format!("event: {name}\ndata: {data}\n\n"))))
+                .collect(),
+            Err(e) => {
+                let status = classify(&e);
+                let data = anthropic_body(&e, status);
+                vec![Ok(Bytes::from(format!("event: error\ndata: {data}\n\n")))]
+            }
+        };
+        futures_util::stream::iter(lines)
+    });
+    event_stream(Body::from_stream(body))
+}
+
+/// A `text/event-stream` response.
+fn event_stream(body: Body) -> Response {
+    let mut response = Response::new(body);
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
 }
 
 /// The stream as server-sent `chat.completion.chunk` events, then `[DONE]`. A failure
@@ -369,14 +497,7 @@ fn sse(stream: ChatStream, model: String, created: u64, include_usage: bool) -> 
         };
         futures_util::stream::iter(lines)
     });
-    let mut response = Response::new(Body::from_stream(events));
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+    event_stream(Body::from_stream(events))
 }
 
 /// The report of a prepared request, as headers.
@@ -395,13 +516,29 @@ fn report_headers(h: &mut HeaderMap, r: &PreparationReport) {
     h.insert("x-llm-context-memo", HeaderValue::from_static(memo));
 }
 
-/// An error in OpenAI's shape.
-fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    let body = json!({"error": {"type": kind, "message": message, "param": null, "code": null}});
+/// An error in the format's own shape.
+fn error(format: Format, status: StatusCode, message: &str) -> Response {
+    let body = match format {
+        Format::OpenAi => json!({"error": {"type": openai_error_type(status), "message": message,
+                                           "param": null, "code": null}}),
+        Format::Anthropic => {
+            anthropic_wire::error(anthropic_wire::error_type(status.as_u16()), message)
+        }
+    };
     (status, axum::Json(body)).into_response()
 }
 
-/// The body of a failure: the context-limit shape, or the provider's error.
+/// OpenAI's error type for a status this server answers itself.
+fn openai_error_type(status: StatusCode) -> &'static str {
+    if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    }
+}
+
+/// The body of a failure in OpenAI's shape: the context-limit shape, or the provider's
+/// error.
 fn error_body(e: &BoxError) -> Value {
     if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
         return json!({
@@ -418,6 +555,19 @@ fn error_body(e: &BoxError) -> Value {
     json!({"error": {"type": "server_error", "message": e.to_string(), "param": null, "code": null}})
 }
 
+/// The body of a failure in Anthropic's shape: the provider's error type when it gave
+/// one, else the type of `status`.
+fn anthropic_body(e: &BoxError, status: StatusCode) -> Value {
+    let kind = anthropic_wire::error_type(status.as_u16());
+    if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
+        return anthropic_wire::error(kind, &limit.to_string());
+    }
+    if let Some(p) = find_provider_error(e) {
+        return anthropic_wire::error(p.error_type().unwrap_or(kind), &p.message);
+    }
+    anthropic_wire::error(kind, &e.to_string())
+}
+
 fn find_provider_error(e: &BoxError) -> Option<&ProviderError> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&**e);
     while let Some(err) = cur {
@@ -429,10 +579,10 @@ fn find_provider_error(e: &BoxError) -> Option<&ProviderError> {
     None
 }
 
-/// A failure before any answer: 400 for a request that cannot fit (nothing was sent), the
+/// The status of a failure: 400 for a request that cannot fit (nothing was sent), the
 /// provider's own status for its errors (502 when it gave none), else 500.
-fn failure(e: &BoxError) -> Response {
-    let status = if e.downcast_ref::<ContextLimitError>().is_some()
+fn classify(e: &BoxError) -> StatusCode {
+    if e.downcast_ref::<ContextLimitError>().is_some()
         || e.downcast_ref::<crate::PairingError>().is_some()
     {
         StatusCode::BAD_REQUEST
@@ -445,6 +595,15 @@ fn failure(e: &BoxError) -> Response {
             .unwrap_or(StatusCode::BAD_GATEWAY)
     } else {
         StatusCode::INTERNAL_SERVER_ERROR
+    }
+}
+
+/// A failure before any answer, in the format's shape.
+fn failure(format: Format, e: &BoxError) -> Response {
+    let status = classify(e);
+    let body = match format {
+        Format::OpenAi => error_body(e),
+        Format::Anthropic => anthropic_body(e, status),
     };
-    (status, axum::Json(error_body(e))).into_response()
+    (status, axum::Json(body)).into_response()
 }

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub(crate) mod child;
+#[cfg(feature = "serve")]
+pub(crate) mod proxy;
 pub(crate) mod rules;
 pub(crate) mod schema;
 pub(crate) mod servers;

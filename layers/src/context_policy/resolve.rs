@@ -81,7 +81,7 @@ pub(super) struct Sent {
     pub(super) req: Option<ChatRequest>,
     /// The model, when a calibration learns from the answer.
     model: Option<String>,
-    report: PreparationReport,
+    pub(super) report: PreparationReport,
 }
 
 impl Rounds {

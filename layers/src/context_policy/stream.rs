@@ -74,6 +74,11 @@ where
     let rounds = Rounds::new(shared, untrusted, &prepared);
     let (req, sent) = rounds.begin(prepared).await;
     let current = inner.call(Streaming(req)).await.map_err(Into::into)?;
+    // What preparation did is known now, before the first event: say it up front.
+    let mut report = sent.report.clone();
+    if let Some(inner_report) = current.report() {
+        report.absorb_inner(inner_report);
+    }
     let streamed = Streamed {
         inner,
         rounds,
@@ -83,10 +88,7 @@ where
         pending: VecDeque::new(),
         ended: false,
     };
-    Ok(ChatStream::new(futures_util::stream::unfold(
-        streamed,
-        Streamed::step,
-    )))
+    Ok(ChatStream::new(futures_util::stream::unfold(streamed, Streamed::step)).with_report(report))
 }
 
 /// One streamed call's rounds, as one stream.

@@ -10,7 +10,7 @@ use super::accumulate::deltas;
 use super::error::StreamError;
 use super::event::StreamEvent;
 use crate::BoxError;
-use crate::model::{ChatRequest, ChatResponse};
+use crate::model::{ChatRequest, ChatResponse, PreparationReport};
 
 /// A request to stream the answer: every service of this crate that takes a `R`
 /// (a [`ChatRequest`], by default) also takes a `Streaming<R>`, and answers it with a
@@ -46,6 +46,9 @@ type Inner = Pin<Box<dyn Stream<Item = Result<StreamEvent, BoxError>> + Send>>;
 /// another.
 pub struct ChatStream {
     inner: Inner,
+    /// What preparation did, when it is known before the first event (boxed: a stream
+    /// without one costs a pointer).
+    report: Option<Box<PreparationReport>>,
 }
 
 impl std::fmt::Debug for ChatStream {
@@ -62,7 +65,24 @@ impl ChatStream {
     {
         Self {
             inner: Box::pin(events),
+            report: None,
         }
+    }
+
+    /// The same stream, saying up front what preparation did: the report the final
+    /// response will carry, as far as it is known before the first event (what was
+    /// pruned, cleared, offloaded; whether it is a memo replay). A proxy writes it into
+    /// its response headers, which go out before the body.
+    pub fn with_report(mut self, report: PreparationReport) -> Self {
+        self.report = Some(Box::new(report));
+        self
+    }
+
+    /// The report given by [`with_report`](Self::with_report), if any. Every stream the
+    /// context policy returns has one; the final response's report is the authority
+    /// (artifact reads answered inside add to it).
+    pub fn report(&self) -> Option<&PreparationReport> {
+        self.report.as_deref()
     }
 
     /// `response` streamed again: its reasoning, text and tool calls as deltas, its
@@ -70,8 +90,9 @@ impl ChatStream {
     /// model streams).
     pub fn replay(response: ChatResponse) -> Self {
         let mut events = deltas(&response, REPLAY_CHUNK);
+        let report = response.report.clone();
         events.push(StreamEvent::Done(Box::new(response)));
-        Self::new(futures_util::stream::iter(events.into_iter().map(Ok)))
+        Self::new(futures_util::stream::iter(events.into_iter().map(Ok))).with_report(report)
     }
 
     /// A stream that fails at once with `error`.
@@ -109,12 +130,15 @@ impl ChatStream {
         F: FnOnce(ChatResponse) -> Fut + Send + 'static,
         Fut: Future<Output = Result<ChatResponse, BoxError>> + Send + 'static,
     {
-        Self::new(on_end(
+        let report = self.report.clone();
+        let mut out = Self::new(on_end(
             self,
             (),
             move |(), response| f(response),
             |(), _| std::future::ready(()),
-        ))
+        ));
+        out.report = report;
+        out
     }
 }
 
@@ -184,6 +208,21 @@ mod tests {
                 .await
                 .unwrap(),
             response
+        );
+    }
+
+    #[test]
+    fn the_report_is_known_up_front_and_kept_by_then_response() {
+        let mut response = ChatResponse::new(Message::assistant("x"));
+        response.report = PreparationReport::memo_hit();
+        let replay = ChatStream::replay(response);
+        assert!(replay.report().unwrap().memo_hit);
+        let mapped = replay.map_response(|_| {});
+        assert!(mapped.report().unwrap().memo_hit);
+        assert!(
+            ChatStream::failed(StreamError::Incomplete)
+                .report()
+                .is_none()
         );
     }
 

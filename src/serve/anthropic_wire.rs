@@ -1,0 +1,523 @@
+//! The Anthropic Messages wire format on the server's side: a `/v1/messages` body read
+//! into the neutral request, and neutral answers written back as a `message` or as the
+//! Messages stream's events.
+//!
+//! What the neutral model has no place for is refused with a message naming it, never
+//! dropped silently: a content block kind other than text, image, tool use and result,
+//! thinking and redacted thinking (documents, server tools' blocks), and a tool without
+//! an `input_schema` (Anthropic's server tools). `cache_control` markers are not kept:
+//! the stack sets its own breakpoints (DESIGN § Cache economics).
+
+use std::collections::HashMap;
+
+use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
+use llm_context_layers::{
+    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, GenerationParams, Message,
+    Reasoning, Role, ToolCall, ToolSpec, Usage,
+};
+use serde_json::{Value, json};
+
+/// Top-level fields read into the neutral request; every other one is carried in
+/// `params.extra` and passed on where the upstream takes it (`thinking`, `metadata`,
+/// `top_k`, …).
+const READ: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "max_tokens",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "stream",
+];
+
+/// The neutral request for a Messages body, or what is wrong with it.
+pub(crate) fn request(body: &Value) -> Result<ChatRequest, String> {
+    let obj = body
+        .as_object()
+        .ok_or("the body must be a JSON object (a Messages request)")?;
+    let model = obj
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or("`model` is required and must be a string")?;
+    let mut messages = system(obj.get("system"))?;
+    let wire = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("`messages` is required and must be an array")?;
+    // A tool result names no tool; its call, earlier in the transcript, does.
+    let mut tool_names: HashMap<String, String> = HashMap::new();
+    for (i, m) in wire.iter().enumerate() {
+        read_message(m, &mut messages, &mut tool_names)
+            .map_err(|e| format!("messages[{i}]: {e}"))?;
+    }
+    let tools = match obj.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(tools)) => tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tool(t).map_err(|e| format!("tools[{i}]: {e}")))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("`tools` must be an array".into()),
+    };
+    let mut params = GenerationParams::default();
+    params.max_output_tokens = match obj.get("max_tokens") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or("`max_tokens` must be a positive integer")?,
+        ),
+    };
+    params.temperature = obj.get("temperature").and_then(Value::as_f64);
+    params.top_p = obj.get("top_p").and_then(Value::as_f64);
+    if let Some(stop) = obj.get("stop_sequences").and_then(Value::as_array) {
+        params.stop = stop
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect();
+    }
+    if let Some(choice) = obj.get("tool_choice").filter(|c| !c.is_null()) {
+        let (choice, parallel) = tool_choice(choice)?;
+        params.tool_choice = Some(choice);
+        if let Some(parallel) = parallel {
+            params
+                .extra
+                .insert("parallel_tool_calls".into(), Value::Bool(parallel));
+        }
+    }
+    for (k, v) in obj {
+        if !READ.contains(&k.as_str()) {
+            params.extra.insert(k.clone(), v.clone());
+        }
+    }
+    Ok(ChatRequest::new(model, messages)
+        .with_tools(tools)
+        .with_params(params))
+}
+
+/// The system prompt, a string or text blocks: one system message per block.
+fn system(system: Option<&Value>) -> Result<Vec<Message>, String> {
+    match system {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![Message::system(s.as_str())]),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .map(|b| match (b["type"].as_str(), b["text"].as_str()) {
+                (Some("text"), Some(text)) => Ok(Message::system(text)),
+                _ => Err("`system` blocks must be text blocks".to_owned()),
+            })
+            .collect(),
+        Some(_) => Err("`system` must be a string or an array of text blocks".into()),
+    }
+}
+
+/// One wire message, as neutral messages: a user message's tool results become tool
+/// messages (first, as Anthropic requires them), its other blocks a user message.
+fn read_message(
+    m: &Value,
+    out: &mut Vec<Message>,
+    tool_names: &mut HashMap<String, String>,
+) -> Result<(), String> {
+    let role = m["role"].as_str().ok_or("`role` is required")?;
+    let blocks: Vec<Value> = match &m["content"] {
+        Value::String(s) => vec![json!({"type": "text", "text": s})],
+        Value::Array(blocks) => blocks.clone(),
+        _ => return Err("`content` must be a string or an array of blocks".into()),
+    };
+    match role {
+        "user" => {
+            let mut parts = Vec::new();
+            for b in &blocks {
+                match b["type"].as_str() {
+                    Some("tool_result") => out.push(tool_result(b, tool_names)?),
+                    _ => parts.push(part(b)?),
+                }
+            }
+            if !parts.is_empty() {
+                out.push(Message::user(content(parts)));
+            }
+        }
+        "assistant" => {
+            let mut text = String::new();
+            let mut calls = Vec::new();
+            let mut reasoning = Vec::new();
+            for b in &blocks {
+                match b["type"].as_str() {
+                    Some("text") => text.push_str(b["text"].as_str().unwrap_or_default()),
+                    Some("tool_use") => {
+                        let id = b["id"].as_str().ok_or("a tool_use block needs an `id`")?;
+                        let name = b["name"]
+                            .as_str()
+                            .ok_or("a tool_use block needs a `name`")?;
+                        tool_names.insert(id.to_owned(), name.to_owned());
+                        calls.push(ToolCall::new(id, name, b["input"].clone()));
+                    }
+                    Some("thinking") => reasoning.push(Reasoning::Thinking {
+                        thinking: b["thinking"].as_str().unwrap_or_default().to_owned(),
+                        signature: b["signature"].as_str().unwrap_or_default().to_owned(),
+                    }),
+                    Some("redacted_thinking") => reasoning.push(Reasoning::RedactedThinking {
+                        data: b["data"].as_str().unwrap_or_default().to_owned(),
+                    }),
+                    other => return Err(unsupported(other)),
+                }
+            }
+            let message = if calls.is_empty() {
+                Message::assistant(text)
+            } else {
+                Message::assistant_tool_calls(text, calls)
+            };
+            out.push(message.with_reasoning(reasoning));
+        }
+        other => return Err(format!("`role` must be user or assistant, not {other:?}")),
+    }
+    Ok(())
+}
+
+fn unsupported(kind: Option<&str>) -> String {
+    format!(
+        "the content block type {:?} is not supported by this proxy (it takes text, image, \
+         tool_use, tool_result, thinking and redacted_thinking)",
+        kind.unwrap_or("(none)")
+    )
+}
+
+/// All text parts as plain text, else the parts.
+fn content(parts: Vec<ContentPart>) -> Content {
+    if parts.iter().all(|p| matches!(p, ContentPart::Text { .. })) {
+        let text: String = parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => text.as_str(),
+                _ => "",
+            })
+            .collect();
+        Content::Text(text)
+    } else {
+        Content::Parts(parts)
+    }
+}
+
+/// A text or image block.
+fn part(b: &Value) -> Result<ContentPart, String> {
+    match b["type"].as_str() {
+        Some("text") => Ok(ContentPart::text(b["text"].as_str().unwrap_or_default())),
+        Some("image") => {
+            let source = &b["source"];
+            match source["type"].as_str() {
+                Some("base64") => Ok(ContentPart::image_url(format!(
+                    "data:{};base64,{}",
+                    source["media_type"].as_str().unwrap_or("image/png"),
+                    source["data"].as_str().unwrap_or_default()
+                ))),
+                Some("url") => Ok(ContentPart::image_url(
+                    source["url"].as_str().unwrap_or_default(),
+                )),
+                _ => Err("an image's source must be base64 or url".into()),
+            }
+        }
+        other => Err(unsupported(other)),
+    }
+}
+
+fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Message, String> {
+    let id = b["tool_use_id"]
+        .as_str()
+        .ok_or("a tool_result block needs a `tool_use_id`")?;
+    let content = match &b["content"] {
+        Value::Null => Content::Text(String::new()),
+        Value::String(s) => Content::Text(s.clone()),
+        Value::Array(blocks) => content(blocks.iter().map(part).collect::<Result<_, _>>()?),
+        _ => return Err("a tool_result's `content` must be a string or blocks".into()),
+    };
+    let mut message = Message::new(Role::Tool, content).with_tool_call_id(id);
+    if let Some(name) = tool_names.get(id) {
+        message = message.with_name(name.as_str());
+    }
+    Ok(message)
+}
+
+fn tool(t: &Value) -> Result<ToolSpec, String> {
+    let name = t["name"].as_str().ok_or("a tool needs a `name`")?;
+    let schema = t
+        .get("input_schema")
+        .filter(|s| s.is_object())
+        .ok_or_else(|| {
+            format!(
+                "the tool {name:?} has no `input_schema`: server tools (type {:?}) are not \
+             supported by this proxy",
+                t["type"].as_str().unwrap_or("custom")
+            )
+        })?;
+    Ok(ToolSpec::new(
+        name,
+        t["description"].as_str().unwrap_or_default(),
+        schema.clone(),
+    ))
+}
+
+/// Anthropic's `tool_choice` in the OpenAI form the neutral request carries, and whether
+/// parallel calls are allowed when it says.
+fn tool_choice(choice: &Value) -> Result<(Value, Option<bool>), String> {
+    let parallel = choice["disable_parallel_tool_use"].as_bool().map(|d| !d);
+    let openai = match choice["type"].as_str() {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => {
+            let name = choice["name"]
+                .as_str()
+                .ok_or("tool_choice `tool` needs a `name`")?;
+            json!({"type": "function", "function": {"name": name}})
+        }
+        _ => return Err("`tool_choice` must be of type auto, any, tool or none".into()),
+    };
+    Ok((openai, parallel))
+}
+
+/// Anthropic's `stop_reason` for the neutral one.
+fn stop_reason(reason: &FinishReason) -> Value {
+    match reason {
+        FinishReason::Stop => json!("end_turn"),
+        FinishReason::Length => json!("max_tokens"),
+        FinishReason::ToolCalls => json!("tool_use"),
+        FinishReason::ContentFilter => json!("refusal"),
+        FinishReason::Other(other) => json!(other),
+        _ => json!("end_turn"),
+    }
+}
+
+fn usage(u: &Usage) -> Value {
+    json!({
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_creation_input_tokens": u.cache_write_tokens,
+        "cache_read_input_tokens": u.cache_read_tokens,
+    })
+}
+
+/// A `msg_…` id: the provider's when it gave one of that shape.
+fn message_id(r: Option<&ChatResponse>) -> Value {
+    r.and_then(|r| r.provider_fields.get("id"))
+        .and_then(Value::as_str)
+        .filter(|id| id.starts_with("msg_"))
+        .map_or_else(|| json!("msg_llm_context"), |id| json!(id))
+}
+
+/// The blocks of an answer, in Anthropic's order: thinking, text, tool uses, then any
+/// block the upstream sent that the neutral model does not hold.
+fn blocks(r: &ChatResponse) -> Vec<Value> {
+    let mut out = Vec::new();
+    for reasoning in r.message.reasoning() {
+        match reasoning {
+            Reasoning::Thinking {
+                thinking,
+                signature,
+            } => {
+                out.push(json!({"type": "thinking", "thinking": thinking, "signature": signature}))
+            }
+            Reasoning::RedactedThinking { data } => {
+                out.push(json!({"type": "redacted_thinking", "data": data}))
+            }
+            // An OpenAI-compatible server's reasoning, unsigned.
+            Reasoning::Text { text } => {
+                out.push(json!({"type": "thinking", "thinking": text, "signature": ""}))
+            }
+            _ => {}
+        }
+    }
+    let text = r.message.text();
+    if !text.is_empty() {
+        out.push(json!({"type": "text", "text": text}));
+    }
+    for c in &r.message.tool_calls {
+        let input = if c.arguments.is_object() {
+            c.arguments.clone()
+        } else {
+            json!({"arguments": c.arguments})
+        };
+        out.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+    }
+    if let Some(Value::Array(unmodelled)) = r.provider_fields.get("content") {
+        out.extend(unmodelled.iter().cloned());
+    }
+    out
+}
+
+/// A whole `message` for `r`, asked of `model`.
+pub(crate) fn message(r: &ChatResponse, model: &str) -> Value {
+    let model = r
+        .provider_fields
+        .get("model")
+        .cloned()
+        .unwrap_or_else(|| json!(model));
+    json!({
+        "id": message_id(Some(r)),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks(r),
+        "stop_reason": stop_reason(&r.finish_reason),
+        "stop_sequence": r.provider_fields.get("stop_sequence").cloned().unwrap_or(Value::Null),
+        "usage": usage(&r.usage),
+    })
+}
+
+/// Which block of the Messages stream is open.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Thinking(usize),
+    Text,
+    Tool(usize),
+}
+
+/// Writes neutral events as the Messages stream's events: `message_start`, each block's
+/// `content_block_start` / `_delta` / `_stop`, then `message_delta` and `message_stop`.
+pub(crate) struct Events {
+    model: String,
+    started: bool,
+    open: Option<Open>,
+    /// The index of the next block.
+    next: usize,
+}
+
+impl Events {
+    pub(crate) fn new(model: String) -> Self {
+        Self {
+            model,
+            started: false,
+            open: None,
+            next: 0,
+        }
+    }
+
+    /// The `(event name, data)` pairs for one event.
+    pub(crate) fn on(&mut self, event: &StreamEvent) -> Vec<(&'static str, Value)> {
+        let mut out = Vec::new();
+        if !self.started {
+            self.started = true;
+            out.push((
+                "message_start",
+                json!({"type": "message_start", "message": {
+                    "id": message_id(event.as_done()), "type": "message", "role": "assistant",
+                    "model": self.model, "content": [], "stop_reason": null,
+                    "stop_sequence": null,
+                    "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+            ));
+        }
+        match event {
+            StreamEvent::Text(text) => {
+                self.open(Open::Text, json!({"type": "text", "text": ""}), &mut out);
+                out.push(self.delta(json!({"type": "text_delta", "text": text})));
+            }
+            StreamEvent::Reasoning { index, delta } => match delta {
+                ReasoningDelta::Thinking(text) | ReasoningDelta::Text(text) => {
+                    let block = json!({"type": "thinking", "thinking": "", "signature": ""});
+                    self.open(Open::Thinking(*index), block, &mut out);
+                    out.push(self.delta(json!({"type": "thinking_delta", "thinking": text})));
+                }
+                ReasoningDelta::Signature(signature) => {
+                    let block = json!({"type": "thinking", "thinking": "", "signature": ""});
+                    self.open(Open::Thinking(*index), block, &mut out);
+                    out.push(
+                        self.delta(json!({"type": "signature_delta", "signature": signature})),
+                    );
+                }
+                ReasoningDelta::Redacted(data) => {
+                    self.close(&mut out);
+                    let block = json!({"type": "redacted_thinking", "data": data});
+                    self.open(Open::Thinking(usize::MAX), block, &mut out);
+                    self.close(&mut out);
+                }
+                _ => {}
+            },
+            StreamEvent::ToolCall(d) => {
+                let block = json!({"type": "tool_use", "id": d.id.as_deref().unwrap_or_default(),
+                                   "name": d.name.as_deref().unwrap_or_default(), "input": {}});
+                self.open(Open::Tool(d.index), block, &mut out);
+                if !d.arguments.is_empty() {
+                    out.push(
+                        self.delta(
+                            json!({"type": "input_json_delta", "partial_json": d.arguments}),
+                        ),
+                    );
+                }
+            }
+            StreamEvent::Done(r) => {
+                self.close(&mut out);
+                let usage = usage(&r.usage);
+                // What the neutral model does not hold goes out as whole blocks.
+                if let Some(Value::Array(unmodelled)) = r.provider_fields.get("content") {
+                    for block in unmodelled {
+                        self.open(Open::Thinking(usize::MAX), block.clone(), &mut out);
+                        self.close(&mut out);
+                    }
+                }
+                out.push((
+                    "message_delta",
+                    json!({"type": "message_delta",
+                           "delta": {"stop_reason": stop_reason(&r.finish_reason),
+                                     "stop_sequence": r.provider_fields.get("stop_sequence")
+                                         .cloned().unwrap_or(Value::Null)},
+                           "usage": usage}),
+                ));
+                out.push(("message_stop", json!({"type": "message_stop"})));
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Opens `kind` unless it is the open block, closing the one before.
+    fn open(&mut self, kind: Open, block: Value, out: &mut Vec<(&'static str, Value)>) {
+        if self.open == Some(kind) && kind != Open::Thinking(usize::MAX) {
+            return;
+        }
+        self.close(out);
+        self.open = Some(kind);
+        out.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": self.next, "content_block": block}),
+        ));
+    }
+
+    fn close(&mut self, out: &mut Vec<(&'static str, Value)>) {
+        if self.open.take().is_some() {
+            out.push((
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": self.next}),
+            ));
+            self.next += 1;
+        }
+    }
+
+    fn delta(&self, delta: Value) -> (&'static str, Value) {
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": self.next, "delta": delta}),
+        )
+    }
+}
+
+/// Anthropic's error type for an HTTP status.
+pub(crate) fn error_type(status: u16) -> &'static str {
+    match status {
+        400 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        _ => "api_error",
+    }
+}
+
+/// An error in Anthropic's shape.
+pub(crate) fn error(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
