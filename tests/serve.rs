@@ -299,3 +299,77 @@ fn without_a_key_table_only_loopback_is_served() {
     let err = check_listen("0.0.0.0:8080".parse().unwrap()).unwrap_err();
     assert!(err.contains("loopback"), "{err}");
 }
+
+#[tokio::test]
+async fn past_the_concurrency_limit_a_request_is_shed_with_retry_after() {
+    // A stream that takes a while: it holds the one place to its last event.
+    let slow = Reply {
+        gap: std::time::Duration::from_millis(150),
+        ..Reply::events(openai_stream())
+    };
+    let upstream = start(vec![slow, Reply::events(openai_stream())]).await;
+    let proxy = Proxy::builder()
+        .max_concurrency(1)
+        .openai(openai(&upstream.url))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let streaming = post(&url, &body("gpt-5.4", true), None).await;
+    assert_eq!(streaming.status(), 200);
+    let shed = post(&url, &body("gpt-5.4", false), None).await;
+    assert_eq!(shed.status(), 503);
+    assert_eq!(shed.headers()["retry-after"], "1");
+    let v = json_of(shed).await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("concurrency"),
+        "{v}"
+    );
+    // Once the stream has ended, its place is free again.
+    assert!(
+        streaming
+            .text()
+            .await
+            .unwrap()
+            .ends_with("data: [DONE]\n\n")
+    );
+    // (The server drops the finished body a moment after its last byte is written.)
+    let mut status = 0;
+    for _ in 0..40 {
+        status = post(&url, &body("gpt-5.4", true), None)
+            .await
+            .status()
+            .as_u16();
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, 200);
+    assert_eq!(upstream.bodies.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn an_upstream_slower_than_the_timeout_is_a_gateway_timeout() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json")
+            .set_delay(std::time::Duration::from_secs(3)),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .upstream_timeout(std::time::Duration::from_millis(200))
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let started = std::time::Instant::now();
+    let response = post(&url, &body("gpt-5.4", false), None).await;
+    assert_eq!(response.status(), 504);
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    let v = json_of(response).await;
+    assert_eq!(v["error"]["type"], "server_error");
+}

@@ -26,12 +26,26 @@ pub(crate) struct ServeArgs {
     /// run on before they are cut off; no new connection is accepted meanwhile.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     drain_timeout: u64,
+    /// The requests served at once, streams until their end; one more is answered 503
+    /// with `retry-after: 1`.
+    #[arg(long, value_name = "N", default_value_t = llm_context::serve::DEFAULT_MAX_CONCURRENCY)]
+    max_concurrency: usize,
+    /// How long one upstream attempt may take to answer (a stream: to its headers);
+    /// past it the answer is 504.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    upstream_timeout: u64,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
     check_listen(args.listen).map_err(Exit::bad_input)?;
     let policy = input::policy(args.policy.as_deref())?;
-    let mut builder = Proxy::builder().policy(policy);
+    if args.max_concurrency == 0 {
+        return Err(Exit::bad_input("--max-concurrency must be at least 1"));
+    }
+    let mut builder = Proxy::builder()
+        .policy(policy)
+        .max_concurrency(args.max_concurrency)
+        .upstream_timeout(Duration::from_secs(args.upstream_timeout));
     // Upstream keys come from the server's environment, never from the client.
     let openai = optional(OpenAiBuilder::from_env().build())?;
     let anthropic = optional(AnthropicBuilder::from_env().build())?;

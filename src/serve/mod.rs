@@ -52,9 +52,13 @@
 //!   [`Proxy::serve_until`] drains on a signal (`llm-context serve` on SIGTERM or
 //!   Ctrl-C).
 //!
+//! - Limits: the body size (413), the requests served at once
+//!   ([`max_concurrency`](ProxyBuilder::max_concurrency); one more is shed with 503 and
+//!   `retry-after`), and each upstream attempt's time
+//!   ([`upstream_timeout`](ProxyBuilder::upstream_timeout); 504 past it).
+//!
 //! Not built yet: tenants and the key table (until then [`check_listen`] keeps the
-//! server on loopback), `/readyz` and `/metrics`, the concurrency limit and upstream
-//! timeout, and replicas over Redis.
+//! server on loopback), `/readyz` and `/metrics`, and replicas over Redis.
 
 mod anthropic_wire;
 mod openai_wire;
@@ -73,6 +77,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use tokio::sync::OwnedSemaphorePermit;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -91,6 +96,13 @@ use crate::{
 /// transcript with large tool results. Past it the answer is 413.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
+/// The requests served at once by default; past it a request is shed (503).
+pub const DEFAULT_MAX_CONCURRENCY: usize = 1024;
+
+/// How long an upstream attempt may take to answer by default (to its headers, for a
+/// stream): 10 minutes, room for a long reasoning call.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// The header that names a request's session.
 pub const SESSION_HEADER: &str = "x-llm-context-session";
 
@@ -106,6 +118,8 @@ struct Upstream {
 
 struct Shared {
     max_body_bytes: usize,
+    /// One permit per request in flight, held to the end of its stream.
+    in_flight: Arc<tokio::sync::Semaphore>,
     catalog: Arc<Catalog>,
     openai: Option<Upstream>,
     anthropic: Option<Upstream>,
@@ -130,6 +144,8 @@ impl std::fmt::Debug for Proxy {
 /// Builds a [`Proxy`].
 pub struct ProxyBuilder {
     max_body_bytes: usize,
+    max_concurrency: usize,
+    upstream_timeout: Duration,
     policy: ContextPolicy,
     catalog: Option<Arc<Catalog>>,
     openai: Option<OpenAi>,
@@ -141,6 +157,8 @@ impl std::fmt::Debug for ProxyBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProxyBuilder")
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("upstream_timeout", &self.upstream_timeout)
             .field("policy", &self.policy)
             .field("openai", &self.openai.is_some())
             .field("anthropic", &self.anthropic.is_some())
@@ -217,6 +235,8 @@ impl Default for ProxyBuilder {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             policy: ContextPolicy::default(),
             catalog: None,
             openai: None,
@@ -231,6 +251,23 @@ impl ProxyBuilder {
     /// is answered 413.
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.max_body_bytes = limit;
+        self
+    }
+
+    /// The requests served at once (default [`DEFAULT_MAX_CONCURRENCY`]; a stream counts
+    /// until its last event). One more is shed at once: 503 with `retry-after: 1`, in the
+    /// route's error shape (`overloaded_error` on `/v1/messages`), rather than queued
+    /// behind calls that take seconds each.
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = n;
+        self
+    }
+
+    /// How long one upstream attempt may take to answer (default
+    /// [`DEFAULT_UPSTREAM_TIMEOUT`]): to the whole answer, or to the stream's headers for
+    /// a stream (a stream that has begun is not cut). Past it the answer is 504.
+    pub fn upstream_timeout(mut self, timeout: Duration) -> Self {
+        self.upstream_timeout = timeout;
         self
     }
 
@@ -279,10 +316,13 @@ impl ProxyBuilder {
             .memo
             .unwrap_or_else(|| Arc::new(LocalMemoStore::default()));
         let context = context.with_memo(MemoLayer::new(memo));
+        let timeout = self.upstream_timeout;
         let stack = |context: &ContextPolicyLayer| {
             ServiceBuilder::new()
                 .layer(context.clone())
                 .retry(RetryPolicy::default())
+                // Per attempt: a retry gets the whole time again.
+                .timeout(timeout)
         };
         let openai = self.openai.map(|client| {
             let stack = stack(&context).service(client);
@@ -301,6 +341,7 @@ impl ProxyBuilder {
         Ok(Proxy {
             shared: Arc::new(Shared {
                 max_body_bytes: self.max_body_bytes,
+                in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_concurrency)),
                 catalog,
                 openai,
                 anthropic,
@@ -375,6 +416,14 @@ async fn handle(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    // Shed, not queued: a queue behind calls of seconds each only makes every client late.
+    let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
+        let message = "the server is at its concurrency limit: retry shortly";
+        let mut out = error(format, StatusCode::SERVICE_UNAVAILABLE, message);
+        out.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return out;
+    };
     let body = match body {
         Ok(body) => body,
         // Over the body limit (413), or a body that could not be read.
@@ -411,8 +460,8 @@ async fn handle(
             Ok(stream) => {
                 let report = stream.report().cloned();
                 let mut out = match format {
-                    Format::OpenAi => sse(stream, model, created(), include_usage),
-                    Format::Anthropic => anthropic_sse(stream, model),
+                    Format::OpenAi => sse(stream, model, created(), include_usage, permit),
+                    Format::Anthropic => anthropic_sse(stream, model, permit),
                 };
                 if let Some(report) = report {
                     report_headers(out.headers_mut(), &report);
@@ -445,9 +494,11 @@ fn created() -> u64 {
 
 /// The stream as the Messages API's server-sent events. A failure after the stream
 /// began is an `error` event, and the stream ends without `message_stop`.
-fn anthropic_sse(stream: ChatStream, model: String) -> Response {
+fn anthropic_sse(stream: ChatStream, model: String, permit: OwnedSemaphorePermit) -> Response {
     let mut events = anthropic_wire::Events::new(model);
     let body = stream.flat_map(move |item| {
+        // The stream holds its place in the concurrency limit to its end.
+        let _held = &permit;
         let lines: Vec<Result<Bytes, std::convert::Infallible>> = match item {
             Ok(event) => events
                 .on(&event)
@@ -479,8 +530,16 @@ fn event_stream(body: Body) -> Response {
 
 /// The stream as server-sent `chat.completion.chunk` events, then `[DONE]`. A failure
 /// after the stream began is an `error` event, and the stream ends without `[DONE]`.
-fn sse(stream: ChatStream, model: String, created: u64, include_usage: bool) -> Response {
+fn sse(
+    stream: ChatStream,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    permit: OwnedSemaphorePermit,
+) -> Response {
     let events = stream.flat_map(move |item| {
+        // The stream holds its place in the concurrency limit to its end.
+        let _held = &permit;
         let lines: Vec<Result<Bytes, std::convert::Infallible>> = match item {
             Ok(event) => {
                 let done = matches!(event, StreamEvent::Done(_));
@@ -569,10 +628,15 @@ fn anthropic_body(e: &BoxError, status: StatusCode) -> Value {
 }
 
 fn find_provider_error(e: &BoxError) -> Option<&ProviderError> {
+    find::<ProviderError>(e)
+}
+
+/// The first error of type `T` in `e`'s chain of sources.
+fn find<T: std::error::Error + 'static>(e: &BoxError) -> Option<&T> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&**e);
     while let Some(err) = cur {
-        if let Some(p) = err.downcast_ref::<ProviderError>() {
-            return Some(p);
+        if let Some(found) = err.downcast_ref::<T>() {
+            return Some(found);
         }
         cur = err.source();
     }
@@ -586,6 +650,8 @@ fn classify(e: &BoxError) -> StatusCode {
         || e.downcast_ref::<crate::PairingError>().is_some()
     {
         StatusCode::BAD_REQUEST
+    } else if find::<tower::timeout::error::Elapsed>(e).is_some() {
+        StatusCode::GATEWAY_TIMEOUT
     } else if let Some(p) = find_provider_error(e) {
         // The provider's error status; a success it sent that could not be read (or no
         // status at all: a timeout, a reset) is a bad gateway, never a 200.
