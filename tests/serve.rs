@@ -9,8 +9,8 @@ mod stream;
 use common::fixture;
 use common::proxy::{STREAMED_TEXT, openai, openai_stream, serving};
 use common::schema::{Root, assert_valid, validator};
-use llm_context::serve::{Proxy, check_listen};
-use llm_context::{Anthropic, ContextPolicy};
+use llm_context::serve::{Provider, Proxy, check_listen, key_digest, parse_digest};
+use llm_context::{Anthropic, ContextPolicy, Scope};
 use serde_json::{Value, json};
 use stream::server::{Reply, start};
 use wiremock::ResponseTemplate;
@@ -372,4 +372,133 @@ async fn an_upstream_slower_than_the_timeout_is_a_gateway_timeout() {
     assert!(started.elapsed() < std::time::Duration::from_secs(3));
     let v = json_of(response).await;
     assert_eq!(v["error"]["type"], "server_error");
+}
+
+#[tokio::test]
+async fn with_a_key_table_every_request_needs_a_known_key_and_gets_its_tenant() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json"),
+    )
+    .await;
+    let tight = ContextPolicy::default()
+        .with_max_tokens(2_000)
+        .with_reserve_tokens(500);
+    let proxy = Proxy::builder()
+        .tenant(key_digest("sk-acme"), Scope::org("acme"), None)
+        .tenant(
+            parse_digest(&hex(&key_digest("sk-tiny"))).unwrap(),
+            Scope::org("tiny").with_domain("support"),
+            Some(tight),
+        )
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let call = |path: &'static str, key: Option<(&'static str, String)>, body: Value| {
+        let url = url.clone();
+        async move {
+            let mut req = reqwest::Client::new()
+                .post(format!("{url}{path}"))
+                .body(body.to_string());
+            if let Some((name, value)) = key {
+                req = req.header(name, value);
+            }
+            req.send().await.unwrap()
+        }
+    };
+    let bearer = |k: &str| Some(("authorization", format!("Bearer {k}")));
+    // No key, or an unknown one: 401 in each route's own shape, nothing sent.
+    let chat = body("gpt-5.4", false);
+    for key in [None, bearer("sk-wrong")] {
+        let r = call("/v1/chat/completions", key, chat.clone()).await;
+        assert_eq!(r.status(), 401);
+        let v = json_of(r).await;
+        assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
+    }
+    let messages = json!({"model": "gpt-5.4", "max_tokens": 64,
+                          "messages": [{"role": "user", "content": "Warum?"}]});
+    let r = call(
+        "/v1/messages",
+        Some(("x-api-key", "sk-wrong".into())),
+        messages.clone(),
+    )
+    .await;
+    assert_eq!(r.status(), 401);
+    let v = json_of(r).await;
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "authentication_error");
+    assert!(upstream.received_requests().await.unwrap().is_empty());
+    // A known key, either way it is sent, is served under the default policy.
+    assert_eq!(
+        call("/v1/chat/completions", bearer("sk-acme"), chat.clone())
+            .await
+            .status(),
+        200
+    );
+    let r = call(
+        "/v1/messages",
+        Some(("x-api-key", "sk-acme".into())),
+        messages,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    // The other tenant's own policy: a request that fits the default does not fit its.
+    let mut long = chat.clone();
+    long["messages"][1]["content"] = json!("слово ".repeat(3_000));
+    assert_eq!(
+        call("/v1/chat/completions", bearer("sk-acme"), long.clone())
+            .await
+            .status(),
+        200
+    );
+    let r = call("/v1/chat/completions", bearer("sk-tiny"), long).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(json_of(r).await["llm_context"]["allowance"], 1_500);
+    // The memo is per tenant: one tenant's answer is never another's.
+    let mut fixed = chat.clone();
+    fixed["temperature"] = json!(0);
+    let memo = |r: &reqwest::Response| r.headers()["x-llm-context-memo"].clone();
+    let a = call("/v1/chat/completions", bearer("sk-acme"), fixed.clone()).await;
+    assert_eq!(memo(&a), "miss");
+    let a = call("/v1/chat/completions", bearer("sk-acme"), fixed.clone()).await;
+    assert_eq!(memo(&a), "hit");
+    let b = call("/v1/chat/completions", bearer("sk-tiny"), fixed).await;
+    assert_eq!(memo(&b), "miss");
+}
+
+#[tokio::test]
+async fn a_route_wins_over_the_catalog() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json"),
+    )
+    .await;
+    // A self-hosted model named like Claude, served by an OpenAI-compatible server.
+    let proxy = Proxy::builder()
+        .route("claude-local-", Provider::OpenAi)
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let r = post(&url, &body("claude-local-7b", false), None).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
+    // Without the route, `claude-…` goes to Anthropic, which has no key here.
+    let r = post(&url, &body("claude-sonnet-4-6", false), None).await;
+    assert_eq!(r.status(), 400);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn digests_are_64_hex_digits() {
+    // SHA-256 of "test", as DESIGN's config example begins.
+    assert!(hex(&key_digest("test")).starts_with("9f86d081884c7d65"));
+    assert!(parse_digest("9f86").unwrap_err().contains("64 hex digits"));
+    assert!(parse_digest(&"zz".repeat(32)).is_err());
 }

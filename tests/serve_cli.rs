@@ -6,7 +6,7 @@ mod stream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use stream::server::{Reply, data, start};
 
 fn free_port() -> u16 {
@@ -20,14 +20,20 @@ fn free_port() -> u16 {
 /// The server over `upstream`, once it answers `/healthz`; its child and base URL.
 async fn serve(upstream: &str, drain: &str) -> (Child, String) {
     let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    serve_with(
+        upstream,
+        &["--listen", &listen, "--drain-timeout", drain],
+        port,
+    )
+    .await
+}
+
+/// The server with `args`, listening on `port` of loopback (or of every address).
+async fn serve_with(upstream: &str, args: &[&str], port: u16) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_llm-context"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--drain-timeout",
-            drain,
-        ])
+        .arg("serve")
+        .args(args)
         .env_remove("ANTHROPIC_API_KEY")
         .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
         .env("OPENAI_API_KEY", "sk-upstream")
@@ -150,4 +156,142 @@ async fn a_stream_past_the_drain_timeout_is_cut_off() {
         rest.push_str(&String::from_utf8_lossy(&piece));
     }
     assert!(!rest.contains("[DONE]"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_with_keys_serves_tenants_on_any_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("tiny.toml"),
+        "max_tokens = 2000\nreserve_tokens = 500\n",
+    )
+    .unwrap();
+    // SHA-256 of "sk-acme" and of "sk-tiny", as an operator writes them.
+    let config = format!(
+        r#"listen = "0.0.0.0:{port}"
+
+[[keys]]
+sha256 = "{acme}"
+org = "acme"
+
+[[keys]]
+sha256 = "{tiny}"
+org = "tiny"
+domain = "support"
+policy = "tiny.toml"
+
+[routes]
+"claude-local-" = "openai"
+"#,
+        acme = sha256_hex("sk-acme"),
+        tiny = sha256_hex("sk-tiny"),
+    );
+    let path = dir.path().join("serve.toml");
+    std::fs::write(&path, config).unwrap();
+    let replies = (0..2).map(|_| Reply::events(slow_answer(1))).collect();
+    let upstream = start(replies).await;
+    let (mut child, url) =
+        serve_with(&upstream.url, &["--config", path.to_str().unwrap()], port).await;
+    let ask = |key: Option<&'static str>, model: &'static str, text: String| {
+        let url = url.clone();
+        async move {
+            let body = json!({"model": model, "stream": true,
+                              "messages": [{"role": "user", "content": text}]});
+            let mut req = reqwest::Client::new()
+                .post(format!("{url}/v1/chat/completions"))
+                .body(body.to_string());
+            if let Some(key) = key {
+                req = req.bearer_auth(key);
+            }
+            req.send().await.unwrap()
+        }
+    };
+    let r = ask(None, "gpt-5.4", "hallo".into()).await;
+    assert_eq!(r.status(), 401);
+    let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "invalid_api_key");
+    // Routed by the config's prefix to the OpenAI-compatible upstream.
+    let r = ask(Some("sk-acme"), "claude-local-7b", "hallo".into()).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("Stück 0"));
+    // The tenant's own policy file, found beside the config.
+    let r = ask(Some("sk-tiny"), "gpt-5.4", "слово ".repeat(3_000)).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["llm_context"]["allowance"], 1_500);
+    terminate(&child);
+    exited(&mut child, Duration::from_secs(10)).await;
+}
+
+#[test]
+fn a_config_without_keys_is_loopback_only_and_unbuilt_fields_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |config: &str| {
+        let path = dir.path().join("serve.toml");
+        std::fs::write(&path, config).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_llm-context"))
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .env("OPENAI_API_KEY", "sk-upstream")
+            .output()
+            .unwrap()
+    };
+    for (config, says) in [
+        ("listen = \"0.0.0.0:0\"\n", "loopback"),
+        ("redis = \"redis://127.0.0.1:6379/\"\n", "redis"),
+        ("listen = \"127.0.0.1:0\"\nmystery = 1\n", "mystery"),
+        (
+            "[[keys]]\nsha256 = \"9f86\"\norg = \"acme\"\n",
+            "64 hex digits",
+        ),
+    ] {
+        let out = run(config);
+        assert_eq!(out.status.code(), Some(2), "{config}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{config}: {stderr}");
+    }
+}
+
+fn sha256_hex(key: &str) -> String {
+    llm_context::serve::key_digest(key)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_config_starts_and_asks_for_keys() {
+    let upstream = start(vec![Reply::events(slow_answer(1))]).await;
+    let port = free_port();
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/serve.toml");
+    let listen = format!("127.0.0.1:{port}");
+    let (mut child, url) = serve_with(
+        &upstream.url,
+        &["--config", config, "--listen", &listen],
+        port,
+    )
+    .await;
+    let body = json!({"model": "gpt-5.4", "messages": [{"role": "user", "content": "hallo"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("x-api-key", "not-in-the-table")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth("test")
+        .body(
+            json!({"model": "gpt-5.4", "stream": true,
+                     "messages": [{"role": "user", "content": "hallo"}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    terminate(&child);
+    exited(&mut child, Duration::from_secs(10)).await;
 }

@@ -1,25 +1,33 @@
 //! `llm-context serve`: the whole stack behind the Chat Completions and Messages wire formats.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use llm_context::ConfigError;
+use llm_context::Scope;
 use llm_context::anthropic::AnthropicBuilder;
 use llm_context::openai::OpenAiBuilder;
-use llm_context::serve::{Proxy, check_listen};
+use llm_context::serve::{Provider, Proxy, check_listen, parse_digest};
+use serde::Deserialize;
 
 use super::{Exit, input};
 
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
-    /// The address to listen on. Without a key table (not built yet) only loopback is
-    /// allowed.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
-    /// The policy every request is prepared under, JSON or TOML, with ContextPolicy
-    /// fields.
+    /// The server's TOML config: `listen`, `policy`, `[[keys]]` (client keys by SHA-256
+    /// digest → tenants, each with an optional policy) and `[routes]` (model-name prefix
+    /// → provider). The flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The address to listen on (default 127.0.0.1:8080). Without a key table only
+    /// loopback is allowed.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// The default policy every request is prepared under, JSON or TOML, with
+    /// ContextPolicy fields.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
     /// On SIGTERM (or Ctrl-C), how long the requests in flight, streams included, may
@@ -36,9 +44,77 @@ pub(crate) struct ServeArgs {
     upstream_timeout: u64,
 }
 
+/// The config file (DESIGN § The proxy). `redis`, `otlp_endpoint` and `budgets` are
+/// refused until they are built, rather than silently ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    listen: Option<SocketAddr>,
+    policy: Option<PathBuf>,
+    redis: Option<String>,
+    otlp_endpoint: Option<String>,
+    #[serde(default)]
+    keys: Vec<Key>,
+    #[serde(default)]
+    routes: BTreeMap<String, Provider>,
+    budgets: Option<toml::Table>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Key {
+    sha256: String,
+    org: String,
+    domain: Option<String>,
+    policy: Option<PathBuf>,
+}
+
+/// The config at `path`, its relative paths resolved against its folder.
+fn config(path: &Path) -> Result<Config, Exit> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Exit::bad_input(format!("cannot read {}: {e}", path.display())))?;
+    let mut config: Config =
+        toml::from_str(&text).map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))?;
+    for (field, set) in [
+        ("redis", config.redis.is_some()),
+        ("otlp_endpoint", config.otlp_endpoint.is_some()),
+        ("budgets", config.budgets.is_some()),
+    ] {
+        if set {
+            return Err(Exit::bad_input(format!(
+                "{}: `{field}` is not supported by this version of llm-context serve",
+                path.display()
+            )));
+        }
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let resolve = |p: &mut Option<PathBuf>| {
+        if let Some(p) = p.as_mut()
+            && p.is_relative()
+        {
+            *p = dir.join(&*p);
+        }
+    };
+    resolve(&mut config.policy);
+    for key in &mut config.keys {
+        resolve(&mut key.policy);
+    }
+    Ok(config)
+}
+
 pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
-    check_listen(args.listen).map_err(Exit::bad_input)?;
-    let policy = input::policy(args.policy.as_deref())?;
+    let config = match &args.config {
+        Some(path) => config(path)?,
+        None => Config::default(),
+    };
+    let listen = args
+        .listen
+        .or(config.listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+    if config.keys.is_empty() {
+        check_listen(listen).map_err(Exit::bad_input)?;
+    }
+    let policy = input::policy(args.policy.as_deref().or(config.policy.as_deref()))?;
     if args.max_concurrency == 0 {
         return Err(Exit::bad_input("--max-concurrency must be at least 1"));
     }
@@ -46,6 +122,21 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
         .policy(policy)
         .max_concurrency(args.max_concurrency)
         .upstream_timeout(Duration::from_secs(args.upstream_timeout));
+    for key in &config.keys {
+        let digest = parse_digest(&key.sha256).map_err(Exit::bad_input)?;
+        let mut scope = Scope::org(&key.org);
+        if let Some(domain) = &key.domain {
+            scope = scope.with_domain(domain);
+        }
+        let policy = match &key.policy {
+            Some(path) => Some(input::policy(Some(path))?),
+            None => None,
+        };
+        builder = builder.tenant(digest, scope, policy);
+    }
+    for (prefix, provider) in config.routes {
+        builder = builder.route(prefix, provider);
+    }
     // Upstream keys come from the server's environment, never from the client.
     let openai = optional(OpenAiBuilder::from_env().build())?;
     let anthropic = optional(AnthropicBuilder::from_env().build())?;
@@ -63,14 +154,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
     let proxy = builder
         .build()
         .map_err(|e| Exit::bad_input(e.to_string()))?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| Exit::bad_input(format!("cannot listen on {}: {e}", args.listen)))?;
+        .map_err(|e| Exit::bad_input(format!("cannot listen on {}: {e}", listen)))?;
     tracing::warn!(
         event = "serve_listening",
-        addr = %args.listen,
+        addr = %listen,
         "llm-context serve: listening on http://{}",
-        args.listen
+        listen
     );
     let drain = Duration::from_secs(args.drain_timeout);
     proxy

@@ -33,7 +33,7 @@
 //!   never dropped; `cache_control` markers are replaced by the stack's own. A tool
 //!   result's `is_error` flag is not carried (the neutral model has no place for it).
 //! - The session is the `x-llm-context-session` header, else inferred from the request's
-//!   stable head.
+//!   stable head; the tenant is the key's (see below).
 //! - A request that cannot fit is answered 400 before any upstream call: on
 //!   `/v1/chat/completions` with `{"error": {"type": "invalid_request_error", "code":
 //!   "context_length_exceeded", "message", "param": "messages"}, "llm_context":
@@ -57,12 +57,19 @@
 //!   `retry-after`), and each upstream attempt's time
 //!   ([`upstream_timeout`](ProxyBuilder::upstream_timeout); 504 past it).
 //!
-//! Not built yet: tenants and the key table (until then [`check_listen`] keeps the
-//! server on loopback), `/readyz` and `/metrics`, and replicas over Redis.
+//! - Tenants: [`ProxyBuilder::tenant`] adds a client key to the key table by its SHA-256
+//!   digest, with its [`Scope`] and optionally its own policy. With a key table, a
+//!   request without a known key (`Authorization: Bearer …` or `x-api-key`) is 401 in
+//!   the route's shape; without one the server is single-tenant, and [`check_listen`]
+//!   keeps it on loopback. [`ProxyBuilder::route`] sends model-name prefixes to a
+//!   provider, over the catalog.
+//!
+//! Not built yet: `/readyz` and `/metrics`, and replicas over Redis.
 
 mod anthropic_wire;
 mod openai_wire;
 
+use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -81,7 +88,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
-use crate::catalog::Provider;
+pub use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::memo::{LocalMemoStore, MemoLayer, MemoStore};
 use crate::openai::body::request_from_body;
@@ -89,7 +96,7 @@ use crate::retry::RetryPolicy;
 use crate::stream::{ChatStream, StreamEvent, Streaming};
 use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
-    ContextPolicyLayer, OpenAi, PolicyError, PreparationReport,
+    ContextPolicyLayer, OpenAi, PolicyError, PreparationReport, Scope,
 };
 
 /// The largest request body read by default: 64 MiB, room for a 10,000-message
@@ -116,13 +123,31 @@ struct Upstream {
     streamed: Streamed,
 }
 
+/// The stacks of one policy, one per upstream.
+#[derive(Clone)]
+struct Stacks {
+    openai: Option<Upstream>,
+    anthropic: Option<Upstream>,
+}
+
+/// Who a client key belongs to, and which policy's stacks serve it.
+#[derive(Clone, Debug)]
+struct Tenant {
+    scope: Scope,
+    stacks: usize,
+}
+
 struct Shared {
     max_body_bytes: usize,
     /// One permit per request in flight, held to the end of its stream.
     in_flight: Arc<tokio::sync::Semaphore>,
     catalog: Arc<Catalog>,
-    openai: Option<Upstream>,
-    anthropic: Option<Upstream>,
+    /// The default policy's stacks first, then one per tenant with its own policy.
+    stacks: Vec<Stacks>,
+    /// The key table, by SHA-256 of the key; `None`: single-tenant, no key asked for.
+    keys: Option<HashMap<[u8; 32], Tenant>>,
+    /// Model-name prefixes to providers, longest first; they win over the catalog.
+    routes: Vec<(String, Provider)>,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -135,8 +160,12 @@ pub struct Proxy {
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxy")
-            .field("openai", &self.shared.openai.is_some())
-            .field("anthropic", &self.shared.anthropic.is_some())
+            .field("openai", &self.shared.stacks[0].openai.is_some())
+            .field("anthropic", &self.shared.stacks[0].anthropic.is_some())
+            .field(
+                "tenants",
+                &self.shared.keys.as_ref().map_or(0, HashMap::len),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -151,6 +180,8 @@ pub struct ProxyBuilder {
     openai: Option<OpenAi>,
     anthropic: Option<Anthropic>,
     memo: Option<Arc<dyn MemoStore>>,
+    keys: Vec<([u8; 32], Scope, Option<ContextPolicy>)>,
+    routes: Vec<(String, Provider)>,
 }
 
 impl std::fmt::Debug for ProxyBuilder {
@@ -163,6 +194,8 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("openai", &self.openai.is_some())
             .field("anthropic", &self.anthropic.is_some())
             .field("memo", &self.memo.is_some())
+            .field("keys", &self.keys.len())
+            .field("routes", &self.routes)
             .finish_non_exhaustive()
     }
 }
@@ -242,6 +275,8 @@ impl Default for ProxyBuilder {
             openai: None,
             anthropic: None,
             memo: None,
+            keys: Vec::new(),
+            routes: Vec::new(),
         }
     }
 }
@@ -304,50 +339,128 @@ impl ProxyBuilder {
         self
     }
 
-    /// The server; fails when the policy does not validate. Both upstreams share one
-    /// context layer: one artifact store, one memory of each session's cut.
+    /// A client key of the key table, by its SHA-256 digest ([`key_digest`], or
+    /// [`parse_digest`] of the config's hex): its requests are served for `scope` (memo,
+    /// artifacts and cuts are kept per tenant), under `policy` when given, else the
+    /// default policy. With one key or more, every request must carry a known key
+    /// (`Authorization: Bearer …` or `x-api-key`), else it is answered 401 in the
+    /// route's own shape.
+    pub fn tenant(
+        mut self,
+        key_sha256: [u8; 32],
+        scope: Scope,
+        policy: Option<ContextPolicy>,
+    ) -> Self {
+        self.keys.push((key_sha256, scope, policy));
+        self
+    }
+
+    /// Sends models whose name starts with `prefix` to `provider`, whatever the catalog
+    /// says (the longest matching prefix wins).
+    pub fn route(mut self, prefix: impl Into<String>, provider: Provider) -> Self {
+        self.routes.push((prefix.into(), provider));
+        self
+    }
+
+    /// The server; fails when a policy does not validate. The upstreams of one policy
+    /// share one context layer (one artifact store, one memory of each session's cut);
+    /// every stack shares the memo store, whose keys are per tenant.
     pub fn build(self) -> Result<Proxy, PolicyError> {
         let catalog = self.catalog.unwrap_or_else(Catalog::builtin);
-        let context = ContextPolicyLayer::new(self.policy)?
-            .with_catalog(catalog.clone())
-            // The client never sees the stack's artifact tool: its reads are answered here.
-            .with_auto_resolve();
         let memo = self
             .memo
             .unwrap_or_else(|| Arc::new(LocalMemoStore::default()));
-        let context = context.with_memo(MemoLayer::new(memo));
         let timeout = self.upstream_timeout;
-        let stack = |context: &ContextPolicyLayer| {
-            ServiceBuilder::new()
-                .layer(context.clone())
-                .retry(RetryPolicy::default())
-                // Per attempt: a retry gets the whole time again.
-                .timeout(timeout)
+        let stacks_for = |policy: ContextPolicy| -> Result<Stacks, PolicyError> {
+            let context = ContextPolicyLayer::new(policy)?
+                .with_catalog(catalog.clone())
+                // The client never sees the stack's artifact tool: its reads are answered
+                // here.
+                .with_auto_resolve()
+                .with_memo(MemoLayer::new(memo.clone()));
+            let stack = || {
+                ServiceBuilder::new()
+                    .layer(context.clone())
+                    .retry(RetryPolicy::default())
+                    // Per attempt: a retry gets the whole time again.
+                    .timeout(timeout)
+            };
+            Ok(Stacks {
+                openai: self.openai.clone().map(|client| {
+                    let stack = stack().service(client);
+                    Upstream {
+                        plain: BoxCloneSyncService::new(stack.clone()),
+                        streamed: BoxCloneSyncService::new(stack),
+                    }
+                }),
+                anthropic: self.anthropic.clone().map(|client| {
+                    let stack = stack().service(client);
+                    Upstream {
+                        plain: BoxCloneSyncService::new(stack.clone()),
+                        streamed: BoxCloneSyncService::new(stack),
+                    }
+                }),
+            })
         };
-        let openai = self.openai.map(|client| {
-            let stack = stack(&context).service(client);
-            Upstream {
-                plain: BoxCloneSyncService::new(stack.clone()),
-                streamed: BoxCloneSyncService::new(stack),
+        let mut stacks = vec![stacks_for(self.policy.clone())?];
+        let keys = if self.keys.is_empty() {
+            None
+        } else {
+            let mut table = HashMap::new();
+            for (digest, scope, policy) in self.keys {
+                let index = match policy {
+                    Some(policy) => {
+                        stacks.push(stacks_for(policy)?);
+                        stacks.len() - 1
+                    }
+                    None => 0,
+                };
+                table.insert(
+                    digest,
+                    Tenant {
+                        scope,
+                        stacks: index,
+                    },
+                );
             }
-        });
-        let anthropic = self.anthropic.map(|client| {
-            let stack = stack(&context).service(client);
-            Upstream {
-                plain: BoxCloneSyncService::new(stack.clone()),
-                streamed: BoxCloneSyncService::new(stack),
-            }
-        });
+            Some(table)
+        };
+        let mut routes = self.routes;
+        routes.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
         Ok(Proxy {
             shared: Arc::new(Shared {
                 max_body_bytes: self.max_body_bytes,
                 in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_concurrency)),
                 catalog,
-                openai,
-                anthropic,
+                stacks,
+                keys,
+                routes,
             }),
         })
     }
+}
+
+/// The SHA-256 digest of a client key, as the key table holds it.
+pub fn key_digest(key: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes()).into()
+}
+
+/// A digest written as 64 hex digits (the config's `sha256`), or what is wrong with it.
+pub fn parse_digest(hex: &str) -> Result<[u8; 32], String> {
+    let hex = hex.trim();
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(format!(
+            "a key digest must be 64 hex digits (SHA-256), not {} characters",
+            hex.chars().count()
+        ));
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|_| format!("a key digest must be hex digits: {hex:?}"))?;
+    }
+    Ok(out)
 }
 
 /// Refuses an address other than loopback: a server without a key table serves whoever
@@ -364,23 +477,47 @@ pub fn check_listen(addr: SocketAddr) -> Result<(), String> {
 }
 
 impl Shared {
-    /// The upstream that serves `model`: the catalog's provider, else by its name; or
-    /// why there is none (the provider's key is not set here).
-    fn upstream(&self, model: &str) -> Result<&Upstream, String> {
-        let provider = self.catalog.get(model).and_then(|m| m.provider).unwrap_or(
-            if model.starts_with("claude-") {
+    /// The upstream of `stacks` that serves `model`: the config's routes, else the
+    /// catalog's provider, else by its name; or why there is none (the provider's key
+    /// is not set here).
+    fn upstream(&self, stacks: usize, model: &str) -> Result<&Upstream, String> {
+        let routed = self
+            .routes
+            .iter()
+            .find(|(prefix, _)| model.starts_with(prefix.as_str()))
+            .map(|(_, p)| *p);
+        let provider = routed
+            .or_else(|| self.catalog.get(model).and_then(|m| m.provider))
+            .unwrap_or(if model.starts_with("claude-") {
                 Provider::Anthropic
             } else {
                 Provider::OpenAi
-            },
-        );
+            });
+        let stacks = &self.stacks[stacks];
         let (upstream, name) = match provider {
-            Provider::Anthropic => (&self.anthropic, "Anthropic"),
-            _ => (&self.openai, "OpenAI"),
+            Provider::Anthropic => (&stacks.anthropic, "Anthropic"),
+            _ => (&stacks.openai, "OpenAI"),
         };
         upstream.as_ref().ok_or_else(|| {
             format!("the model {model:?} is served by {name}, which this server has no key for")
         })
+    }
+
+    /// The tenant of a request's key, `Ok(None)` when there is no key table, or the 401
+    /// message.
+    fn tenant(&self, headers: &HeaderMap) -> Result<Option<&Tenant>, &'static str> {
+        let Some(keys) = &self.keys else {
+            return Ok(None);
+        };
+        let key = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+            .ok_or("an API key is required (Authorization: Bearer, or x-api-key)")?;
+        keys.get(&key_digest(key.trim()))
+            .map(Some)
+            .ok_or("the API key is not known to this server")
     }
 }
 
@@ -424,6 +561,10 @@ async fn handle(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return out;
     };
+    let tenant = match shared.tenant(headers) {
+        Ok(tenant) => tenant,
+        Err(why) => return error(format, StatusCode::UNAUTHORIZED, why),
+    };
     let body = match body {
         Ok(body) => body,
         // Over the body limit (413), or a body that could not be read.
@@ -449,7 +590,11 @@ async fn handle(
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
         req = req.with_session(session);
     }
-    let upstream = match shared.upstream(&req.model) {
+    if let Some(tenant) = tenant {
+        req = req.with_scope(tenant.scope.clone());
+    }
+    let stacks = tenant.map_or(0, |t| t.stacks);
+    let upstream = match shared.upstream(stacks, &req.model) {
         Ok(u) => u.clone(),
         Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
     };
@@ -578,8 +723,12 @@ fn report_headers(h: &mut HeaderMap, r: &PreparationReport) {
 /// An error in the format's own shape.
 fn error(format: Format, status: StatusCode, message: &str) -> Response {
     let body = match format {
-        Format::OpenAi => json!({"error": {"type": openai_error_type(status), "message": message,
-                                           "param": null, "code": null}}),
+        Format::OpenAi => {
+            // OpenAI's own 401 names its code.
+            let code = (status == StatusCode::UNAUTHORIZED).then_some("invalid_api_key");
+            json!({"error": {"type": openai_error_type(status), "message": message,
+                             "param": null, "code": code}})
+        }
         Format::Anthropic => {
             anthropic_wire::error(anthropic_wire::error_type(status.as_u16()), message)
         }

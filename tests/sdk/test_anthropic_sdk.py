@@ -210,6 +210,37 @@ class AnthropicSdkThroughServe(unittest.TestCase):
                     self.assertLess(kinds.index("thinking"), kinds.index("tool_use"))
         self.assertNotIn("read_context_artifact", json.dumps(history))
 
+    def test_an_unknown_key_is_the_sdks_authentication_error(self):
+        """With a key table, a key the server does not know is 401 in the format's shape."""
+        import hashlib
+        config = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"llm-context-anthropic-keys-{os.getpid()}.toml")
+        port = free_port()
+        with open(config, "w") as f:
+            f.write(f'listen = "127.0.0.1:{port}"\n[[keys]]\nsha256 = "{hashlib.sha256(b"sk-acme").hexdigest()}"\norg = "acme"\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+        env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{self.upstream.server_address[1]}"
+        env["ANTHROPIC_API_KEY"] = "sk-upstream-only"
+        server = subprocess.Popen([os.environ["LLM_CONTEXT_BIN"], "serve", "--config", config],
+                                  env=env, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(url + "/healthz", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            client = anthropic.Anthropic(base_url=url, api_key="sk-unknown", max_retries=0)
+            with self.assertRaises(anthropic.AuthenticationError) as caught:
+                client.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "Warum?"}])
+            self.assertEqual(caught.exception.body["error"]["type"], "authentication_error")
+            good = anthropic.Anthropic(base_url=url, api_key="sk-acme", max_retries=0)
+            reply = good.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "Warum?"}])
+            self.assertEqual(reply.content[-1].text, ANSWER)
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -158,6 +158,37 @@ class OpenAiSdkThroughServe(unittest.TestCase):
         self.assertEqual(caught.exception.code, "context_length_exceeded")
         self.assertEqual(caught.exception.body["code"], "context_length_exceeded")
 
+    def test_an_unknown_key_is_the_sdks_authentication_error(self):
+        """With a key table, a key the server does not know is 401 in the format's shape."""
+        import hashlib
+        config = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"llm-context-openai-keys-{os.getpid()}.toml")
+        port = free_port()
+        with open(config, "w") as f:
+            f.write(f'listen = "127.0.0.1:{port}"\n[[keys]]\nsha256 = "{hashlib.sha256(b"sk-acme").hexdigest()}"\norg = "acme"\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+        env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{self.upstream.server_address[1]}/v1"
+        env["OPENAI_API_KEY"] = "sk-upstream-only"
+        server = subprocess.Popen([os.environ["LLM_CONTEXT_BIN"], "serve", "--config", config],
+                                  env=env, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(url + "/healthz", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            client = openai.OpenAI(base_url=url + "/v1", api_key="sk-unknown", max_retries=0)
+            with self.assertRaises(openai.AuthenticationError) as caught:
+                client.chat.completions.create(model="gpt-5.4", messages=[{"role": "user", "content": "Warum?"}])
+            self.assertEqual(caught.exception.code, "invalid_api_key")
+            good = openai.OpenAI(base_url=url + "/v1", api_key="sk-acme", max_retries=0)
+            reply = good.chat.completions.create(model="gpt-5.4", messages=[{"role": "user", "content": "Warum?"}])
+            self.assertTrue(reply.choices[0].message.content)
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
 
 if __name__ == "__main__":
     unittest.main()
