@@ -502,3 +502,75 @@ fn digests_are_64_hex_digits() {
     assert!(parse_digest("9f86").unwrap_err().contains("64 hex digits"));
     assert!(parse_digest(&"zz".repeat(32)).is_err());
 }
+
+#[tokio::test]
+async fn metrics_count_requests_tokens_memo_hits_and_upstream_errors() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json"),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .tenant(key_digest("sk-acme"), Scope::org("acme"), None)
+        .openai(openai(&upstream.uri()))
+        // A dead upstream for one model family: its errors are counted by kind.
+        .route("dead-", Provider::Anthropic)
+        .anthropic(
+            Anthropic::builder()
+                .base_url("http://127.0.0.1:9")
+                .api_key("k")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let ask = |model: &str, key: &str| {
+        let mut b = body(model, false);
+        b["temperature"] = json!(0);
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(key.to_owned())
+            .body(b.to_string())
+            .send()
+    };
+    assert_eq!(ask("gpt-5.4", "sk-acme").await.unwrap().status(), 200);
+    assert_eq!(ask("gpt-5.4", "sk-acme").await.unwrap().status(), 200);
+    assert_eq!(ask("gpt-5.4", "sk-nope").await.unwrap().status(), 401);
+    assert_eq!(ask("dead-1", "sk-acme").await.unwrap().status(), 502);
+    let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(json_of(ready).await["status"], "ready");
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    let ok =
+        r#"llm_context_requests_total{route="/v1/chat/completions",status="200",tenant="acme"}"#;
+    assert_eq!(line(ok), 2.0, "{text}");
+    assert_eq!(
+        line(r#"llm_context_requests_total{route="/v1/chat/completions",status="401",tenant="-"}"#),
+        1.0
+    );
+    assert_eq!(line("llm_context_memo_hits_total{tenant=\"acme\"}"), 1.0);
+    assert!(line("llm_context_tokens_before_total{tenant=\"acme\"}") > 0.0);
+    assert!(
+        text.contains("llm_context_upstream_errors_total{kind="),
+        "{text}"
+    );
+    assert!(text.contains("llm_context_request_duration_seconds_bucket"));
+    assert!(text.ends_with("# EOF\n"));
+}

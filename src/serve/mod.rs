@@ -64,9 +64,19 @@
 //!   keeps it on loopback. [`ProxyBuilder::route`] sends model-name prefixes to a
 //!   provider, over the catalog.
 //!
-//! Not built yet: `/readyz` and `/metrics`, and replicas over Redis.
+//! - `GET /metrics`: Prometheus (OpenMetrics) text from a registry the server owns:
+//!   `llm_context_requests_total{route,status,tenant}`,
+//!   `llm_context_request_duration_seconds{route}` (to the response's headers),
+//!   `llm_context_tokens_before_total` / `_after_total{tenant}`,
+//!   `llm_context_memo_hits_total{tenant}`, `llm_context_upstream_errors_total{kind}`.
+//!   `GET /readyz` answers `{"status": "ready", "stores": {…}}`: the stores are in this
+//!   process.
+//!
+//! Not built yet: replicas over Redis (and `/readyz` saying when Redis is degraded), and
+//! separate histograms for preparation and the upstream.
 
 mod anthropic_wire;
+mod metrics;
 mod openai_wire;
 
 use std::collections::HashMap;
@@ -148,6 +158,7 @@ struct Shared {
     keys: Option<HashMap<[u8; 32], Tenant>>,
     /// Model-name prefixes to providers, longest first; they win over the catalog.
     routes: Vec<(String, Provider)>,
+    metrics: metrics::Metrics,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -211,6 +222,8 @@ impl Proxy {
         let limit = DefaultBodyLimit::max(self.shared.max_body_bytes);
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics_text))
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/messages", post(messages))
             .layer(limit)
@@ -435,6 +448,7 @@ impl ProxyBuilder {
                 stacks,
                 keys,
                 routes,
+                metrics: metrics::Metrics::new(),
             }),
         })
     }
@@ -535,7 +549,7 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(&shared, Format::OpenAi, &headers, body).await
+    counted(&shared, Format::OpenAi, &headers, body).await
 }
 
 async fn messages(
@@ -543,7 +557,56 @@ async fn messages(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(&shared, Format::Anthropic, &headers, body).await
+    counted(&shared, Format::Anthropic, &headers, body).await
+}
+
+/// `/readyz`: the stores this server uses are in its own process, so it is ready as soon
+/// as it serves.
+async fn readyz() -> Response {
+    axum::Json(json!({"status": "ready", "stores": {"memo": "local", "artifacts": "local"}}))
+        .into_response()
+}
+
+/// `/metrics`, in the OpenMetrics text format Prometheus scrapes.
+async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
+    let mut out = Response::new(Body::from(shared.metrics.encode()));
+    out.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    out
+}
+
+/// One call, counted in the metrics once its headers are ready.
+async fn counted(
+    shared: &Shared,
+    format: Format,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = std::time::Instant::now();
+    let response = handle(shared, format, headers, body).await;
+    let route = match format {
+        Format::OpenAi => "/v1/chat/completions",
+        Format::Anthropic => "/v1/messages",
+    };
+    let tenant = match shared.tenant(headers) {
+        // As DESIGN names tenants: "org", or "org:domain".
+        Ok(Some(t)) => match (&t.scope.org, &t.scope.domain) {
+            (Some(org), Some(domain)) => format!("{org}:{domain}"),
+            (Some(org), None) => org.clone(),
+            _ => "-".to_owned(),
+        },
+        _ => "-".to_owned(),
+    };
+    shared.metrics.record(
+        route,
+        response.status().as_u16(),
+        &tenant,
+        started.elapsed(),
+        response.extensions().get::<metrics::Outcome>(),
+    );
+    response
 }
 
 /// One call, in either format: read, route, run through the stack, answer.
@@ -609,7 +672,7 @@ async fn handle(
                     Format::Anthropic => anthropic_sse(stream, model, permit),
                 };
                 if let Some(report) = report {
-                    report_headers(out.headers_mut(), &report);
+                    report_headers(&mut out, &report);
                 }
                 out
             }
@@ -623,7 +686,7 @@ async fn handle(
                 Format::Anthropic => anthropic_wire::message(&response, &model),
             };
             let mut out = axum::Json(body).into_response();
-            report_headers(out.headers_mut(), &response.report);
+            report_headers(&mut out, &response.report);
             out
         }
         Err(e) => failure(format, &e),
@@ -704,8 +767,13 @@ fn sse(
     event_stream(Body::from_stream(events))
 }
 
-/// The report of a prepared request, as headers.
-fn report_headers(h: &mut HeaderMap, r: &PreparationReport) {
+/// The report of a prepared request, as headers, and for the metrics.
+fn report_headers(out: &mut Response, r: &PreparationReport) {
+    out.extensions_mut().insert(metrics::Outcome {
+        report: Some((r.before_tokens, r.after_tokens, r.memo_hit)),
+        upstream_error: None,
+    });
+    let h = out.headers_mut();
     let numbers = [
         ("x-llm-context-before-tokens", r.before_tokens),
         ("x-llm-context-after-tokens", r.after_tokens),
@@ -820,5 +888,15 @@ fn failure(format: Format, e: &BoxError) -> Response {
         Format::OpenAi => error_body(e),
         Format::Anthropic => anthropic_body(e, status),
     };
-    (status, axum::Json(body)).into_response()
+    let mut out = (status, axum::Json(body)).into_response();
+    let kind = if find::<tower::timeout::error::Elapsed>(e).is_some() {
+        Some("timeout".to_owned())
+    } else {
+        find_provider_error(e).map(|p| format!("{:?}", p.kind))
+    };
+    out.extensions_mut().insert(metrics::Outcome {
+        report: None,
+        upstream_error: kind,
+    });
+    out
 }

@@ -1,0 +1,138 @@
+//! The server's Prometheus metrics, in a registry it owns (no global registry): what
+//! `GET /metrics` answers, in the OpenMetrics text format.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// What one answered request tells the metrics, put in the response's extensions by the
+/// handler and read when the request is counted.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Outcome {
+    /// The report's figures: tokens before and after preparation, and a memo hit.
+    pub(crate) report: Option<(usize, usize, bool)>,
+    /// The kind of the upstream's error, when the upstream failed.
+    pub(crate) upstream_error: Option<String>,
+}
+
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+    tokens_before: Family<Labels, Counter>,
+    tokens_after: Family<Labels, Counter>,
+    memo_hits: Family<Labels, Counter>,
+    upstream_errors: Family<Labels, Counter>,
+}
+
+/// From half a millisecond to about 70 s, doubling: the proxy's own work at the low end,
+/// a long model call at the top.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix("llm_context");
+        let requests = Family::default();
+        registry.register(
+            "requests",
+            "Requests answered, by route, status and tenant",
+            requests.clone(),
+        );
+        let latency = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time to the response's headers (preparation and the upstream's answer, or its \
+             first byte for a stream), by route",
+            latency.clone(),
+        );
+        let tokens_before = Family::default();
+        registry.register(
+            "tokens_before",
+            "Estimated tokens of the requests as they came, by tenant",
+            tokens_before.clone(),
+        );
+        let tokens_after = Family::default();
+        registry.register(
+            "tokens_after",
+            "Estimated tokens of the requests as they were sent, by tenant",
+            tokens_after.clone(),
+        );
+        let memo_hits = Family::default();
+        registry.register(
+            "memo_hits",
+            "Requests answered from the memo, by tenant",
+            memo_hits.clone(),
+        );
+        let upstream_errors = Family::default();
+        registry.register(
+            "upstream_errors",
+            "Requests the upstream failed, by kind",
+            upstream_errors.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            latency,
+            tokens_before,
+            tokens_after,
+            memo_hits,
+            upstream_errors,
+        }
+    }
+
+    /// Counts one answered request.
+    pub(crate) fn record(
+        &self,
+        route: &'static str,
+        status: u16,
+        tenant: &str,
+        took: Duration,
+        outcome: Option<&Outcome>,
+    ) {
+        let tenant_label = || vec![("tenant", tenant.to_owned())];
+        self.requests
+            .get_or_create(&vec![
+                ("route", route.to_owned()),
+                ("status", status.to_string()),
+                ("tenant", tenant.to_owned()),
+            ])
+            .inc();
+        self.latency
+            .get_or_create(&vec![("route", route.to_owned())])
+            .observe(took.as_secs_f64());
+        let Some(outcome) = outcome else { return };
+        if let Some((before, after, hit)) = outcome.report {
+            let labels = tenant_label();
+            self.tokens_before
+                .get_or_create(&labels)
+                .inc_by(before as u64);
+            self.tokens_after
+                .get_or_create(&labels)
+                .inc_by(after as u64);
+            if hit {
+                self.memo_hits.get_or_create(&labels).inc();
+            }
+        }
+        if let Some(kind) = &outcome.upstream_error {
+            self.upstream_errors
+                .get_or_create(&vec![("kind", kind.clone())])
+                .inc();
+        }
+    }
+
+    /// The text `/metrics` answers.
+    pub(crate) fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
