@@ -238,7 +238,7 @@ fn a_config_without_keys_is_loopback_only_and_unbuilt_fields_are_refused() {
     };
     for (config, says) in [
         ("listen = \"0.0.0.0:0\"\n", "loopback"),
-        ("redis = \"redis://127.0.0.1:6379/\"\n", "redis"),
+        ("budgets = {}\n", "budgets"),
         ("listen = \"127.0.0.1:0\"\nmystery = 1\n", "mystery"),
         (
             "[[keys]]\nsha256 = \"9f86\"\norg = \"acme\"\n",

@@ -30,6 +30,10 @@ pub(crate) struct ServeArgs {
     /// ContextPolicy fields.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+    /// Memo and artifacts on this Redis (`redis://[:password@]host:port/[db]`), shared by
+    /// every replica on it. Redis away degrades (no shared memo), never fails a request.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// On SIGTERM (or Ctrl-C), how long the requests in flight, streams included, may
     /// run on before they are cut off; no new connection is accepted meanwhile.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
@@ -44,7 +48,7 @@ pub(crate) struct ServeArgs {
     upstream_timeout: u64,
 }
 
-/// The config file (DESIGN § The proxy). `redis`, `otlp_endpoint` and `budgets` are
+/// The config file (DESIGN § The proxy). `otlp_endpoint` and `budgets` are
 /// refused until they are built, rather than silently ignored.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,7 +80,6 @@ fn config(path: &Path) -> Result<Config, Exit> {
     let mut config: Config =
         toml::from_str(&text).map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))?;
     for (field, set) in [
-        ("redis", config.redis.is_some()),
         ("otlp_endpoint", config.otlp_endpoint.is_some()),
         ("budgets", config.budgets.is_some()),
     ] {
@@ -133,6 +136,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
             None => None,
         };
         builder = builder.tenant(digest, scope, policy);
+    }
+    if let Some(url) = args.redis.as_deref().or(config.redis.as_deref()) {
+        // Only a URL that is not valid or refused credentials fail (exit 2); a server
+        // that cannot be reached starts the stores degraded, with a warning.
+        let stores = llm_context::redis::RedisStores::connect(url)
+            .await
+            .map_err(|e| Exit::bad_input(format!("--redis: {e}")))?;
+        builder = builder.redis(stores);
     }
     for (prefix, provider) in config.routes {
         builder = builder.route(prefix, provider);

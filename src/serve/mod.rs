@@ -69,11 +69,14 @@
 //!   `llm_context_request_duration_seconds{route}` (to the response's headers),
 //!   `llm_context_tokens_before_total` / `_after_total{tenant}`,
 //!   `llm_context_memo_hits_total{tenant}`, `llm_context_upstream_errors_total{kind}`.
-//!   `GET /readyz` answers `{"status": "ready", "stores": {…}}`: the stores are in this
-//!   process.
+//!   `GET /readyz` answers `{"status": "ready" | "degraded", "stores": {…}}`, 200 either
+//!   way: degraded still serves.
+//! - Replicas: [`ProxyBuilder::redis`] puts memo (single flight included) and artifacts
+//!   on Redis, shared by every replica on it; Redis away, at start or mid-run, degrades
+//!   (no shared memo) and never fails a request, and the stores reconnect by themselves.
 //!
-//! Not built yet: replicas over Redis (and `/readyz` saying when Redis is degraded), and
-//! separate histograms for preparation and the upstream.
+//! Not built yet: cuts shared over Redis (each replica keeps its own), and separate
+//! histograms for preparation and the upstream.
 
 mod anthropic_wire;
 mod metrics;
@@ -102,12 +105,14 @@ pub use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::memo::{LocalMemoStore, MemoLayer, MemoStore};
 use crate::openai::body::request_from_body;
+use crate::redis::RedisStores;
 use crate::retry::RetryPolicy;
 use crate::stream::{ChatStream, StreamEvent, Streaming};
 use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
     ContextPolicyLayer, OpenAi, PolicyError, PreparationReport, Scope,
 };
+use llm_context_layers::ArtifactStore;
 
 /// The largest request body read by default: 64 MiB, room for a 10,000-message
 /// transcript with large tool results. Past it the answer is 413.
@@ -159,6 +164,8 @@ struct Shared {
     /// Model-name prefixes to providers, longest first; they win over the catalog.
     routes: Vec<(String, Provider)>,
     metrics: metrics::Metrics,
+    /// Pinged by `/readyz`.
+    redis: Option<RedisStores>,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -193,6 +200,8 @@ pub struct ProxyBuilder {
     memo: Option<Arc<dyn MemoStore>>,
     keys: Vec<([u8; 32], Scope, Option<ContextPolicy>)>,
     routes: Vec<(String, Provider)>,
+    artifacts: Option<Arc<dyn ArtifactStore>>,
+    redis: Option<RedisStores>,
 }
 
 impl std::fmt::Debug for ProxyBuilder {
@@ -207,6 +216,7 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("memo", &self.memo.is_some())
             .field("keys", &self.keys.len())
             .field("routes", &self.routes)
+            .field("redis", &self.redis.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -290,6 +300,8 @@ impl Default for ProxyBuilder {
             memo: None,
             keys: Vec::new(),
             routes: Vec::new(),
+            artifacts: None,
+            redis: None,
         }
     }
 }
@@ -375,6 +387,25 @@ impl ProxyBuilder {
         self
     }
 
+    /// The artifact store offloaded results go to (by default one in this process per
+    /// policy). A shared store lets every replica answer the model's reads of what
+    /// another offloaded.
+    pub fn artifact_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
+        self.artifacts = Some(store);
+        self
+    }
+
+    /// Memo and artifacts on Redis, shared by every replica on it (single flight
+    /// included), and `/readyz` pinging it. Redis away, at start or later, degrades: the
+    /// upstream answers, `/readyz` says `degraded`, and the stores reconnect by
+    /// themselves.
+    pub fn redis(mut self, stores: RedisStores) -> Self {
+        self.memo = Some(Arc::new(stores.memo.clone()));
+        self.artifacts = Some(Arc::new(stores.artifacts.clone()));
+        self.redis = Some(stores);
+        self
+    }
+
     /// The server; fails when a policy does not validate. The upstreams of one policy
     /// share one context layer (one artifact store, one memory of each session's cut);
     /// every stack shares the memo store, whose keys are per tenant.
@@ -384,8 +415,13 @@ impl ProxyBuilder {
             .memo
             .unwrap_or_else(|| Arc::new(LocalMemoStore::default()));
         let timeout = self.upstream_timeout;
+        let artifacts = self.artifacts.clone();
         let stacks_for = |policy: ContextPolicy| -> Result<Stacks, PolicyError> {
-            let context = ContextPolicyLayer::new(policy)?
+            let mut context = ContextPolicyLayer::new(policy)?;
+            if let Some(store) = &artifacts {
+                context = context.with_artifact_store(store.clone());
+            }
+            let context = context
                 .with_catalog(catalog.clone())
                 // The client never sees the stack's artifact tool: its reads are answered
                 // here.
@@ -449,6 +485,7 @@ impl ProxyBuilder {
                 keys,
                 routes,
                 metrics: metrics::Metrics::new(),
+                redis: self.redis,
             }),
         })
     }
@@ -560,11 +597,24 @@ async fn messages(
     counted(&shared, Format::Anthropic, &headers, body).await
 }
 
-/// `/readyz`: the stores this server uses are in its own process, so it is ready as soon
-/// as it serves.
-async fn readyz() -> Response {
-    axum::Json(json!({"status": "ready", "stores": {"memo": "local", "artifacts": "local"}}))
-        .into_response()
+/// `/readyz`: `ready`, or `degraded` while Redis does not answer. Degraded is still 200:
+/// every request is served (from the upstream, without the shared memo), and taking
+/// every replica out of the load balancer because Redis is away would turn an outage of
+/// the cache into one of the service.
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    let Some(redis) = &shared.redis else {
+        return axum::Json(
+            json!({"status": "ready", "stores": {"memo": "local", "artifacts": "local"}}),
+        )
+        .into_response();
+    };
+    let ping = tokio::time::timeout(Duration::from_secs(1), redis.ping()).await;
+    let body = match ping {
+        Ok(Ok(())) => json!({"status": "ready", "stores": {"redis": "ok"}}),
+        Ok(Err(e)) => json!({"status": "degraded", "stores": {"redis": e.to_string()}}),
+        Err(_) => json!({"status": "degraded", "stores": {"redis": "no answer within 1 s"}}),
+    };
+    axum::Json(body).into_response()
 }
 
 /// `/metrics`, in the OpenMetrics text format Prometheus scrapes.
