@@ -295,3 +295,49 @@ async fn the_example_config_starts_and_asks_for_keys() {
     terminate(&child);
     exited(&mut child, Duration::from_secs(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_logs_one_json_line_per_request() {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_llm-context"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("OPENAI_API_KEY", "sk-upstream")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut up = false;
+    for _ in 0..200 {
+        if reqwest::get(format!("{url}/healthz")).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(up, "the server did not start");
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    terminate(&child);
+    exited(&mut child, Duration::from_secs(10)).await;
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let request = lines
+        .iter()
+        .find(|l| l["fields"]["event"] == "serve_request")
+        .unwrap_or_else(|| panic!("no serve_request line in {stderr}"));
+    assert_eq!(request["fields"]["status"], 400);
+    assert_eq!(request["fields"]["route"], "/v1/chat/completions");
+    assert_eq!(request["level"], "INFO");
+}

@@ -129,7 +129,10 @@ pub(crate) fn limit_json(limit: &ContextLimitError) -> serde_json::Value {
 /// Logs to standard error, never standard output (which carries the commands' JSON):
 /// warnings and errors by default, what `RUST_LOG` asks for when it is set (directives
 /// it cannot read are skipped). Colours only on a terminal.
-fn install_logging() {
+///
+/// `serve` logs JSON lines (one object per event: timestamp, level, target, fields), which
+/// log collectors read without a parser of their own; the other commands log text.
+fn install_logging(json: bool) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::filter::LevelFilter;
@@ -137,16 +140,25 @@ fn install_logging() {
         .with_default_directive(LevelFilter::WARN.into())
         .from_env_lossy();
     // Fails only when a subscriber is already set, which this binary never does.
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_writer(std::io::stderr);
+    #[cfg(feature = "serve")]
+    if json {
+        let _ = fmt.json().try_init();
+        return;
+    }
+    let _ = json;
+    let _ = fmt.with_ansi(std::io::stderr().is_terminal()).try_init();
 }
 
 pub(crate) fn run() -> ExitCode {
     let cli = Cli::parse();
-    install_logging();
+    #[cfg(feature = "serve")]
+    let json = matches!(cli.command, Command::Serve(_));
+    #[cfg(not(feature = "serve"))]
+    let json = false;
+    install_logging(json);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -50,6 +50,7 @@ pub mod body;
 mod client;
 #[cfg(feature = "openai")]
 mod convert;
+#[cfg(feature = "openai")]
 mod stream;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]

@@ -649,12 +649,23 @@ async fn counted(
         },
         _ => "-".to_owned(),
     };
-    shared.metrics.record(
+    let took = started.elapsed();
+    let outcome = response.extensions().get::<metrics::Outcome>();
+    let status = response.status().as_u16();
+    shared.metrics.record(route, status, &tenant, took, outcome);
+    let (before, after, memo_hit) = outcome.and_then(|o| o.report).unwrap_or_default();
+    // One structured line per request (to its headers): what an operator greps for.
+    tracing::info!(
+        event = "serve_request",
         route,
-        response.status().as_u16(),
-        &tenant,
-        started.elapsed(),
-        response.extensions().get::<metrics::Outcome>(),
+        status,
+        tenant = %tenant,
+        millis = took.as_secs_f64() * 1e3,
+        before_tokens = before,
+        after_tokens = after,
+        memo_hit,
+        upstream_error = outcome.and_then(|o| o.upstream_error.as_deref()),
+        "request answered"
     );
     response
 }
