@@ -7,7 +7,7 @@ mod common;
 mod stream;
 
 use common::fixture;
-use common::proxy::{STREAMED_TEXT, openai, openai_stream, serving};
+use common::proxy::{STREAMED_TEXT, json_of, openai, openai_stream, serving};
 use common::schema::{Root, assert_valid, validator};
 use llm_context::serve::{Provider, Proxy, check_listen, key_digest, parse_digest};
 use llm_context::{Anthropic, ContextPolicy, Scope};
@@ -38,10 +38,6 @@ async fn post(url: &str, body: &Value, session: Option<&str>) -> reqwest::Respon
         req = req.header("x-llm-context-session", s);
     }
     req.send().await.unwrap()
-}
-
-async fn json_of(response: reqwest::Response) -> Value {
-    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
 }
 
 #[tokio::test]

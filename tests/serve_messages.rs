@@ -7,7 +7,7 @@ mod common;
 mod stream;
 
 use common::fixture;
-use common::proxy::{STREAMED_TEXT, anthropic, openai, openai_stream, serving};
+use common::proxy::{STREAMED_TEXT, anthropic, json_of, openai, openai_stream, serving};
 use common::schema::{Root, assert_valid, validator};
 use llm_context::ContextPolicy;
 use llm_context::serve::Proxy;
@@ -52,10 +52,6 @@ async fn post(url: &str, body: &Value) -> reqwest::Response {
         .send()
         .await
         .unwrap()
-}
-
-async fn json_of(response: reqwest::Response) -> Value {
-    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
 }
 
 /// `(event name, data)` of each server-sent event of `text`.

@@ -427,10 +427,7 @@ impl Events {
                     );
                 }
                 ReasoningDelta::Redacted(data) => {
-                    self.close(&mut out);
-                    let block = json!({"type": "redacted_thinking", "data": data});
-                    self.open(Open::Thinking(usize::MAX), block, &mut out);
-                    self.close(&mut out);
+                    self.whole(json!({"type": "redacted_thinking", "data": data}), &mut out);
                 }
                 _ => {}
             },
@@ -452,8 +449,7 @@ impl Events {
                 // What the neutral model does not hold goes out as whole blocks.
                 if let Some(Value::Array(unmodelled)) = r.provider_fields.get("content") {
                     for block in unmodelled {
-                        self.open(Open::Thinking(usize::MAX), block.clone(), &mut out);
-                        self.close(&mut out);
+                        self.whole(block.clone(), &mut out);
                     }
                 }
                 out.push((
@@ -473,23 +469,40 @@ impl Events {
 
     /// Opens `kind` unless it is the open block, closing the one before.
     fn open(&mut self, kind: Open, block: Value, out: &mut Vec<(&'static str, Value)>) {
-        if self.open == Some(kind) && kind != Open::Thinking(usize::MAX) {
+        if self.open == Some(kind) {
             return;
         }
         self.close(out);
         self.open = Some(kind);
-        out.push((
+        out.push(self.start(block));
+    }
+
+    /// A block that arrives whole (redacted thinking, an unmodelled block): its start
+    /// and its stop, after closing the open one.
+    fn whole(&mut self, block: Value, out: &mut Vec<(&'static str, Value)>) {
+        self.close(out);
+        out.push(self.start(block));
+        out.push(self.stop());
+        self.next += 1;
+    }
+
+    fn start(&self, block: Value) -> (&'static str, Value) {
+        (
             "content_block_start",
             json!({"type": "content_block_start", "index": self.next, "content_block": block}),
-        ));
+        )
+    }
+
+    fn stop(&self) -> (&'static str, Value) {
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": self.next}),
+        )
     }
 
     fn close(&mut self, out: &mut Vec<(&'static str, Value)>) {
         if self.open.take().is_some() {
-            out.push((
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": self.next}),
-            ));
+            out.push(self.stop());
             self.next += 1;
         }
     }

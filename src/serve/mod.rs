@@ -138,6 +138,26 @@ struct Upstream {
     streamed: Streamed,
 }
 
+impl Upstream {
+    /// One stack, boxed once for each kind of call.
+    fn new<S>(stack: S) -> Self
+    where
+        S: tower::Service<ChatRequest, Response = ChatResponse, Error = BoxError>
+            + tower::Service<Streaming, Response = ChatStream, Error = BoxError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <S as tower::Service<ChatRequest>>::Future: Send + 'static,
+        <S as tower::Service<Streaming>>::Future: Send + 'static,
+    {
+        Self {
+            plain: BoxCloneSyncService::new(stack.clone()),
+            streamed: BoxCloneSyncService::new(stack),
+        }
+    }
+}
+
 /// The stacks of one policy, one per upstream.
 #[derive(Clone)]
 struct Stacks {
@@ -149,6 +169,8 @@ struct Stacks {
 #[derive(Clone, Debug)]
 struct Tenant {
     scope: Scope,
+    /// As DESIGN names tenants, in the metrics and the logs: "org", or "org:domain".
+    label: String,
     stacks: usize,
 }
 
@@ -435,20 +457,14 @@ impl ProxyBuilder {
                     .timeout(timeout)
             };
             Ok(Stacks {
-                openai: self.openai.clone().map(|client| {
-                    let stack = stack().service(client);
-                    Upstream {
-                        plain: BoxCloneSyncService::new(stack.clone()),
-                        streamed: BoxCloneSyncService::new(stack),
-                    }
-                }),
-                anthropic: self.anthropic.clone().map(|client| {
-                    let stack = stack().service(client);
-                    Upstream {
-                        plain: BoxCloneSyncService::new(stack.clone()),
-                        streamed: BoxCloneSyncService::new(stack),
-                    }
-                }),
+                openai: self
+                    .openai
+                    .clone()
+                    .map(|c| Upstream::new(stack().service(c))),
+                anthropic: self
+                    .anthropic
+                    .clone()
+                    .map(|c| Upstream::new(stack().service(c))),
             })
         };
         let mut stacks = vec![stacks_for(self.policy.clone())?];
@@ -464,13 +480,17 @@ impl ProxyBuilder {
                     }
                     None => 0,
                 };
-                table.insert(
-                    digest,
-                    Tenant {
-                        scope,
-                        stacks: index,
-                    },
-                );
+                let label = match (&scope.org, &scope.domain) {
+                    (Some(org), Some(domain)) => format!("{org}:{domain}"),
+                    (Some(org), None) => org.clone(),
+                    _ => "-".to_owned(),
+                };
+                let tenant = Tenant {
+                    scope,
+                    label,
+                    stacks: index,
+                };
+                table.insert(digest, tenant);
             }
             Some(table)
         };
@@ -635,31 +655,25 @@ async fn counted(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
-    let response = handle(shared, format, headers, body).await;
+    // Looked up once: the handler serves under it, the metrics and the log name it.
+    let tenant = shared.tenant(headers);
+    let response = handle(shared, format, tenant, headers, body).await;
+    let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let route = match format {
         Format::OpenAi => "/v1/chat/completions",
         Format::Anthropic => "/v1/messages",
     };
-    let tenant = match shared.tenant(headers) {
-        // As DESIGN names tenants: "org", or "org:domain".
-        Ok(Some(t)) => match (&t.scope.org, &t.scope.domain) {
-            (Some(org), Some(domain)) => format!("{org}:{domain}"),
-            (Some(org), None) => org.clone(),
-            _ => "-".to_owned(),
-        },
-        _ => "-".to_owned(),
-    };
     let took = started.elapsed();
     let outcome = response.extensions().get::<metrics::Outcome>();
     let status = response.status().as_u16();
-    shared.metrics.record(route, status, &tenant, took, outcome);
+    shared.metrics.record(route, status, tenant, took, outcome);
     let (before, after, memo_hit) = outcome.and_then(|o| o.report).unwrap_or_default();
     // One structured line per request (to its headers): what an operator greps for.
     tracing::info!(
         event = "serve_request",
         route,
         status,
-        tenant = %tenant,
+        tenant,
         millis = took.as_secs_f64() * 1e3,
         before_tokens = before,
         after_tokens = after,
@@ -674,6 +688,7 @@ async fn counted(
 async fn handle(
     shared: &Shared,
     format: Format,
+    tenant: Result<Option<&Tenant>, &'static str>,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -685,7 +700,7 @@ async fn handle(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return out;
     };
-    let tenant = match shared.tenant(headers) {
+    let tenant = match tenant {
         Ok(tenant) => tenant,
         Err(why) => return error(format, StatusCode::UNAUTHORIZED, why),
     };

@@ -12,6 +12,11 @@ pub(crate) async fn serving(proxy: Proxy) -> String {
     url
 }
 
+/// A response's body, as JSON.
+pub(crate) async fn json_of(response: reqwest::Response) -> Value {
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
 /// An OpenAI client for a fake provider at `url`.
 pub(crate) fn openai(url: &str) -> OpenAi {
     OpenAi::builder()
