@@ -6,6 +6,8 @@
 mod common;
 mod stream;
 
+use std::time::Duration;
+
 use common::fixture;
 use common::proxy::{STREAMED_TEXT, json_of, openai, openai_stream, serving};
 use common::schema::{Root, assert_valid, validator};
@@ -569,4 +571,53 @@ async fn metrics_count_requests_tokens_memo_hits_and_upstream_errors() {
     );
     assert!(text.contains("llm_context_request_duration_seconds_bucket"));
     assert!(text.ends_with("# EOF\n"));
+}
+
+#[tokio::test]
+async fn metrics_split_the_upstreams_time_from_preparation() {
+    // The upstream takes 300 ms; what the proxy does itself on a small request is a few
+    // milliseconds at most.
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json")
+            .set_delay(Duration::from_millis(300)),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut b = body("gpt-5.4", false);
+    b["temperature"] = json!(0);
+    for _ in 0..2 {
+        // The second is a memo hit: no upstream call.
+        let answer = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .body(b.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+    }
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| {
+        let prefix = format!("{name}{{route=\"/v1/chat/completions\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(value("llm_context_upstream_duration_seconds_count"), 1.0);
+    assert!(value("llm_context_upstream_duration_seconds_sum") >= 0.3, "{text}");
+    assert_eq!(value("llm_context_preparation_duration_seconds_count"), 2.0);
+    assert!(value("llm_context_preparation_duration_seconds_sum") < 0.2, "{text}");
+    assert!(value("llm_context_request_duration_seconds_sum") >= 0.3, "{text}");
 }

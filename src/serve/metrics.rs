@@ -25,6 +25,8 @@ pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<Labels, Counter>,
     latency: Family<Labels, Histogram, fn() -> Histogram>,
+    preparation: Family<Labels, Histogram, fn() -> Histogram>,
+    upstream: Family<Labels, Histogram, fn() -> Histogram>,
     tokens_before: Family<Labels, Counter>,
     tokens_after: Family<Labels, Counter>,
     memo_hits: Family<Labels, Counter>,
@@ -52,6 +54,21 @@ impl Metrics {
             "Time to the response's headers (preparation and the upstream's answer, or its \
              first byte for a stream), by route",
             latency.clone(),
+        );
+        let preparation = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "preparation_duration_seconds",
+            "The part of the time to the response's headers not spent waiting on the \
+             upstream (reading, preparing, translating, the memo), by route",
+            preparation.clone(),
+        );
+        let upstream = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "upstream_duration_seconds",
+            "Time spent waiting on the upstream, every attempt and artifact read of the \
+             request together (to its first byte for a stream), by route; requests that \
+             made no upstream call are not counted",
+            upstream.clone(),
         );
         let tokens_before = Family::default();
         registry.register(
@@ -81,6 +98,8 @@ impl Metrics {
             registry,
             requests,
             latency,
+            preparation,
+            upstream,
             tokens_before,
             tokens_after,
             memo_hits,
@@ -88,13 +107,15 @@ impl Metrics {
         }
     }
 
-    /// Counts one answered request.
+    /// Counts one answered request, which took `took` to its headers, `upstream` of it
+    /// waiting on upstream calls (`None`: it made none).
     pub(crate) fn record(
         &self,
         route: &'static str,
         status: u16,
         tenant: &str,
         took: Duration,
+        upstream: Option<Duration>,
         outcome: Option<&Outcome>,
     ) {
         let tenant_label = || vec![("tenant", tenant.to_owned())];
@@ -108,6 +129,16 @@ impl Metrics {
         self.latency
             .get_or_create(&vec![("route", route.to_owned())])
             .observe(took.as_secs_f64());
+        let route_label = vec![("route", route.to_owned())];
+        let waited = upstream.unwrap_or_default();
+        self.preparation
+            .get_or_create(&route_label)
+            .observe(took.saturating_sub(waited).as_secs_f64());
+        if let Some(upstream) = upstream {
+            self.upstream
+                .get_or_create(&route_label)
+                .observe(upstream.as_secs_f64());
+        }
         let Some(outcome) = outcome else { return };
         if let Some((before, after, hit)) = outcome.report {
             let labels = tenant_label();

@@ -66,7 +66,10 @@
 //!
 //! - `GET /metrics`: Prometheus (OpenMetrics) text from a registry the server owns:
 //!   `llm_context_requests_total{route,status,tenant}`,
-//!   `llm_context_request_duration_seconds{route}` (to the response's headers),
+//!   `llm_context_request_duration_seconds{route}` (to the response's headers), split
+//!   into `llm_context_preparation_duration_seconds{route}` (the proxy's own part) and
+//!   `llm_context_upstream_duration_seconds{route}` (waiting on the provider, every
+//!   attempt and artifact read together; a memo hit makes none),
 //!   `llm_context_tokens_before_total` / `_after_total{tenant}`,
 //!   `llm_context_memo_hits_total{tenant}`, `llm_context_upstream_errors_total{kind}`.
 //!   `GET /readyz` answers `{"status": "ready" | "degraded", "stores": {…}}`, 200 either
@@ -81,6 +84,7 @@
 mod anthropic_wire;
 mod metrics;
 mod openai_wire;
+mod timing;
 
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
@@ -452,6 +456,7 @@ impl ProxyBuilder {
             let stack = || {
                 ServiceBuilder::new()
                     .layer(context.clone())
+                    .layer(timing::TimedLayer)
                     .retry(RetryPolicy::default())
                     // Per attempt: a retry gets the whole time again.
                     .timeout(timeout)
@@ -657,7 +662,12 @@ async fn counted(
     let started = std::time::Instant::now();
     // Looked up once: the handler serves under it, the metrics and the log name it.
     let tenant = shared.tenant(headers);
-    let response = handle(shared, format, tenant, headers, body).await;
+    let tally = Arc::new(timing::Tally::default());
+    let response = timing::scoped(
+        tally.clone(),
+        handle(shared, format, tenant, headers, body),
+    )
+    .await;
     let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let route = match format {
         Format::OpenAi => "/v1/chat/completions",
@@ -666,7 +676,10 @@ async fn counted(
     let took = started.elapsed();
     let outcome = response.extensions().get::<metrics::Outcome>();
     let status = response.status().as_u16();
-    shared.metrics.record(route, status, tenant, took, outcome);
+    let upstream = tally.upstream();
+    shared
+        .metrics
+        .record(route, status, tenant, took, upstream, outcome);
     let (before, after, memo_hit) = outcome.and_then(|o| o.report).unwrap_or_default();
     // One structured line per request (to its headers): what an operator greps for.
     tracing::info!(
@@ -675,6 +688,7 @@ async fn counted(
         status,
         tenant,
         millis = took.as_secs_f64() * 1e3,
+        upstream_millis = upstream.map(|u| u.as_secs_f64() * 1e3),
         before_tokens = before,
         after_tokens = after,
         memo_hit,
