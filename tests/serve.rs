@@ -616,8 +616,17 @@ async fn metrics_split_the_upstreams_time_from_preparation() {
             .unwrap()
     };
     assert_eq!(value("llm_context_upstream_duration_seconds_count"), 1.0);
-    assert!(value("llm_context_upstream_duration_seconds_sum") >= 0.3, "{text}");
+    assert!(
+        value("llm_context_upstream_duration_seconds_sum") >= 0.3,
+        "{text}"
+    );
     assert_eq!(value("llm_context_preparation_duration_seconds_count"), 2.0);
-    assert!(value("llm_context_preparation_duration_seconds_sum") < 0.2, "{text}");
-    assert!(value("llm_context_request_duration_seconds_sum") >= 0.3, "{text}");
+    assert!(
+        value("llm_context_preparation_duration_seconds_sum") < 0.2,
+        "{text}"
+    );
+    assert!(
+        value("llm_context_request_duration_seconds_sum") >= 0.3,
+        "{text}"
+    );
 }

@@ -1,7 +1,10 @@
 //! `llm-context serve` as a process: SIGTERM drains the requests in flight (a stream
-//! runs to its end), within `--drain-timeout`.
+//! runs to its end), within `--drain-timeout`; two processes on one real Redis share
+//! their memo.
 
+mod common;
 mod stream;
+mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -340,4 +343,57 @@ async fn serve_logs_one_json_line_per_request() {
     assert_eq!(request["fields"]["status"], 400);
     assert_eq!(request["fields"]["route"], "/v1/chat/completions");
     assert_eq!(request["level"], "INFO");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_serve_processes_on_one_redis_share_the_memo() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        wiremock::ResponseTemplate::new(200).set_body_raw(
+            common::fixture("openai-response-text.json"),
+            "application/json",
+        ),
+    )
+    .await;
+    let redis = support::redis_url();
+    let replica = || async {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        serve_with(
+            &upstream.uri(),
+            &["--listen", &listen, "--redis", &redis],
+            port,
+        )
+        .await
+    };
+    let (mut a, url_a) = replica().await;
+    let (mut b, url_b) = replica().await;
+    // Its own question: the replicas' Redis keys are the default ones, shared with other
+    // runs, and only this test asks it.
+    let nonce = support::unique_prefix("two-processes");
+    let body = json!({"model": "gpt-5.4", "temperature": 0,
+                      "messages": [{"role": "user", "content": format!("Wer hat {nonce} gelöscht? 誰?")}]});
+    let ask = |url: String| {
+        let body = body.to_string();
+        async move {
+            let r = reqwest::Client::new()
+                .post(format!("{url}/v1/chat/completions"))
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.headers()["x-llm-context-memo"]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    assert_eq!(ask(url_a).await, "miss");
+    assert_eq!(ask(url_b).await, "hit");
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
+    for child in [&mut a, &mut b] {
+        terminate(child);
+        assert!(exited(child, Duration::from_secs(10)).await.success());
+    }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::fixture;
 use common::proxy::{openai, serving};
+use llm_context::ContextPolicy;
 use llm_context::redis::{RedisOptions, RedisStores};
 use llm_context::serve::Proxy;
 use serde_json::{Value, json};
@@ -113,4 +114,79 @@ async fn redis_away_at_start_degrades_then_recovers_when_it_returns() {
     redis.stop();
     assert_eq!(readyz(&url).await["status"], "degraded");
     memo_of(&url).await;
+}
+
+/// A replica of a policy that prunes in large steps (cache-aware: down to a low-water
+/// mark, then the same cut for as long as the rest fits), on Redis under `prefix`.
+async fn pruning_replica(prefix: String, upstream: &str) -> String {
+    let options = RedisOptions::default().with_key_prefix(prefix);
+    let stores = RedisStores::connect_with(&redis_url(), options)
+        .await
+        .unwrap();
+    let policy = ContextPolicy::default()
+        .with_max_tokens(1_300)
+        .with_reserve_tokens(100)
+        .with_low_water_tokens(400);
+    let proxy = Proxy::builder()
+        .redis(stores)
+        .policy(policy)
+        .openai(openai(upstream))
+        .build()
+        .unwrap();
+    serving(proxy).await
+}
+
+/// Plays one conversation on replica `a` until it prunes, then sends its next turn to
+/// `b`: the first message after the system prompt of the request `a` sent upstream last,
+/// and of the one `b` sent.
+async fn first_kept_across(a: &str, b: &str, upstream: &wiremock::MockServer) -> (Value, Value) {
+    let mut history = vec![json!({"role": "system", "content": "Du bist ein Agent. 日本語も可。"})];
+    let ask = |url: &str, history: &[Value]| {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .body(json!({"model": "gpt-5.4", "messages": history}).to_string())
+            .send()
+    };
+    let first_sent = || async {
+        let sent = upstream.received_requests().await.unwrap();
+        let body: Value = serde_json::from_slice(&sent.last().unwrap().body).unwrap();
+        body["messages"][1].clone()
+    };
+    for turn in 0.. {
+        assert!(turn < 40, "replica a never pruned");
+        history.push(json!({"role": "user",
+            "content": format!("Frage {turn}: warum? {}", "なぜ失敗した? ".repeat(30))}));
+        let r = ask(a, &history).await.unwrap();
+        assert_eq!(r.status(), 200);
+        let removed = r.headers()["x-llm-context-removed-messages"]
+            .to_str()
+            .unwrap();
+        history.push(json!({"role": "assistant", "content": format!("Antwort {turn}.")}));
+        if removed != "0" {
+            break;
+        }
+    }
+    let on_a = first_sent().await;
+    history.push(json!({"role": "user", "content": "Und jetzt? ".repeat(20)}));
+    assert_eq!(ask(b, &history).await.unwrap().status(), 200);
+    (on_a, first_sent().await)
+}
+
+#[tokio::test]
+async fn a_sessions_cut_made_by_one_replica_is_kept_by_the_other() {
+    let upstream = upstream().await;
+    let prefix = unique_prefix("serve-cuts");
+    let a = pruning_replica(prefix.clone(), &upstream.uri()).await;
+    let b = pruning_replica(prefix, &upstream.uri()).await;
+    let (on_a, on_b) = first_kept_across(&a, &b, &upstream).await;
+    // The history starts at the same message: the cached prefix is read, not rewritten.
+    assert_eq!(on_a, on_b);
+
+    // The control: replicas on different prefixes share nothing, and the second one,
+    // pruning without the first one's cut, starts the history elsewhere.
+    let upstream = self::upstream().await;
+    let a = pruning_replica(unique_prefix("serve-cuts-a"), &upstream.uri()).await;
+    let b = pruning_replica(unique_prefix("serve-cuts-b"), &upstream.uri()).await;
+    let (on_a, on_b) = first_kept_across(&a, &b, &upstream).await;
+    assert_ne!(on_a, on_b);
 }

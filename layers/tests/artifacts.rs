@@ -467,6 +467,47 @@ async fn auto_resolve_answers_artifact_reads_inside_the_stack() {
 }
 
 #[tokio::test]
+async fn a_page_the_model_read_reaches_it_whole_never_offloaded_again() {
+    // A default page is as long as the offload threshold, and its JSON is longer: were it
+    // offloaded like any long result, the model would get a preview of what it asked to
+    // read, and read again until the rounds ran out.
+    let big: String = (0..2_000)
+        .map(|i| format!("{{\"i\":{i},\"msg\":\"échec — 失敗\"}}\n"))
+        .collect();
+    let req = request(&big);
+    let id = artifact_id(&req.scope, &req.session, &big);
+    let model = MockModel::scripted([
+        MockReply::tool_calls([ToolCall::new(
+            "r1",
+            READ_ARTIFACT_TOOL,
+            json!({"artifact_id": id}),
+        )]),
+        MockReply::text("read"),
+    ]);
+    let layer = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve();
+    let reply = layer.layer(model.clone()).oneshot(req).await.unwrap();
+    assert_eq!(model.calls(), 2);
+    let page = reply.report.resolved_messages[1].content.as_str().unwrap();
+    assert!(page.chars().count() > ContextPolicy::default().tool_result_max_chars);
+    let second = model.last_request().unwrap();
+    let sent = second.messages.last().unwrap().content.as_str().unwrap();
+    assert_eq!(sent, page, "the page went to the model as read");
+    let read: Value = serde_json::from_str(sent).unwrap();
+    assert!(big.starts_with(read["text"].as_str().unwrap()));
+    let previews = second
+        .messages
+        .iter()
+        .filter_map(|m| m.content.as_str())
+        .filter(|t| t.starts_with("{\"context_artifact\""))
+        .count();
+    assert_eq!(previews, 1, "only the original result is a preview");
+    // The report is of the whole call: the first round offloaded it.
+    assert_eq!(reply.report.offloaded_results, 1);
+}
+
+#[tokio::test]
 async fn auto_resolve_is_bounded() {
     let req = request(&"x".repeat(10_000));
     let id = artifact_id(&req.scope, &req.session, &"x".repeat(10_000));

@@ -12,6 +12,8 @@
 //! {prefix}:art:{scope key}:{session}:meta       hash: `seq` (use counter), `bytes`
 //! {prefix}:art:{scope key}:{session}:live       set: the ids the session's latest
 //!                                               request refers to (never evicted)
+//! {prefix}:cut:{scope key}:{session}            where the session's history was last
+//!                                               cut (JSON `Cuts`), with a TTL
 //! ```
 //!
 //! Durable contexts and memory ([`RedisStore`](super::RedisStore)), under its
@@ -53,6 +55,11 @@ pub(crate) fn artifacts(prefix: &str, scope: &Scope, session: &str) -> [String; 
         format!("{base}:meta"),
         format!("{base}:live"),
     ]
+}
+
+/// Where one session's history was last cut.
+pub(crate) fn cuts(prefix: &str, scope: &Scope, session: &str) -> String {
+    format!("{prefix}:cut:{}:{}", scope.key(), escape(session))
 }
 
 /// The hash of one durable context record.

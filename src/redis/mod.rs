@@ -25,12 +25,14 @@
 //! ```
 //!
 //! [`RedisStores::connect`] opens one multiplexed connection (a `ConnectionManager`,
-//! which reconnects by itself) and gives both stores on it:
+//! which reconnects by itself) and gives the three stores on it:
 //!
 //! * [`RedisMemoStore`] — one key per memoized response, with a TTL; keys are namespaced
 //!   by the tenant's scope key, as every memo key is.
 //! * [`RedisArtifactStore`] — per tenant and session, bounded in count and bytes by a Lua
 //!   script that writes and evicts in one atomic step.
+//! * [`RedisCutStore`] — where each session's history was cut, so that cache-aware
+//!   pruning keeps one cut across replicas (loaded before preparation, written behind).
 //!
 //! [`RedisStore`] holds context records and memory for many replicas sharing state:
 //! compare-and-set and listing are Lua scripts, listing reads a per-tenant sorted-set
@@ -48,6 +50,7 @@
 
 mod artifacts;
 mod connect;
+mod cuts;
 mod durable;
 mod error;
 mod flight;
@@ -62,6 +65,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use artifacts::{RedisArtifactStore, SessionUsage};
+pub use cuts::RedisCutStore;
 pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisStore};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
@@ -69,7 +73,7 @@ pub use options::RedisOptions;
 pub(crate) use connect::open;
 pub(crate) use error::store_error;
 
-/// Both Redis stores, on one connection.
+/// The Redis stores a replica shares with the others, on one connection.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RedisStores {
@@ -77,6 +81,9 @@ pub struct RedisStores {
     pub memo: RedisMemoStore,
     /// The artifact store, for offloading.
     pub artifacts: RedisArtifactStore,
+    /// Where each session was cut, for cache-aware pruning
+    /// ([`ContextPolicyLayer::with_cut_store`](crate::ContextPolicyLayer::with_cut_store)).
+    pub cuts: RedisCutStore,
 }
 
 impl RedisStores {
@@ -103,7 +110,12 @@ impl RedisStores {
         let options = Arc::new(options);
         Ok(Self {
             memo: RedisMemoStore::with_secret(conn.clone(), Arc::clone(&options), secret.clone()),
-            artifacts: RedisArtifactStore::with_secret(conn, options, secret),
+            artifacts: RedisArtifactStore::with_secret(
+                conn.clone(),
+                Arc::clone(&options),
+                secret.clone(),
+            ),
+            cuts: RedisCutStore::with_secret(conn, options, secret),
         })
     }
 

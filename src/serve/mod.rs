@@ -74,12 +74,10 @@
 //!   `llm_context_memo_hits_total{tenant}`, `llm_context_upstream_errors_total{kind}`.
 //!   `GET /readyz` answers `{"status": "ready" | "degraded", "stores": {…}}`, 200 either
 //!   way: degraded still serves.
-//! - Replicas: [`ProxyBuilder::redis`] puts memo (single flight included) and artifacts
-//!   on Redis, shared by every replica on it; Redis away, at start or mid-run, degrades
+//! - Replicas: [`ProxyBuilder::redis`] puts memo (single flight included), artifacts
+//!   and sessions' cuts on Redis, shared by every replica on it; Redis away, at start or mid-run, degrades
 //!   (no shared memo) and never fails a request, and the stores reconnect by themselves.
 //!
-//! Not built yet: cuts shared over Redis (each replica keeps its own), and separate
-//! histograms for preparation and the upstream.
 
 mod anthropic_wire;
 mod metrics;
@@ -421,8 +419,10 @@ impl ProxyBuilder {
         self
     }
 
-    /// Memo and artifacts on Redis, shared by every replica on it (single flight
-    /// included), and `/readyz` pinging it. Redis away, at start or later, degrades: the
+    /// Memo, artifacts and sessions' cuts on Redis, shared by every replica on it
+    /// (single flight included), and `/readyz` pinging it. Each request's session's cuts
+    /// are loaded before it is prepared, so a conversation whose turns reach different
+    /// replicas keeps one cached prefix. Redis away, at start or later, degrades: the
     /// upstream answers, `/readyz` says `degraded`, and the stores reconnect by
     /// themselves.
     pub fn redis(mut self, stores: RedisStores) -> Self {
@@ -442,10 +442,14 @@ impl ProxyBuilder {
             .unwrap_or_else(|| Arc::new(LocalMemoStore::default()));
         let timeout = self.upstream_timeout;
         let artifacts = self.artifacts.clone();
+        let cuts = self.redis.as_ref().map(|r| r.cuts.clone());
         let stacks_for = |policy: ContextPolicy| -> Result<Stacks, PolicyError> {
             let mut context = ContextPolicyLayer::new(policy)?;
             if let Some(store) = &artifacts {
                 context = context.with_artifact_store(store.clone());
+            }
+            if let Some(cuts) = &cuts {
+                context = context.with_cut_store(Arc::new(cuts.clone()));
             }
             let context = context
                 .with_catalog(catalog.clone())
@@ -663,11 +667,8 @@ async fn counted(
     // Looked up once: the handler serves under it, the metrics and the log name it.
     let tenant = shared.tenant(headers);
     let tally = Arc::new(timing::Tally::default());
-    let response = timing::scoped(
-        tally.clone(),
-        handle(shared, format, tenant, headers, body),
-    )
-    .await;
+    let response =
+        timing::scoped(tally.clone(), handle(shared, format, tenant, headers, body)).await;
     let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let route = match format {
         Format::OpenAi => "/v1/chat/completions",
@@ -746,6 +747,9 @@ async fn handle(
     if let Some(tenant) = tenant {
         req = req.with_scope(tenant.scope.clone());
     }
+    if let Some(redis) = &shared.redis {
+        load_cuts(redis, &mut req).await;
+    }
     let stacks = tenant.map_or(0, |t| t.stacks);
     let upstream = match shared.upstream(stacks, &req.model) {
         Ok(u) => u.clone(),
@@ -781,6 +785,21 @@ async fn handle(
         }
         Err(e) => failure(format, &e),
     }
+}
+
+/// Brings the request's session's cuts from Redis, so that this replica cuts where the
+/// last one did. The session is inferred here when the request names none, as the
+/// context layer would (it then keeps this one). Redis slow or away costs only the shared
+/// cut, never the request: it waits at most 100 ms.
+async fn load_cuts(redis: &RedisStores, req: &mut ChatRequest) {
+    req.infer_session();
+    let load = redis.cuts.load(&req.scope, &req.session);
+    let error = match tokio::time::timeout(Duration::from_millis(100), load).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no answer within 100 ms".to_owned(),
+    };
+    tracing::debug!(event = "cuts_not_loaded", %error, "the replica keeps its own cut");
 }
 
 /// Now, in seconds since the epoch (a completion's `created`).

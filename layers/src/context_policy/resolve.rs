@@ -70,6 +70,10 @@ pub(super) struct Rounds {
     /// Rounds after the first prepare in this future, away from the service's scratch.
     scratch: Scratch,
     before_tokens: usize,
+    /// What the earlier rounds did: a later round prepares what the earlier one sent,
+    /// where an offloaded result is a preview already, so its own report alone would say
+    /// nothing was offloaded.
+    earlier: PreparationReport,
     resolved: Vec<Message>,
     pub(super) round: usize,
 }
@@ -91,6 +95,7 @@ impl Rounds {
             untrusted,
             scratch: Scratch::default(),
             before_tokens: first.report.before_tokens,
+            earlier: PreparationReport::default(),
             resolved: Vec::new(),
             round: 0,
         }
@@ -134,12 +139,17 @@ impl Rounds {
         let mut req = match sent.req {
             Some(req) if only_artifact_reads(&response.message) => req,
             _ => {
+                report.add_counts(&self.earlier);
                 report.before_tokens = self.before_tokens;
                 report.resolved_messages = std::mem::take(&mut self.resolved);
                 response.report = report;
                 return Ok(ControlFlow::Break(response));
             }
         };
+        // The counts add up without counting a result twice: what this round removed,
+        // cleared or offloaded reaches the next one removed, a stub or a preview, which
+        // that round does not count again.
+        self.earlier.add_counts(&report);
         let calls = response.message.tool_calls.clone();
         req.messages.push(response.message.clone());
         self.resolved.push(response.message);

@@ -134,24 +134,12 @@ impl PreparationReport {
             return;
         }
         self.after_tokens = inner.after_tokens;
-        self.removed_messages += inner.removed_messages;
-        self.repaired += inner.repaired;
-        self.cleared_observations += inner.cleared_observations;
-        self.offloaded_results += inner.offloaded_results;
-        self.reused_previews += inner.reused_previews;
-        self.unkept_artifacts += inner.unkept_artifacts;
-        self.pruned_turns += inner.pruned_turns;
-        self.dropped_rounds += inner.dropped_rounds;
-        self.folded_messages += inner.folded_messages;
+        self.add_counts(inner);
         // Only the layer that answers the model's reads fills this; an outer layer (the
         // summarize layer) must hand it on, or the agent loop never sees those messages.
         if self.resolved_messages.is_empty() {
             self.resolved_messages = inner.resolved_messages.clone();
         }
-        self.summary_calls += inner.summary_calls;
-        self.cut_reused |= inner.cut_reused;
-        self.cut_moved |= inner.cut_moved;
-        self.clear_moved |= inner.clear_moved;
         if self.inferred_session.is_none() {
             self.inferred_session.clone_from(&inner.inferred_session);
         }
@@ -161,6 +149,24 @@ impl PreparationReport {
         if self.prompt_allowance == 0 {
             self.prompt_allowance = inner.prompt_allowance;
         }
+    }
+
+    /// Adds `other`'s counts of what was done (removed, cleared, offloaded, folded, …) and
+    /// its cut flags to this report's.
+    pub(crate) fn add_counts(&mut self, other: &PreparationReport) {
+        self.removed_messages += other.removed_messages;
+        self.repaired += other.repaired;
+        self.cleared_observations += other.cleared_observations;
+        self.offloaded_results += other.offloaded_results;
+        self.reused_previews += other.reused_previews;
+        self.unkept_artifacts += other.unkept_artifacts;
+        self.pruned_turns += other.pruned_turns;
+        self.dropped_rounds += other.dropped_rounds;
+        self.folded_messages += other.folded_messages;
+        self.summary_calls += other.summary_calls;
+        self.cut_reused |= other.cut_reused;
+        self.cut_moved |= other.cut_moved;
+        self.clear_moved |= other.clear_moved;
     }
 }
 
