@@ -152,6 +152,16 @@ fn install_logging(json: bool) {
     let _ = fmt.with_ansi(std::io::stderr().is_terminal()).try_init();
 }
 
+#[cfg(feature = "serve")]
+fn multi_thread() -> tokio::runtime::Builder {
+    tokio::runtime::Builder::new_multi_thread()
+}
+
+#[cfg(not(feature = "serve"))]
+fn multi_thread() -> tokio::runtime::Builder {
+    tokio::runtime::Builder::new_current_thread()
+}
+
 pub(crate) fn run() -> ExitCode {
     let cli = Cli::parse();
     #[cfg(feature = "serve")]
@@ -159,10 +169,14 @@ pub(crate) fn run() -> ExitCode {
     #[cfg(not(feature = "serve"))]
     let json = false;
     install_logging(json);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The server runs requests on every core (one preparing a long transcript does not
+    // hold up the others); every other command is one call at a time.
+    let mut builder = if json {
+        multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             warn_line(&format!("cannot start the async runtime: {e}"));

@@ -106,7 +106,7 @@ use tower::{ServiceBuilder, ServiceExt};
 pub use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::memo::{LocalMemoStore, MemoLayer, MemoStore};
-use crate::openai::body::request_from_body;
+use crate::openai::body::request_from_str;
 use crate::redis::RedisStores;
 use crate::retry::RetryPolicy;
 use crate::stream::{ChatStream, StreamEvent, Streaming};
@@ -724,23 +724,11 @@ async fn handle(
         // Over the body limit (413), or a body that could not be read.
         Err(rejection) => return error(format, rejection.status(), &rejection.body_text()),
     };
-    let body: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            let message = format!("the body is not JSON: {e}");
-            return error(format, StatusCode::BAD_REQUEST, &message);
-        }
-    };
-    let parsed = match format {
-        Format::OpenAi => request_from_body(&body)
-            .map(|(req, _)| req)
-            .map_err(|e| e.to_string()),
-        Format::Anthropic => anthropic_wire::request(&body),
-    };
-    let mut req = match parsed {
-        Ok(req) => req,
+    let (req, stream, include_usage) = match read(format, &body) {
+        Ok(read) => read,
         Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
     };
+    let mut req = req;
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
         req = req.with_session(session);
     }
@@ -756,8 +744,7 @@ async fn handle(
         Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
     };
     let model = req.model.clone();
-    if body["stream"] == json!(true) {
-        let include_usage = body["stream_options"]["include_usage"] == json!(true);
+    if stream {
         return match upstream.streamed.oneshot(Streaming(req)).await {
             Ok(stream) => {
                 let report = stream.report().cloned();
@@ -784,6 +771,38 @@ async fn handle(
             out
         }
         Err(e) => failure(format, &e),
+    }
+}
+
+/// The request in a body of `format`, whether it asks for a stream, and whether a
+/// Chat Completions stream should end with usage; or why the body cannot be read.
+fn read(format: Format, body: &[u8]) -> Result<(ChatRequest, bool, bool), String> {
+    let not_json = |e: &dyn std::fmt::Display| format!("the body is not JSON: {e}");
+    match format {
+        // Straight from the text into the model, in one pass: a JSON tree of a
+        // megabyte-long transcript first would cost more than preparing it.
+        Format::OpenAi => {
+            let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
+            let (req, _) = request_from_str(text).map_err(|e| {
+                if e.is_syntax() {
+                    not_json(&e)
+                } else {
+                    e.to_string()
+                }
+            })?;
+            let extra = &req.params.extra;
+            let stream = extra.get("stream") == Some(&Value::Bool(true));
+            let include_usage = extra
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                == Some(&Value::Bool(true));
+            Ok((req, stream, include_usage))
+        }
+        Format::Anthropic => {
+            let body: Value = serde_json::from_slice(body).map_err(|e| not_json(&e))?;
+            let req = anthropic_wire::request(&body)?;
+            Ok((req, body["stream"] == json!(true), false))
+        }
     }
 }
 
