@@ -510,3 +510,48 @@ async fn the_memo_is_per_provider_and_base_url() {
     assert_eq!(anthropic.received_requests().await.unwrap().len(), 1);
     assert_eq!(other_openai.received_requests().await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_over_its_budget_exits_5_and_is_never_sent() {
+    let server = openai_server(ResponseTemplate::new(200).set_body_raw(
+        common::fixture("openai-response-text.json"),
+        "application/json",
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let send = |budget: &str| {
+        let path = dir.path().join("budget.toml");
+        std::fs::write(&path, budget).unwrap();
+        let a = args(&[
+            "send",
+            "--provider",
+            "openai",
+            "--budget",
+            path.to_str().unwrap(),
+            "-",
+        ]);
+        run(a, openai_env(&server), body())
+    };
+    // The request's 500-token output limit alone is over the session's 100.
+    let out = send("output_tokens_per_session = 100\ncalls_per_day = 10\n").await;
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stdout_json(&out);
+    assert_eq!(v["error"], "budget");
+    assert_eq!(v["limit"], "output_tokens_per_session");
+    assert_eq!(v["used"], 0.0);
+    assert_eq!(v["requested"], 500.0);
+    assert_eq!(v["max"], 100.0);
+    assert!(v["resets_at"].is_null(), "a session's limit does not reset");
+    assert!(server.received_requests().await.unwrap().is_empty());
+    // Within the budget, it is sent; a misspelt limit is bad input.
+    assert_succeeded(&send("cost_usd_per_day = 1.0\noutput_tokens_per_hour = 600\n").await);
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+    let out = send("calls_per_days = 1\n").await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("calls_per_days"));
+}

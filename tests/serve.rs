@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::fixture;
 use common::proxy::{STREAMED_TEXT, json_of, openai, openai_stream, serving};
 use common::schema::{Root, assert_valid, validator};
+use llm_context::budget::{Budget, BudgetLayer};
 use llm_context::serve::{Provider, Proxy, check_listen, key_digest, parse_digest};
 use llm_context::{Anthropic, ContextPolicy, Scope};
 use serde_json::{Value, json};
@@ -627,6 +628,107 @@ async fn metrics_split_the_upstreams_time_from_preparation() {
     );
     assert!(
         value("llm_context_request_duration_seconds_sum") >= 0.3,
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_over_its_tenants_budget_is_429_and_never_sent() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json"),
+    )
+    .await;
+    let acme = Scope::org("acme");
+    let budget: Budget = toml::from_str("calls_per_hour = 1").unwrap();
+    let proxy = Proxy::builder()
+        .tenant(key_digest("sk-acme"), acme.clone(), None)
+        .tenant(key_digest("sk-free"), Scope::org("free"), None)
+        .budgets(BudgetLayer::new(&Budget::default()).for_tenant(&acme, &budget))
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let ask = |route: &str, key: &str, b: Value| {
+        reqwest::Client::new()
+            .post(format!("{url}{route}"))
+            .bearer_auth(key.to_owned())
+            .body(b.to_string())
+            .send()
+    };
+    let chat = body("gpt-5.4", false);
+    assert_eq!(
+        ask("/v1/chat/completions", "sk-acme", chat.clone())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let refused = ask("/v1/chat/completions", "sk-acme", chat.clone())
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3601).contains(&wait), "{wait}");
+    let v = json_of(refused).await;
+    assert_eq!(v["error"]["type"], "insufficient_quota");
+    assert_eq!(v["error"]["code"], "budget_exceeded");
+    assert_eq!(v["llm_context"]["limit"], "calls_per_hour");
+    assert_eq!(v["llm_context"]["used"], 1.0);
+    assert_eq!(v["llm_context"]["max"], 1.0);
+    assert!(
+        v["llm_context"]["resets_at"]
+            .as_str()
+            .unwrap()
+            .ends_with(":00:00Z"),
+        "{v}"
+    );
+    // The Messages route answers in Anthropic's shape.
+    let messages = json!({"model": "gpt-5.4", "max_tokens": 100,
+                          "messages": [{"role": "user", "content": "Noch einmal? もう一度?"}]});
+    let refused = ask("/v1/messages", "sk-acme", messages).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let v = json_of(refused).await;
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("calls_per_hour")
+    );
+    // Another tenant, without a budget of its own, is not limited.
+    for _ in 0..3 {
+        assert_eq!(
+            ask("/v1/chat/completions", "sk-free", chat.clone())
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+    }
+    assert_eq!(
+        upstream.received_requests().await.unwrap().len(),
+        4,
+        "refused calls were never sent"
+    );
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(r#"llm_context_budget_used{tenant="acme",limit="calls_per_hour"} 1.0"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"llm_context_budget_limit{tenant="acme",limit="calls_per_hour"} 1.0"#),
         "{text}"
     );
 }

@@ -241,7 +241,22 @@ fn a_config_without_keys_is_loopback_only_and_unbuilt_fields_are_refused() {
     };
     for (config, says) in [
         ("listen = \"0.0.0.0:0\"\n", "loopback"),
-        ("budgets = {}\n", "budgets"),
+        (
+            "otlp_endpoint = \"http://127.0.0.1:4318\"\n",
+            "otlp_endpoint",
+        ),
+        (
+            "[budgets.\"ghost\"]\ncalls_per_hour = 1\n",
+            "names no tenant",
+        ),
+        (
+            "[budgets.\"acme\"]\ncost_usd_per_day = -1.0\n",
+            "cost_usd_per_day",
+        ),
+        (
+            "[budgets.\"acme\"]\ncalls_per_hours = 1\n",
+            "calls_per_hours",
+        ),
         ("listen = \"127.0.0.1:0\"\nmystery = 1\n", "mystery"),
         (
             "[[keys]]\nsha256 = \"9f86\"\norg = \"acme\"\n",

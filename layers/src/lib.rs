@@ -48,6 +48,7 @@ pub mod store;
 pub mod tokens;
 // The artifact format the steps share.
 pub mod artifact;
+pub mod budget;
 // The steps, in the order a request meets them.
 pub mod context_policy;
 pub mod fit;
@@ -64,6 +65,7 @@ pub mod usage;
 pub mod working;
 
 pub use artifact::{Artifact, ArtifactStore};
+pub use budget::{Budget, BudgetExceeded, BudgetLayer};
 pub use builder::ServiceBuilderExt;
 pub use calibration::Calibration;
 pub use catalog::{Catalog, CatalogError};

@@ -22,6 +22,8 @@ pub(crate) const EXIT_CONTEXT_LIMIT: u8 = 3;
 /// Exit code for a provider or network failure (after retries).
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub(crate) const EXIT_PROVIDER: u8 = 4;
+/// A call that would cross its budget (`send --budget`); nothing was sent.
+pub(crate) const EXIT_BUDGET: u8 = 5;
 
 #[derive(Parser, Debug)]
 #[command(

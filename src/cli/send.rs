@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use futures_util::StreamExt;
+use llm_context::budget::{Budget, BudgetExceeded, BudgetLayer, rfc3339};
 use llm_context::retry::RetryPolicy;
 use llm_context::stream::{ChatStream, ReasoningDelta, StreamEvent, Streaming};
 use llm_context::usage::{UsageLayer, UsageMeter};
@@ -16,7 +17,9 @@ use llm_context::{
 use serde_json::{Value, json};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use super::{EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit, emit, input, limit_json, warn_line};
+use super::{
+    EXIT_BUDGET, EXIT_CONTEXT_LIMIT, EXIT_PROVIDER, Exit, emit, input, limit_json, warn_line,
+};
 
 /// The exit codes, for `--help`.
 pub(crate) const EXIT_CODES_HELP: &str = "Exit codes:
@@ -31,6 +34,8 @@ pub(crate) const EXIT_CODES_HELP: &str = "Exit codes:
   4  the provider (or the network) failed after retries
      ({\"error\": \"provider\", \"kind\", \"status\", \"message\", …} on stdout; after a
      --stream began, the line {\"type\": \"error\", \"error\": {…}} and no done line)
+  5  the call would cross a limit of --budget; nothing was sent
+     ({\"error\": \"budget\", \"limit\", \"used\", \"requested\", \"max\", \"resets_at\"} on stdout)
 
 Environment: OPENAI_API_KEY, OPENAI_BASE_URL (with /v1, default https://api.openai.com/v1);
 ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL (default https://api.anthropic.com).";
@@ -73,6 +78,12 @@ pub(crate) struct SendArgs {
     #[cfg(feature = "redis")]
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// A budget, TOML: any of `{calls,input_tokens,output_tokens,cost_usd}_per_{session,
+    /// hour,day,month}`. The call is checked before it is sent, from its estimate and its
+    /// output limit, and refused (exit 5) when it would cross one. The counters are this
+    /// process's: what one call alone would cross.
+    #[arg(long, value_name = "FILE")]
+    budget: Option<PathBuf>,
     /// Stream the answer: one JSON object a line as it arrives (`delta`, `reasoning`,
     /// `tool_call`, then `done` with the same `response` and `report` as without it; a
     /// failure after the stream began is an `error` line and exit 4).
@@ -107,10 +118,18 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         Some(url) => with_redis(context, url, client.upstream()).await?,
         None => context,
     };
+    // No file: no limit, and the layer passes every call through.
+    let budget = match &args.budget {
+        Some(path) => read_budget(path)?,
+        None => Budget::default(),
+    };
+    let budget = BudgetLayer::new(&budget).with_catalog(catalog.clone());
     let meter = UsageMeter::with_catalog(catalog.clone());
     let retry = RetryPolicy::default().with_max_retries(args.max_retries);
     let stack = ServiceBuilder::new()
         .layer(context)
+        // Under the context layer's memo: a memo hit is never charged.
+        .layer(budget)
         .layer(UsageLayer::new(meter))
         .retry(retry);
 
@@ -164,9 +183,41 @@ fn done_json(response: &ChatResponse, catalog: &Catalog, model: &str) -> Value {
 
 /// A failure before any answer: a request that cannot fit (exit 3), a transcript refused
 /// for its pairing (bad input), or the provider's (exit 4).
+/// The budget file at `path`.
+fn read_budget(path: &std::path::Path) -> Result<Budget, Exit> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Exit::bad_input(format!("cannot read {}: {e}", path.display())))?;
+    let budget: Budget =
+        toml::from_str(&text).map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))?;
+    budget
+        .validate()
+        .map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))?;
+    Ok(budget)
+}
+
+/// `err` or the first of its sources that is a `T`.
+fn find<'a, T: std::error::Error + 'static>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(t) = e.downcast_ref::<T>() {
+            return Some(t);
+        }
+        next = e.source();
+    }
+    None
+}
+
 fn failed(err: &(dyn std::error::Error + Send + Sync + 'static)) -> Result<u8, Exit> {
     if let Some(limit) = err.downcast_ref::<ContextLimitError>() {
         return emit(&format!("{}\n", limit_json(limit)), EXIT_CONTEXT_LIMIT);
+    }
+    if let Some(b) = find::<BudgetExceeded>(err) {
+        let out = json!({"error": "budget", "limit": b.limit, "used": b.used,
+                         "requested": b.requested, "max": b.max,
+                         "resets_at": b.resets_at.map(rfc3339)});
+        return emit(&format!("{out}\n"), EXIT_BUDGET);
     }
     // A transcript refused for its pairing (`repair_pairing = false`) is bad input.
     if let Some(pairing) = err.downcast_ref::<llm_context::PairingError>() {

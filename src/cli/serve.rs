@@ -9,6 +9,7 @@ use clap::Args;
 use llm_context::ConfigError;
 use llm_context::Scope;
 use llm_context::anthropic::AnthropicBuilder;
+use llm_context::budget::{Budget, BudgetLayer};
 use llm_context::openai::OpenAiBuilder;
 use llm_context::serve::{Provider, Proxy, check_listen, parse_digest};
 use serde::Deserialize;
@@ -48,8 +49,8 @@ pub(crate) struct ServeArgs {
     upstream_timeout: u64,
 }
 
-/// The config file (DESIGN § The proxy). `otlp_endpoint` and `budgets` are
-/// refused until they are built, rather than silently ignored.
+/// The config file (DESIGN § The proxy). `otlp_endpoint` is refused until it is built,
+/// rather than silently ignored.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
@@ -61,7 +62,9 @@ struct Config {
     keys: Vec<Key>,
     #[serde(default)]
     routes: BTreeMap<String, Provider>,
-    budgets: Option<toml::Table>,
+    /// Per tenant, by its label ("org", or "org:domain").
+    #[serde(default)]
+    budgets: BTreeMap<String, Budget>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,16 +82,16 @@ fn config(path: &Path) -> Result<Config, Exit> {
         .map_err(|e| Exit::bad_input(format!("cannot read {}: {e}", path.display())))?;
     let mut config: Config =
         toml::from_str(&text).map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))?;
-    for (field, set) in [
-        ("otlp_endpoint", config.otlp_endpoint.is_some()),
-        ("budgets", config.budgets.is_some()),
-    ] {
-        if set {
-            return Err(Exit::bad_input(format!(
-                "{}: `{field}` is not supported by this version of llm-context serve",
-                path.display()
-            )));
-        }
+    if config.otlp_endpoint.is_some() {
+        return Err(Exit::bad_input(format!(
+            "{}: `otlp_endpoint` is not supported by this version of llm-context serve",
+            path.display()
+        )));
+    }
+    for (label, budget) in &config.budgets {
+        budget
+            .validate()
+            .map_err(|e| Exit::bad_input(format!("{}: budgets.{label:?}: {e}", path.display())))?;
     }
     let dir = path.parent().unwrap_or(Path::new("."));
     let resolve = |p: &mut Option<PathBuf>| {
@@ -125,17 +128,34 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
         .policy(policy)
         .max_concurrency(args.max_concurrency)
         .upstream_timeout(Duration::from_secs(args.upstream_timeout));
+    let mut budgets = BudgetLayer::new(&Budget::default());
+    let mut budgeted = std::collections::BTreeSet::new();
     for key in &config.keys {
         let digest = parse_digest(&key.sha256).map_err(Exit::bad_input)?;
         let mut scope = Scope::org(&key.org);
+        let mut label = key.org.clone();
         if let Some(domain) = &key.domain {
             scope = scope.with_domain(domain);
+            label = format!("{label}:{domain}");
+        }
+        if let Some(budget) = config.budgets.get(&label) {
+            budgets = budgets.for_tenant(&scope, budget);
+            budgeted.insert(label);
         }
         let policy = match &key.policy {
             Some(path) => Some(input::policy(Some(path))?),
             None => None,
         };
         builder = builder.tenant(digest, scope, policy);
+    }
+    // A budget for a tenant the key table does not have would never apply: say so.
+    if let Some(label) = config.budgets.keys().find(|l| !budgeted.contains(*l)) {
+        return Err(Exit::bad_input(format!(
+            "budgets.{label:?} names no tenant of the key table (tenants are \"org\" or \"org:domain\")"
+        )));
+    }
+    if !budgeted.is_empty() {
+        builder = builder.budgets(budgets);
     }
     if let Some(url) = args.redis.as_deref().or(config.redis.as_deref()) {
         // Only a URL that is not valid or refused credentials fail (exit 2); a server

@@ -1,11 +1,13 @@
 //! The server's Prometheus metrics, in a registry it owns (no global registry): what
 //! `GET /metrics` answers, in the OpenMetrics text format.
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -31,6 +33,8 @@ pub(crate) struct Metrics {
     tokens_after: Family<Labels, Counter>,
     memo_hits: Family<Labels, Counter>,
     upstream_errors: Family<Labels, Counter>,
+    budget_used: Family<Labels, Gauge<f64, AtomicU64>>,
+    budget_max: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 /// From half a millisecond to about 70 s, doubling: the proxy's own work at the low end,
@@ -94,8 +98,23 @@ impl Metrics {
             "Requests the upstream failed, by kind",
             upstream_errors.clone(),
         );
+        let budget_used = Family::default();
+        registry.register(
+            "budget_used",
+            "What each tenant's budget limit has used in its current window (calls, tokens \
+             or USD, as the limit counts), by tenant and limit",
+            budget_used.clone(),
+        );
+        let budget_max = Family::default();
+        registry.register(
+            "budget_limit",
+            "Each tenant's budget limit, by tenant and limit",
+            budget_max.clone(),
+        );
         Self {
             registry,
+            budget_used,
+            budget_max,
             requests,
             latency,
             preparation,
@@ -157,6 +176,13 @@ impl Metrics {
                 .get_or_create(&vec![("kind", kind.clone())])
                 .inc();
         }
+    }
+
+    /// Sets what `tenant`'s `limit` has used of its `max`, read at scrape time.
+    pub(crate) fn budget(&self, tenant: &str, limit: &'static str, used: f64, max: f64) {
+        let labels = vec![("tenant", tenant.to_owned()), ("limit", limit.to_owned())];
+        self.budget_used.get_or_create(&labels).set(used);
+        self.budget_max.get_or_create(&labels).set(max);
     }
 
     /// The text `/metrics` answers.

@@ -74,6 +74,9 @@
 //!   `llm_context_memo_hits_total{tenant}`, `llm_context_upstream_errors_total{kind}`.
 //!   `GET /readyz` answers `{"status": "ready" | "degraded", "stores": {…}}`, 200 either
 //!   way: degraded still serves.
+//! - Budgets: [`ProxyBuilder::budgets`] checks each upstream call against its tenant's
+//!   [`BudgetLayer`] before it is sent; one that would cross a limit is 429
+//!   (`budget_exceeded`), never sent. `/metrics` reports each tenant's use.
 //! - Replicas: [`ProxyBuilder::redis`] puts memo (single flight included), artifacts
 //!   and sessions' cuts on Redis, shared by every replica on it; Redis away, at start or mid-run, degrades
 //!   (no shared memo) and never fails a request, and the stores reconnect by themselves.
@@ -103,6 +106,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
+use crate::budget::{BudgetExceeded, BudgetKey, BudgetLayer, Limit, Window, rfc3339};
 pub use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::memo::{LocalMemoStore, MemoLayer, MemoStore};
@@ -190,6 +194,8 @@ struct Shared {
     metrics: metrics::Metrics,
     /// Pinged by `/readyz`.
     redis: Option<RedisStores>,
+    /// Read by `/metrics` for each tenant's budget use.
+    budgets: Option<BudgetLayer>,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -226,6 +232,7 @@ pub struct ProxyBuilder {
     routes: Vec<(String, Provider)>,
     artifacts: Option<Arc<dyn ArtifactStore>>,
     redis: Option<RedisStores>,
+    budgets: Option<BudgetLayer>,
 }
 
 impl std::fmt::Debug for ProxyBuilder {
@@ -241,6 +248,7 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("keys", &self.keys.len())
             .field("routes", &self.routes)
             .field("redis", &self.redis.is_some())
+            .field("budgets", &self.budgets)
             .finish_non_exhaustive()
     }
 }
@@ -326,6 +334,7 @@ impl Default for ProxyBuilder {
             routes: Vec::new(),
             artifacts: None,
             redis: None,
+            budgets: None,
         }
     }
 }
@@ -432,6 +441,18 @@ impl ProxyBuilder {
         self
     }
 
+    /// Budgets enforced before each upstream call ([`BudgetLayer`]; per tenant with
+    /// [`BudgetLayer::for_tenant`]). A call that would cross one is answered 429 without
+    /// an upstream call: on `/v1/chat/completions` `{"error": {"type":
+    /// "insufficient_quota", "code": "budget_exceeded", "message", "param"},
+    /// "llm_context": {"limit", "used", "requested", "max", "resets_at"}}`, on
+    /// `/v1/messages` Anthropic's `rate_limit_error`; with `retry-after` when the window
+    /// resets. Memo hits cost nothing.
+    pub fn budgets(mut self, budgets: BudgetLayer) -> Self {
+        self.budgets = Some(budgets);
+        self
+    }
+
     /// The server; fails when a policy does not validate. The upstreams of one policy
     /// share one context layer (one artifact store, one memory of each session's cut);
     /// every stack shares the memo store, whose keys are per tenant.
@@ -443,6 +464,7 @@ impl ProxyBuilder {
         let timeout = self.upstream_timeout;
         let artifacts = self.artifacts.clone();
         let cuts = self.redis.as_ref().map(|r| r.cuts.clone());
+        let budgets = self.budgets.clone();
         let stacks_for = |policy: ContextPolicy| -> Result<Stacks, PolicyError> {
             let mut context = ContextPolicyLayer::new(policy)?;
             if let Some(store) = &artifacts {
@@ -460,6 +482,8 @@ impl ProxyBuilder {
             let stack = || {
                 ServiceBuilder::new()
                     .layer(context.clone())
+                    // Under the memo (inside the context layer): a hit never reaches it.
+                    .option_layer(budgets.clone())
                     .layer(timing::TimedLayer)
                     .retry(RetryPolicy::default())
                     // Per attempt: a retry gets the whole time again.
@@ -515,6 +539,7 @@ impl ProxyBuilder {
                 routes,
                 metrics: metrics::Metrics::new(),
                 redis: self.redis,
+                budgets: self.budgets,
             }),
         })
     }
@@ -648,12 +673,43 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
 
 /// `/metrics`, in the OpenMetrics text format Prometheus scrapes.
 async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
+    if let (Some(budgets), Some(keys)) = (&shared.budgets, &shared.keys) {
+        record_budgets(&shared.metrics, budgets, keys.values()).await;
+    }
     let mut out = Response::new(Body::from(shared.metrics.encode()));
     out.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     out
+}
+
+/// Each tenant's budget use in its current windows (a session's window is per session,
+/// so not a tenant's figure); a store that does not answer leaves the last figures.
+async fn record_budgets<'a>(
+    metrics: &metrics::Metrics,
+    budgets: &BudgetLayer,
+    tenants: impl Iterator<Item = &'a Tenant>,
+) {
+    let now = SystemTime::now();
+    for tenant in tenants {
+        let limits: Vec<Limit> = budgets
+            .limits_for(&tenant.scope)
+            .iter()
+            .filter(|l| l.window != Window::Session)
+            .copied()
+            .collect();
+        if limits.is_empty() {
+            continue;
+        }
+        let key = BudgetKey::new(&tenant.scope, "");
+        let Ok(used) = budgets.store().used(&key, &limits, now).await else {
+            continue;
+        };
+        for (limit, used) in limits.iter().zip(used) {
+            metrics.budget(&tenant.label, limit.name(), used, limit.max);
+        }
+    }
 }
 
 /// One call, counted in the metrics once its headers are ready.
@@ -944,6 +1000,14 @@ fn openai_error_type(status: StatusCode) -> &'static str {
 /// The body of a failure in OpenAI's shape: the context-limit shape, or the provider's
 /// error.
 fn error_body(e: &BoxError) -> Value {
+    if let Some(b) = find::<BudgetExceeded>(e) {
+        return json!({
+            "error": {"type": "insufficient_quota", "code": "budget_exceeded",
+                      "message": b.to_string(), "param": null},
+            "llm_context": {"limit": b.limit, "used": b.used, "requested": b.requested,
+                            "max": b.max, "resets_at": b.resets_at.map(rfc3339)},
+        });
+    }
     if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
         return json!({
             "error": {"type": "invalid_request_error", "code": "context_length_exceeded",
@@ -965,6 +1029,9 @@ fn anthropic_body(e: &BoxError, status: StatusCode) -> Value {
     let kind = anthropic_wire::error_type(status.as_u16());
     if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
         return anthropic_wire::error(kind, &limit.to_string());
+    }
+    if let Some(b) = find::<BudgetExceeded>(e) {
+        return anthropic_wire::error(kind, &b.to_string());
     }
     if let Some(p) = find_provider_error(e) {
         return anthropic_wire::error(p.error_type().unwrap_or(kind), &p.message);
@@ -991,7 +1058,9 @@ fn find<T: std::error::Error + 'static>(e: &BoxError) -> Option<&T> {
 /// The status of a failure: 400 for a request that cannot fit (nothing was sent), the
 /// provider's own status for its errors (502 when it gave none), else 500.
 fn classify(e: &BoxError) -> StatusCode {
-    if e.downcast_ref::<ContextLimitError>().is_some()
+    if find::<BudgetExceeded>(e).is_some() {
+        StatusCode::TOO_MANY_REQUESTS
+    } else if e.downcast_ref::<ContextLimitError>().is_some()
         || e.downcast_ref::<crate::PairingError>().is_some()
     {
         StatusCode::BAD_REQUEST
@@ -1017,6 +1086,14 @@ fn failure(format: Format, e: &BoxError) -> Response {
         Format::Anthropic => anthropic_body(e, status),
     };
     let mut out = (status, axum::Json(body)).into_response();
+    // A budget's window that resets: when to ask again.
+    if let Some(at) = find::<BudgetExceeded>(e).and_then(|b| b.resets_at) {
+        let secs = at
+            .duration_since(SystemTime::now())
+            .map_or(0, |d| d.as_secs() + 1);
+        out.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     let kind = if find::<tower::timeout::error::Elapsed>(e).is_some() {
         Some("timeout".to_owned())
     } else {
