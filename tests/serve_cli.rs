@@ -412,3 +412,64 @@ async fn two_serve_processes_on_one_redis_share_the_memo() {
         assert!(exited(child, Duration::from_secs(10)).await.success());
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_serve_processes_on_one_redis_share_a_tenants_budget() {
+    let upstream = common::servers::mock_post(
+        "/v1/chat/completions",
+        wiremock::ResponseTemplate::new(200).set_body_raw(
+            common::fixture("openai-response-text.json"),
+            "application/json",
+        ),
+    )
+    .await;
+    // A tenant of its own: the replicas' Redis keys are the default ones, shared with
+    // other runs.
+    let org = support::unique_prefix("budget-org");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[keys]]\nsha256 = \"{}\"\norg = \"{org}\"\n\n[budgets.\"{org}\"]\ncalls_per_hour = 3\n",
+            sha256_hex("sk-tenant")
+        ),
+    )
+    .unwrap();
+    let redis = support::redis_url();
+    let replica = || async {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--redis",
+            &redis,
+        ];
+        serve_with(&upstream.uri(), &args, port).await
+    };
+    let (mut a, url_a) = replica().await;
+    let (mut b, url_b) = replica().await;
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let url = if i % 2 == 0 { &url_a } else { &url_b };
+        let body = json!({"model": "gpt-5.4",
+                          "messages": [{"role": "user", "content": format!("Frage {i}: warum? なぜ?")}]});
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth("sk-tenant")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 3);
+    for child in [&mut a, &mut b] {
+        terminate(child);
+        assert!(exited(child, Duration::from_secs(10)).await.success());
+    }
+}

@@ -80,8 +80,8 @@ pub(crate) struct SendArgs {
     redis: Option<String>,
     /// A budget, TOML: any of `{calls,input_tokens,output_tokens,cost_usd}_per_{session,
     /// hour,day,month}`. The call is checked before it is sent, from its estimate and its
-    /// output limit, and refused (exit 5) when it would cross one. The counters are this
-    /// process's: what one call alone would cross.
+    /// output limit, and refused (exit 5) when it would cross one. The counters are on
+    /// --redis when it is given (shared by every process on it), else this process's.
     #[arg(long, value_name = "FILE")]
     budget: Option<PathBuf>,
     /// Stream the answer: one JSON object a line as it arrives (`delta`, `reasoning`,
@@ -113,17 +113,17 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         .with_catalog(catalog.clone());
     let timeout = Duration::from_secs(args.timeout.max(1));
     let client = Client::build(args.provider, timeout)?;
-    #[cfg(feature = "redis")]
-    let context = match &args.redis {
-        Some(url) => with_redis(context, url, client.upstream()).await?,
-        None => context,
-    };
     // No file: no limit, and the layer passes every call through.
     let budget = match &args.budget {
         Some(path) => read_budget(path)?,
         None => Budget::default(),
     };
     let budget = BudgetLayer::new(&budget).with_catalog(catalog.clone());
+    #[cfg(feature = "redis")]
+    let (context, budget) = match &args.redis {
+        Some(url) => with_redis(context, budget, url, client.upstream()).await?,
+        None => (context, budget),
+    };
     let meter = UsageMeter::with_catalog(catalog.clone());
     let retry = RetryPolicy::default().with_max_retries(args.max_retries);
     let stack = ServiceBuilder::new()
@@ -318,9 +318,10 @@ impl Client {
 #[cfg(feature = "redis")]
 async fn with_redis(
     context: ContextPolicyLayer,
+    budget: BudgetLayer,
     url: &str,
     upstream: String,
-) -> Result<ContextPolicyLayer, Exit> {
+) -> Result<(ContextPolicyLayer, BudgetLayer), Exit> {
     use llm_context::memo::MemoLayer;
     use llm_context::redis::RedisStores;
     // Only what the user got wrong fails here (exit 2): a URL that is not valid, or
@@ -330,9 +331,11 @@ async fn with_redis(
     let stores = RedisStores::connect(url)
         .await
         .map_err(|e| Exit::bad_input(format!("--redis: {e}")))?;
-    Ok(context
+    let budget = budget.with_store(Arc::new(stores.budgets));
+    let context = context
         .with_artifact_store(Arc::new(stores.artifacts))
-        .with_memo(MemoLayer::new(Arc::new(stores.memo)).upstream(upstream)))
+        .with_memo(MemoLayer::new(Arc::new(stores.memo)).upstream(upstream));
+    Ok((context, budget))
 }
 
 #[cfg(feature = "openai")]

@@ -14,6 +14,10 @@
 //!                                               request refers to (never evicted)
 //! {prefix}:cut:{scope key}:{session}            where the session's history was last
 //!                                               cut (JSON `Cuts`), with a TTL
+//! {prefix}:budget:{scope key}:{window}:{period} hash: a budget counter (`calls`,
+//!                                               `input_tokens`, `output_tokens`,
+//!                                               `cost_usd`), expiring with its window;
+//!                                               a session's ends in `session:{session}`
 //! ```
 //!
 //! Durable contexts and memory ([`RedisStore`](super::RedisStore)), under its
@@ -60,6 +64,18 @@ pub(crate) fn artifacts(prefix: &str, scope: &Scope, session: &str) -> [String; 
 /// Where one session's history was last cut.
 pub(crate) fn cuts(prefix: &str, scope: &Scope, session: &str) -> String {
     format!("{prefix}:cut:{}:{}", scope.key(), escape(session))
+}
+
+/// One budget counter.
+pub(crate) fn budget(prefix: &str, c: &llm_context_layers::budget::Counter) -> String {
+    use llm_context_layers::budget::Window;
+    let scope = &c.scope;
+    match c.window {
+        Window::Session => format!("{prefix}:budget:{scope}:session:{}", escape(&c.session)),
+        Window::Hour => format!("{prefix}:budget:{scope}:hour:{}", c.period),
+        Window::Day => format!("{prefix}:budget:{scope}:day:{}", c.period),
+        Window::Month => format!("{prefix}:budget:{scope}:month:{}", c.period),
+    }
 }
 
 /// The hash of one durable context record.

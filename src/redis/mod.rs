@@ -25,7 +25,7 @@
 //! ```
 //!
 //! [`RedisStores::connect`] opens one multiplexed connection (a `ConnectionManager`,
-//! which reconnects by itself) and gives the three stores on it:
+//! which reconnects by itself) and gives the four stores on it:
 //!
 //! * [`RedisMemoStore`] — one key per memoized response, with a TTL; keys are namespaced
 //!   by the tenant's scope key, as every memo key is.
@@ -33,6 +33,8 @@
 //!   script that writes and evicts in one atomic step.
 //! * [`RedisCutStore`] — where each session's history was cut, so that cache-aware
 //!   pruning keeps one cut across replicas (loaded before preparation, written behind).
+//! * [`RedisBudgetStore`] — budget counters, checked and reserved in one Lua script, so
+//!   replicas share a tenant's budget without overspending.
 //!
 //! [`RedisStore`] holds context records and memory for many replicas sharing state:
 //! compare-and-set and listing are Lua scripts, listing reads a per-tenant sorted-set
@@ -49,6 +51,7 @@
 //! one where it is missing, starts it on a free port and sets `REDIS_URL`.
 
 mod artifacts;
+mod budgets;
 mod connect;
 mod cuts;
 mod durable;
@@ -65,6 +68,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use artifacts::{RedisArtifactStore, SessionUsage};
+pub use budgets::RedisBudgetStore;
 pub use cuts::RedisCutStore;
 pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisStore};
 pub use memo::RedisMemoStore;
@@ -84,6 +88,8 @@ pub struct RedisStores {
     /// Where each session was cut, for cache-aware pruning
     /// ([`ContextPolicyLayer::with_cut_store`](crate::ContextPolicyLayer::with_cut_store)).
     pub cuts: RedisCutStore,
+    /// Budget counters, for [`BudgetLayer::with_store`](crate::budget::BudgetLayer::with_store).
+    pub budgets: RedisBudgetStore,
 }
 
 impl RedisStores {
@@ -115,7 +121,8 @@ impl RedisStores {
                 Arc::clone(&options),
                 secret.clone(),
             ),
-            cuts: RedisCutStore::with_secret(conn, options, secret),
+            cuts: RedisCutStore::with_secret(conn.clone(), Arc::clone(&options), secret.clone()),
+            budgets: RedisBudgetStore::with_secret(conn, options, secret),
         })
     }
 

@@ -428,12 +428,12 @@ impl ProxyBuilder {
         self
     }
 
-    /// Memo, artifacts and sessions' cuts on Redis, shared by every replica on it
-    /// (single flight included), and `/readyz` pinging it. Each request's session's cuts
+    /// Memo (single flight included), artifacts, sessions' cuts and budget counters on
+    /// Redis, shared by every replica on it, and `/readyz` pinging it. Each request's session's cuts
     /// are loaded before it is prepared, so a conversation whose turns reach different
     /// replicas keeps one cached prefix. Redis away, at start or later, degrades: the
-    /// upstream answers, `/readyz` says `degraded`, and the stores reconnect by
-    /// themselves.
+    /// upstream answers, `/readyz` says `degraded`, budgets fail open (with a warning),
+    /// and the stores reconnect by themselves.
     pub fn redis(mut self, stores: RedisStores) -> Self {
         self.memo = Some(Arc::new(stores.memo.clone()));
         self.artifacts = Some(Arc::new(stores.artifacts.clone()));
@@ -464,7 +464,12 @@ impl ProxyBuilder {
         let timeout = self.upstream_timeout;
         let artifacts = self.artifacts.clone();
         let cuts = self.redis.as_ref().map(|r| r.cuts.clone());
-        let budgets = self.budgets.clone();
+        // Replicas on one Redis share their tenants' budgets.
+        let budgets = match (self.budgets, &self.redis) {
+            (Some(b), Some(redis)) => Some(b.with_store(Arc::new(redis.budgets.clone()))),
+            (b, _) => b,
+        };
+        let budgets_layer = budgets.clone();
         let stacks_for = |policy: ContextPolicy| -> Result<Stacks, PolicyError> {
             let mut context = ContextPolicyLayer::new(policy)?;
             if let Some(store) = &artifacts {
@@ -483,7 +488,7 @@ impl ProxyBuilder {
                 ServiceBuilder::new()
                     .layer(context.clone())
                     // Under the memo (inside the context layer): a hit never reaches it.
-                    .option_layer(budgets.clone())
+                    .option_layer(budgets_layer.clone())
                     .layer(timing::TimedLayer)
                     .retry(RetryPolicy::default())
                     // Per attempt: a retry gets the whole time again.
@@ -539,7 +544,7 @@ impl ProxyBuilder {
                 routes,
                 metrics: metrics::Metrics::new(),
                 redis: self.redis,
-                budgets: self.budgets,
+                budgets,
             }),
         })
     }

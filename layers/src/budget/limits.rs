@@ -222,6 +222,26 @@ pub struct BudgetExceeded {
     pub resets_at: Option<SystemTime>,
 }
 
+impl BudgetExceeded {
+    /// The error of a call that would take `limit` (its name) from `used` past `max` by
+    /// adding `requested`; its window resets at `resets_at` (`None`: a session's).
+    pub fn new(
+        limit: &'static str,
+        used: f64,
+        requested: f64,
+        max: f64,
+        resets_at: Option<SystemTime>,
+    ) -> Self {
+        Self {
+            limit,
+            used,
+            requested,
+            max,
+            resets_at,
+        }
+    }
+}
+
 impl fmt::Display for BudgetExceeded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
