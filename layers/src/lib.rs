@@ -46,6 +46,7 @@ mod model;
 pub mod policy;
 pub mod store;
 pub mod tokens;
+pub mod trace;
 // The artifact format the steps share.
 pub mod artifact;
 pub mod budget;

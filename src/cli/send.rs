@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use llm_context::budget::{Budget, BudgetExceeded, BudgetLayer, rfc3339};
 use llm_context::retry::RetryPolicy;
 use llm_context::stream::{ChatStream, ReasoningDelta, StreamEvent, Streaming};
+use llm_context::trace::GenAiSpanLayer;
 use llm_context::usage::{UsageLayer, UsageMeter};
 use llm_context::{
     BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicyLayer,
@@ -127,6 +128,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
     let meter = UsageMeter::with_catalog(catalog.clone());
     let retry = RetryPolicy::default().with_max_retries(args.max_retries);
     let stack = ServiceBuilder::new()
+        .layer(GenAiSpanLayer::with_catalog(catalog.clone()))
         .layer(context)
         // Under the context layer's memo: a memo hit is never charged.
         .layer(budget)

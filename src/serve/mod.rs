@@ -114,6 +114,7 @@ use crate::openai::body::request_from_str;
 use crate::redis::RedisStores;
 use crate::retry::RetryPolicy;
 use crate::stream::{ChatStream, StreamEvent, Streaming};
+use crate::trace::GenAiSpanLayer;
 use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
     ContextPolicyLayer, OpenAi, PolicyError, PreparationReport, Scope,
@@ -486,6 +487,8 @@ impl ProxyBuilder {
                 .with_memo(MemoLayer::new(memo.clone()));
             let stack = || {
                 ServiceBuilder::new()
+                    // One GenAI span per call, around everything the stack does for it.
+                    .layer(GenAiSpanLayer::with_catalog(catalog.clone()))
                     .layer(context.clone())
                     // Under the memo (inside the context layer): a hit never reaches it.
                     .option_layer(budgets_layer.clone())

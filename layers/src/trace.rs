@@ -1,0 +1,300 @@
+//! One `tracing` span per call, with the OpenTelemetry GenAI attributes and what the stack
+//! did to the request.
+//!
+//! ```
+//! use llm_context_layers::mock::MockModel;
+//! use llm_context_layers::trace::GenAiSpanLayer;
+//! use llm_context_layers::{ChatRequest, ContextPolicy, ContextPolicyLayer, Message};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! // Outermost, so the span covers preparation and every call the stack makes inside it.
+//! let agent = ServiceBuilder::new()
+//!     .layer(GenAiSpanLayer::new())
+//!     .layer(ContextPolicyLayer::new(ContextPolicy::default()).unwrap())
+//!     .service(MockModel::echo());
+//! let reply = agent
+//!     .oneshot(ChatRequest::new("claude-sonnet-4-6", vec![Message::user("hi")]))
+//!     .await
+//!     .unwrap();
+//! # let _ = reply; }
+//! ```
+//!
+//! The span is named `chat {model}` (the `otel.name` field, which `tracing-opentelemetry`
+//! takes as the span's name) at `INFO` level, target `llm_context::gen_ai`, and carries,
+//! following the GenAI semantic conventions as of semantic-conventions v1.42.0 (schema
+//! `gen-ai/1.42.0`, status Development):
+//!
+//! - `gen_ai.operation.name` (`chat`), `gen_ai.provider.name` (`openai` / `anthropic`,
+//!   from the catalog; absent for a model it does not know), `gen_ai.request.model`;
+//! - once answered: `gen_ai.response.model`, `gen_ai.response.id` (when the provider
+//!   sent them), `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens` (every
+//!   prompt token, cached ones included, as the conventions ask),
+//!   `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`,
+//!   `gen_ai.usage.cache_creation.input_tokens`;
+//! - the report: `llm_context.before_tokens`, `llm_context.after_tokens`,
+//!   `llm_context.removed_messages`, `llm_context.cleared`, `llm_context.offloaded`,
+//!   `llm_context.cut_moved`, `llm_context.memo_hit`;
+//! - on failure, `error.type` (the error's kind, never its message).
+//!
+//! No prompt or completion content is ever recorded. With no subscriber listening, the
+//! span is disabled and recording is skipped: the cost is one check of the callsite.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
+use tracing::Span;
+use tracing::field::Empty;
+use tracing::instrument::{Instrument, Instrumented};
+
+use crate::BoxError;
+use crate::catalog::{Catalog, Provider};
+use crate::model::{ChatRequest, ChatResponse, FinishReason};
+use crate::stream::{ChatStream, StreamFuture, Streaming};
+
+/// Opens a GenAI span around each call. See the [module documentation](self).
+#[derive(Clone, Debug)]
+pub struct GenAiSpanLayer {
+    catalog: Arc<Catalog>,
+}
+
+impl Default for GenAiSpanLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GenAiSpanLayer {
+    /// A layer naming providers from the built-in catalog.
+    pub fn new() -> Self {
+        Self::with_catalog(Catalog::builtin())
+    }
+
+    /// A layer naming providers from `catalog`.
+    pub fn with_catalog(catalog: Arc<Catalog>) -> Self {
+        Self { catalog }
+    }
+}
+
+impl<S> Layer<S> for GenAiSpanLayer {
+    type Service = GenAiSpan<S>;
+
+    fn layer(&self, inner: S) -> GenAiSpan<S> {
+        GenAiSpan {
+            inner,
+            catalog: self.catalog.clone(),
+        }
+    }
+}
+
+/// The service of [`GenAiSpanLayer`].
+#[derive(Clone, Debug)]
+pub struct GenAiSpan<S> {
+    inner: S,
+    catalog: Arc<Catalog>,
+}
+
+/// The span of a call of `req`, its answer's fields still empty.
+fn span_for(req: &ChatRequest, catalog: &Catalog) -> Span {
+    let span = tracing::info_span!(
+        target: "llm_context::gen_ai",
+        "gen_ai.chat",
+        otel.name = Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = Empty,
+        gen_ai.request.model = %req.model,
+        gen_ai.response.model = Empty,
+        gen_ai.response.id = Empty,
+        gen_ai.response.finish_reasons = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        gen_ai.usage.cache_creation.input_tokens = Empty,
+        llm_context.before_tokens = Empty,
+        llm_context.after_tokens = Empty,
+        llm_context.removed_messages = Empty,
+        llm_context.cleared = Empty,
+        llm_context.offloaded = Empty,
+        llm_context.cut_moved = Empty,
+        llm_context.memo_hit = Empty,
+        error.type = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    span.record("otel.name", format!("chat {}", req.model));
+    let provider = catalog.get(&req.model).and_then(|m| m.provider);
+    if let Some(p) = provider {
+        span.record(
+            "gen_ai.provider.name",
+            match p {
+                Provider::OpenAi => "openai",
+                Provider::Anthropic => "anthropic",
+            },
+        );
+    }
+    span
+}
+
+fn finish_reason(f: &FinishReason) -> &str {
+    match f {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Other(other) => other,
+    }
+}
+
+/// Records the answer (or the failure) on `span`.
+fn record(span: &Span, result: Result<&ChatResponse, &BoxError>) {
+    if span.is_disabled() {
+        return;
+    }
+    let response = match result {
+        Ok(r) => r,
+        Err(e) => {
+            span.record("error.type", error_type(e));
+            return;
+        }
+    };
+    for (field, name) in [
+        ("model", "gen_ai.response.model"),
+        ("id", "gen_ai.response.id"),
+    ] {
+        if let Some(v) = response.provider_fields.get(field).and_then(|v| v.as_str()) {
+            span.record(name, v);
+        }
+    }
+    // An array of one: the stack asks for one choice.
+    span.record(
+        "gen_ai.response.finish_reasons",
+        format!("[\"{}\"]", finish_reason(&response.finish_reason)).as_str(),
+    );
+    let u = &response.usage;
+    span.record(
+        "gen_ai.usage.input_tokens",
+        u.input_tokens + u.cache_read_tokens + u.cache_write_tokens,
+    );
+    span.record("gen_ai.usage.output_tokens", u.output_tokens);
+    span.record("gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens);
+    span.record(
+        "gen_ai.usage.cache_creation.input_tokens",
+        u.cache_write_tokens,
+    );
+    let r = &response.report;
+    span.record("llm_context.before_tokens", r.before_tokens as u64);
+    span.record("llm_context.after_tokens", r.after_tokens as u64);
+    span.record("llm_context.removed_messages", r.removed_messages as u64);
+    span.record("llm_context.cleared", r.cleared_observations as u64);
+    span.record("llm_context.offloaded", r.offloaded_results as u64);
+    span.record("llm_context.cut_moved", r.cut_moved);
+    span.record("llm_context.memo_hit", r.memo_hit);
+}
+
+/// The kind of a failure, low in cardinality as `error.type` asks: the error's type name
+/// without its path.
+fn error_type(e: &BoxError) -> &'static str {
+    if e.downcast_ref::<crate::ContextLimitError>().is_some() {
+        "context_limit"
+    } else if e.downcast_ref::<crate::budget::BudgetExceeded>().is_some() {
+        "budget_exceeded"
+    } else {
+        "_OTHER"
+    }
+}
+
+impl<S> Service<ChatRequest> for GenAiSpan<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse>,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatResponse;
+    type Error = BoxError;
+    type Future = SpanFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        let span = span_for(&req, &self.catalog);
+        // The inner call runs in the span too: what it does before its future (the
+        // synchronous preparation) is inside it.
+        let inner = span.in_scope(|| self.inner.call(req));
+        SpanFuture {
+            inner: inner.instrument(span),
+        }
+    }
+}
+
+/// A streamed call: the span lasts to the stream's final event, where the answer is
+/// recorded.
+impl<S> Service<Streaming> for GenAiSpan<S>
+where
+    S: Service<Streaming, Response = ChatStream>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = ChatStream;
+    type Error = BoxError;
+    type Future = StreamFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Streaming) -> Self::Future {
+        let span = span_for(&req.0, &self.catalog);
+        let call = span.in_scope(|| self.inner.call(req));
+        let traced = span.clone();
+        Box::pin(
+            async move {
+                match call.await.map_err(Into::into) {
+                    Ok(stream) => Ok(stream.map_response(move |response| {
+                        record(&traced, Ok(response));
+                    })),
+                    Err(e) => {
+                        record(&traced, Err(&e));
+                        Err(e)
+                    }
+                }
+            }
+            .instrument(span),
+        )
+    }
+}
+
+pin_project! {
+    /// The response future of [`GenAiSpan`]: the inner call in its span, recorded when it
+    /// ends.
+    pub struct SpanFuture<F> {
+        #[pin]
+        inner: Instrumented<F>,
+    }
+}
+
+impl<F> std::fmt::Debug for SpanFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpanFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, E> Future for SpanFuture<F>
+where
+    F: Future<Output = Result<ChatResponse, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<ChatResponse, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let result = ready!(this.inner.as_mut().poll(cx)).map_err(Into::into);
+        record(this.inner.span(), result.as_ref());
+        Poll::Ready(result)
+    }
+}
