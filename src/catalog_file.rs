@@ -5,7 +5,9 @@ use std::path::Path;
 use llm_context_layers::{Catalog, CatalogError, ContextPolicy, PolicyError};
 
 /// The built-in catalog with the overrides of a JSON or TOML file (by extension, else
-/// whichever the text looks like). See [`catalog`](crate::catalog) for the format.
+/// whichever the text looks like). See [`catalog`](crate::catalog) for the format; a
+/// LiteLLM `model_prices_and_context_window.json` is read as well
+/// ([`Catalog::with_litellm_json`]).
 ///
 /// ```no_run
 /// let catalog = llm_context::load_catalog("prices.toml")?;
@@ -17,7 +19,9 @@ pub fn load_catalog(path: impl AsRef<Path>) -> Result<Catalog, CatalogError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CatalogError::Parse(format!("cannot read {}: {e}", path.display())))?;
     let builtin = Catalog::builtin();
-    if is_json(path, &text) {
+    if is_json(path, &text) && Catalog::is_litellm_json(&text) {
+        builtin.with_litellm_json(&text)
+    } else if is_json(path, &text) {
         builtin.with_overrides_json(&text)
     } else {
         builtin.with_overrides_toml(&text)

@@ -555,3 +555,38 @@ async fn a_call_over_its_budget_exits_5_and_is_never_sent() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("calls_per_days"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_litellm_price_file_prices_the_call() {
+    let server = openai_server(ResponseTemplate::new(200).set_body_raw(
+        common::fixture("openai-response-text.json"),
+        "application/json",
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let prices = dir.path().join("model_prices_and_context_window.json");
+    // LiteLLM's own field names and units (USD per token).
+    std::fs::write(
+        &prices,
+        r#"{"sample_spec": {"mode": "one of: chat, embedding"},
+            "gpt-5.4": {"max_input_tokens": 272000, "input_cost_per_token": 1e-06,
+                        "output_cost_per_token": 2e-06, "cache_read_input_token_cost": 1e-07,
+                        "litellm_provider": "openai", "mode": "chat"}}"#,
+    )
+    .unwrap();
+    let a = args(&[
+        "send",
+        "--provider",
+        "openai",
+        "--catalog",
+        prices.to_str().unwrap(),
+        "-",
+    ]);
+    let out = run(a, openai_env(&server), body()).await;
+    assert_succeeded(&out);
+    let v = stdout_json(&out);
+    // The fixture's usage: 2,006 prompt tokens of which 1,920 cached, 300 output.
+    let expected = 86.0 * 1e-6 + 1_920.0 * 1e-7 + 300.0 * 2e-6;
+    let cost = v["response"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - expected).abs() < 1e-12, "{cost} vs {expected}");
+}

@@ -50,23 +50,23 @@ struct OverrideFile {
     models: BTreeMap<String, ModelOverride>,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ModelOverride {
-    provider: Option<Provider>,
-    context_window: Option<usize>,
-    cache_min_tokens: Option<usize>,
-    price: Option<PriceOverride>,
+pub(super) struct ModelOverride {
+    pub(super) provider: Option<Provider>,
+    pub(super) context_window: Option<usize>,
+    pub(super) cache_min_tokens: Option<usize>,
+    pub(super) price: Option<PriceOverride>,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PriceOverride {
-    input: Option<f64>,
-    output: Option<f64>,
-    cache_read: Option<f64>,
-    cache_write_5m: Option<f64>,
-    cache_write_1h: Option<f64>,
+pub(super) struct PriceOverride {
+    pub(super) input: Option<f64>,
+    pub(super) output: Option<f64>,
+    pub(super) cache_read: Option<f64>,
+    pub(super) cache_write_5m: Option<f64>,
+    pub(super) cache_write_1h: Option<f64>,
 }
 
 impl Catalog {
@@ -104,7 +104,7 @@ impl Catalog {
     }
 }
 
-fn merge(id: &str, info: &mut ModelInfo, o: ModelOverride) -> Result<(), CatalogError> {
+pub(super) fn merge(id: &str, info: &mut ModelInfo, o: ModelOverride) -> Result<(), CatalogError> {
     let invalid = |field, reason: &str| CatalogError::Invalid {
         model: id.to_owned(),
         field,

@@ -38,6 +38,7 @@
 
 pub mod builtin;
 mod file;
+mod litellm;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
