@@ -41,6 +41,8 @@ mod client;
 pub mod error;
 // The body mapping (`openai::body`) is what the command-line tool reads and writes, so
 // the module is there for the `cli` feature too; the client in it needs `openai`.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod attempt;
 #[cfg(any(feature = "openai", feature = "cli"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "cli"))))]
 pub mod openai;

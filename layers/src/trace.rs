@@ -37,6 +37,13 @@
 //!   `llm_context.cut_moved`, `llm_context.memo_hit`;
 //! - on failure, `error.type` (the error's kind, never its message).
 //!
+//! Child spans, all under the call's: `llm_context.summary` for each summary call of the
+//! summarize layer (`llm_context.folded_messages`), `llm_context.artifact_round` for
+//! each round that answers the model's artifact reads (`llm_context.round`; plain calls;
+//! a streamed call's rounds stay in its span), and, with
+//! `llm_context::attempt::AttemptSpanLayer` under a retry layer, `gen_ai.attempt` for
+//! each attempt (`error.type` when it failed).
+//!
 //! No prompt or completion content is ever recorded. With no subscriber listening, the
 //! span is disabled and recording is skipped: the cost is one check of the callsite.
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use futures_util::StreamExt;
+use llm_context::attempt::AttemptSpanLayer;
 use llm_context::budget::{Budget, BudgetExceeded, BudgetLayer, rfc3339};
 use llm_context::retry::RetryPolicy;
 use llm_context::stream::{ChatStream, ReasoningDelta, StreamEvent, Streaming};
@@ -133,7 +134,8 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         // Under the context layer's memo: a memo hit is never charged.
         .layer(budget)
         .layer(UsageLayer::new(meter))
-        .retry(retry);
+        .retry(retry)
+        .layer(AttemptSpanLayer);
 
     let stream = args.stream;
     let model = request.model.clone();

@@ -106,6 +106,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
+use crate::attempt::AttemptSpanLayer;
 use crate::budget::{BudgetExceeded, BudgetKey, BudgetLayer, Limit, Window, rfc3339};
 pub use crate::catalog::Provider;
 use crate::error::ProviderError;
@@ -494,6 +495,8 @@ impl ProxyBuilder {
                     .option_layer(budgets_layer.clone())
                     .layer(timing::TimedLayer)
                     .retry(RetryPolicy::default())
+                    // One span per attempt, under the call's.
+                    .layer(AttemptSpanLayer)
                     // Per attempt: a retry gets the whole time again.
                     .timeout(timeout)
             };

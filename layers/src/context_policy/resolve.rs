@@ -5,6 +5,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use tower::{Service, ServiceExt};
+use tracing::Instrument;
 
 use super::steps::{Composite, prepare};
 use crate::BoxError;
@@ -52,7 +53,21 @@ where
         if rounds.round > 0 {
             inner.ready().await.map_err(Into::into)?;
         }
-        let response = inner.call(req).await.map_err(Into::into)?;
+        // Each round after the first answers the model's artifact reads: a child span.
+        let response = if rounds.round > 0 {
+            let span = tracing::info_span!(
+                target: "llm_context::gen_ai",
+                "llm_context.artifact_round",
+                llm_context.round = rounds.round
+            );
+            // Called inside the span, so what the call opens at once (a retry's
+            // attempt) is the round's too.
+            let call = span.in_scope(|| inner.call(req));
+            call.instrument(span).await
+        } else {
+            inner.call(req).await
+        }
+        .map_err(Into::into)?;
         match rounds.end(sent, response).await? {
             ControlFlow::Break(response) => return Ok(response),
             ControlFlow::Continue(next) => prepared = next,

@@ -21,6 +21,7 @@ use crate::model::{ChatRequest, ChatResponse};
 use crate::offload::ResponseFuture;
 use crate::policy::PolicyError;
 use crate::stream::{ChatStream, StreamFuture, Streaming};
+use tracing::Instrument;
 
 /// The service of [`SummarizeLayer`].
 #[derive(Clone)]
@@ -173,7 +174,15 @@ where
     let span = &work.req.messages[work.from..work.to];
     let previous = work.previous.as_deref();
     let request = summary_request(&work.req, previous, span, &shared.config);
-    let (outcome, calls) = ask(&mut inner, request, model_budget(&shared.config)).await;
+    // A child of the call's span: the summary is a model call of its own.
+    let summary_span = tracing::info_span!(
+        target: "llm_context::gen_ai",
+        "llm_context.summary",
+        llm_context.folded_messages = work.to - work.from
+    );
+    let (outcome, calls) = ask(&mut inner, request, model_budget(&shared.config))
+        .instrument(summary_span)
+        .await;
     let (req, mut report) = match &outcome {
         Summarized::Empty => {
             tracing::warn!(
