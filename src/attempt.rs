@@ -27,6 +27,7 @@ use tower::{Layer, Service};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use crate::error::find_source;
 use crate::stream::{ChatStream, StreamFuture, Streaming};
 use crate::{BoxError, ChatRequest, ChatResponse, ProviderError};
 
@@ -59,11 +60,8 @@ fn attempt_error(span: &Span, e: &BoxError) {
     if span.is_disabled() {
         return;
     }
-    let kind = std::iter::successors(Some(&**e as &(dyn std::error::Error + 'static)), |e| {
-        e.source()
-    })
-    .find_map(|e| e.downcast_ref::<ProviderError>())
-    .map_or_else(|| "_OTHER".to_owned(), |p| format!("{:?}", p.kind));
+    let kind = find_source::<ProviderError>(&**e)
+        .map_or_else(|| "_OTHER".to_owned(), |p| format!("{:?}", p.kind));
     span.record("error.type", kind.as_str());
 }
 

@@ -395,6 +395,14 @@ fn header_wait(secs: f64) -> Option<Duration> {
 
 /// `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date, never
 /// more than [`MAX_HEADER_WAIT`].
+/// The first error of type `T` in `e`'s chain of sources, `e` included: what a layer
+/// wrapped is still found by its type.
+pub(crate) fn find_source<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    std::iter::successors(Some(e), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+}
+
 pub(crate) fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     let value = |name: &str| {
         headers

@@ -154,16 +154,6 @@ fn install_logging(json: bool) {
     let _ = fmt.with_ansi(std::io::stderr().is_terminal()).try_init();
 }
 
-#[cfg(feature = "serve")]
-fn multi_thread() -> tokio::runtime::Builder {
-    tokio::runtime::Builder::new_multi_thread()
-}
-
-#[cfg(not(feature = "serve"))]
-fn multi_thread() -> tokio::runtime::Builder {
-    tokio::runtime::Builder::new_current_thread()
-}
-
 pub(crate) fn run() -> ExitCode {
     let cli = Cli::parse();
     #[cfg(feature = "serve")]
@@ -173,11 +163,14 @@ pub(crate) fn run() -> ExitCode {
     install_logging(json);
     // The server runs requests on every core (one preparing a long transcript does not
     // hold up the others); every other command is one call at a time.
+    #[cfg(feature = "serve")]
     let mut builder = if json {
-        multi_thread()
+        tokio::runtime::Builder::new_multi_thread()
     } else {
         tokio::runtime::Builder::new_current_thread()
     };
+    #[cfg(not(feature = "serve"))]
+    let mut builder = tokio::runtime::Builder::new_current_thread();
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

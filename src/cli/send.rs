@@ -185,8 +185,6 @@ fn done_json(response: &ChatResponse, catalog: &Catalog, model: &str) -> Value {
     })
 }
 
-/// A failure before any answer: a request that cannot fit (exit 3), a transcript refused
-/// for its pairing (bad input), or the provider's (exit 4).
 /// The budget file at `path`.
 fn read_budget(path: &std::path::Path) -> Result<Budget, Exit> {
     let text = std::fs::read_to_string(path)
@@ -199,25 +197,15 @@ fn read_budget(path: &std::path::Path) -> Result<Budget, Exit> {
     Ok(budget)
 }
 
-/// `err` or the first of its sources that is a `T`.
-fn find<'a, T: std::error::Error + 'static>(
-    err: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a T> {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        if let Some(t) = e.downcast_ref::<T>() {
-            return Some(t);
-        }
-        next = e.source();
-    }
-    None
-}
-
+/// A failure before any answer: a request that cannot fit (exit 3), one that would cross
+/// its budget (exit 5), a transcript refused for its pairing (bad input), or the
+/// provider's (exit 4).
 fn failed(err: &(dyn std::error::Error + Send + Sync + 'static)) -> Result<u8, Exit> {
     if let Some(limit) = err.downcast_ref::<ContextLimitError>() {
         return emit(&format!("{}\n", limit_json(limit)), EXIT_CONTEXT_LIMIT);
     }
-    if let Some(b) = find::<BudgetExceeded>(err) {
+    // The layers pass the budget layer's error on as it is, as they do the context limit.
+    if let Some(b) = err.downcast_ref::<BudgetExceeded>() {
         let out = json!({"error": "budget", "limit": b.limit, "used": b.used,
                          "requested": b.requested, "max": b.max,
                          "resets_at": b.resets_at.map(rfc3339)});

@@ -11,7 +11,7 @@ use llm_context::Scope;
 use llm_context::anthropic::AnthropicBuilder;
 use llm_context::budget::{Budget, BudgetLayer};
 use llm_context::openai::OpenAiBuilder;
-use llm_context::serve::{Provider, Proxy, check_listen, parse_digest};
+use llm_context::serve::{Provider, Proxy, check_listen, parse_digest, tenant_label};
 use serde::Deserialize;
 
 use super::{Exit, input};
@@ -133,11 +133,10 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
     for key in &config.keys {
         let digest = parse_digest(&key.sha256).map_err(Exit::bad_input)?;
         let mut scope = Scope::org(&key.org);
-        let mut label = key.org.clone();
         if let Some(domain) = &key.domain {
             scope = scope.with_domain(domain);
-            label = format!("{label}:{domain}");
         }
+        let label = tenant_label(&scope);
         if let Some(budget) = config.budgets.get(&label) {
             budgets = budgets.for_tenant(&scope, budget);
             budgeted.insert(label);

@@ -471,7 +471,6 @@ impl ProxyBuilder {
             (Some(b), Some(redis)) => Some(b.with_store(Arc::new(redis.budgets.clone()))),
             (b, _) => b,
         };
-        let budgets_layer = budgets.clone();
         let stacks_for = |policy: ContextPolicy| -> Result<Stacks, PolicyError> {
             let mut context = ContextPolicyLayer::new(policy)?;
             if let Some(store) = &artifacts {
@@ -492,7 +491,7 @@ impl ProxyBuilder {
                     .layer(GenAiSpanLayer::with_catalog(catalog.clone()))
                     .layer(context.clone())
                     // Under the memo (inside the context layer): a hit never reaches it.
-                    .option_layer(budgets_layer.clone())
+                    .option_layer(budgets.clone())
                     .layer(timing::TimedLayer)
                     .retry(RetryPolicy::default())
                     // One span per attempt, under the call's.
@@ -524,11 +523,7 @@ impl ProxyBuilder {
                     }
                     None => 0,
                 };
-                let label = match (&scope.org, &scope.domain) {
-                    (Some(org), Some(domain)) => format!("{org}:{domain}"),
-                    (Some(org), None) => org.clone(),
-                    _ => "-".to_owned(),
-                };
+                let label = tenant_label(&scope);
                 let tenant = Tenant {
                     scope,
                     label,
@@ -553,6 +548,16 @@ impl ProxyBuilder {
                 budgets,
             }),
         })
+    }
+}
+
+/// A tenant as the metrics, the logs and the config's `[budgets]` name it: `org`, or
+/// `org:domain`; `-` for a scope without an organisation.
+pub fn tenant_label(scope: &Scope) -> String {
+    match (&scope.org, &scope.domain) {
+        (Some(org), Some(domain)) => format!("{org}:{domain}"),
+        (Some(org), None) => org.clone(),
+        _ => "-".to_owned(),
     }
 }
 
@@ -791,11 +796,10 @@ async fn handle(
         // Over the body limit (413), or a body that could not be read.
         Err(rejection) => return error(format, rejection.status(), &rejection.body_text()),
     };
-    let (req, stream, include_usage) = match read(format, &body) {
+    let (mut req, stream, include_usage) = match read(format, &body) {
         Ok(read) => read,
         Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
     };
-    let mut req = req;
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
         req = req.with_session(session);
     }
@@ -1056,14 +1060,7 @@ fn find_provider_error(e: &BoxError) -> Option<&ProviderError> {
 
 /// The first error of type `T` in `e`'s chain of sources.
 fn find<T: std::error::Error + 'static>(e: &BoxError) -> Option<&T> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&**e);
-    while let Some(err) = cur {
-        if let Some(found) = err.downcast_ref::<T>() {
-            return Some(found);
-        }
-        cur = err.source();
-    }
-    None
+    crate::error::find_source(&**e)
 }
 
 /// The status of a failure: 400 for a request that cannot fit (nothing was sent), the
