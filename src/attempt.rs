@@ -52,7 +52,12 @@ pub struct AttemptSpan<S> {
 }
 
 fn attempt_span() -> Span {
-    tracing::info_span!(target: "llm_context::gen_ai", "gen_ai.attempt", error.type = Empty)
+    tracing::info_span!(
+        target: "llm_context::gen_ai",
+        "gen_ai.attempt",
+        error.type = Empty,
+        otel.status_code = Empty
+    )
 }
 
 /// `Ok`, or the failure recorded as `error.type` on `span`: the provider's error kind.
@@ -63,6 +68,7 @@ fn attempt_error(span: &Span, e: &BoxError) {
     let kind = find_source::<ProviderError>(&**e)
         .map_or_else(|| "_OTHER".to_owned(), |p| format!("{:?}", p.kind));
     span.record("error.type", kind.as_str());
+    span.record("otel.status_code", "ERROR");
 }
 
 /// `call` in `span`, its failure recorded there.

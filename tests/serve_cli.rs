@@ -34,50 +34,10 @@ async fn serve(upstream: &str, drain: &str) -> (Child, String) {
 
 /// The server with `args`, listening on `port` of loopback (or of every address).
 async fn serve_with(upstream: &str, args: &[&str], port: u16) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_llm-context"))
-        .arg("serve")
-        .args(args)
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
-        .env("OPENAI_API_KEY", "sk-upstream")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    for _ in 0..200 {
-        if reqwest::get(format!("{url}/healthz")).await.is_ok() {
-            return (child, url);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the server did not start");
+    common::serve_child::spawn(env!("CARGO_BIN_EXE_llm-context"), upstream, args, port).await
 }
 
-fn terminate(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-/// Waits for the child to exit, at most `limit`.
-async fn exited(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "the server did not exit within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use common::serve_child::{exited, terminate};
 
 fn slow_answer(pieces: usize) -> Vec<String> {
     let chunk = |delta: serde_json::Value, finish: Option<&str>| {
@@ -239,12 +199,15 @@ fn a_config_without_keys_is_loopback_only_and_unbuilt_fields_are_refused() {
             .output()
             .unwrap()
     };
+    // A build without the exporter refuses to be asked for one.
+    #[cfg(not(feature = "otel"))]
+    {
+        let out = run("otlp_endpoint = \"http://127.0.0.1:4318\"\n");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("`otel` feature"));
+    }
     for (config, says) in [
         ("listen = \"0.0.0.0:0\"\n", "loopback"),
-        (
-            "otlp_endpoint = \"http://127.0.0.1:4318\"\n",
-            "otlp_endpoint",
-        ),
         (
             "[budgets.\"ghost\"]\ncalls_per_hour = 1\n",
             "names no tenant",

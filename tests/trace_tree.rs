@@ -6,21 +6,18 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use llm_context::attempt::AttemptSpanLayer;
 use llm_context::retry::RetryPolicy;
 use llm_context::trace::GenAiSpanLayer;
 use llm_context::{ChatRequest, ContextPolicy, ContextPolicyLayer, Message, ToolCall};
-use serde_json::{Value, json};
+use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 /// A span as captured: its name, its parent's index, its fields.
 #[derive(Clone, Debug)]
@@ -73,45 +70,12 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     }
 }
 
-/// Fails the first call with 500; then reads the first artifact it is shown; then answers.
-fn provider(calls: Arc<AtomicUsize>) -> impl Fn(&Request) -> ResponseTemplate {
-    move |req: &Request| {
-        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-            return ResponseTemplate::new(500)
-                .set_body_json(json!({"error": {"message": "boom", "type": "server_error"}}));
-        }
-        let body: Value = serde_json::from_slice(&req.body).unwrap();
-        let text = body["messages"].to_string();
-        let last = &body["messages"].as_array().unwrap().last().unwrap().clone();
-        let message = match text.find("art_") {
-            Some(at) if last["role"] != "tool" || last["tool_call_id"] != "call_read" => {
-                let id: String = text[at..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_read", "type": "function",
-                       "function": {"name": "read_context_artifact", "arguments": json!({"artifact_id": id}).to_string()}}]})
-            }
-            _ => json!({"role": "assistant", "content": "Die Logs zeigen einen Pool-Fehler."}),
-        };
-        ResponseTemplate::new(200).set_body_json(json!({
-            "id": "chatcmpl-7", "object": "chat.completion", "created": 1, "model": "gpt-5.4-2026-03-05",
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": if message["tool_calls"].is_null() { "stop" } else { "tool_calls" }}],
-            "usage": {"prompt_tokens": 1200, "completion_tokens": 20, "total_tokens": 1220}}))
-    }
-}
-
 #[tokio::test]
 async fn a_call_with_a_retry_and_an_artifact_round_is_one_tree() {
     let capture = Capture::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(provider(Arc::new(AtomicUsize::new(0))))
-        .mount(&server)
-        .await;
+    let server = common::artifact_reader::server().await;
     let client = common::proxy::openai(&server.uri());
     let context = ContextPolicyLayer::new(ContextPolicy::default())
         .unwrap()
@@ -123,11 +87,7 @@ async fn a_call_with_a_retry_and_an_artifact_round_is_one_tree() {
         .retry(retry)
         .layer(AttemptSpanLayer)
         .service(client);
-    let logs: String = (0..400)
-        .map(|i| {
-            format!("{{\"level\":\"error\",\"i\":{i},\"msg\":\"connexion refusée — 接続拒否\"}}\n")
-        })
-        .collect();
+    let logs = common::artifact_reader::logs();
     let req = ChatRequest::new(
         "gpt-5.4",
         vec![

@@ -1,6 +1,8 @@
 //! The command-line interface.
 
 mod input;
+#[cfg(feature = "otel")]
+mod otel;
 mod picture;
 mod prepare;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
@@ -23,6 +25,7 @@ pub(crate) const EXIT_CONTEXT_LIMIT: u8 = 3;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub(crate) const EXIT_PROVIDER: u8 = 4;
 /// A call that would cross its budget (`send --budget`); nothing was sent.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub(crate) const EXIT_BUDGET: u8 = 5;
 
 #[derive(Parser, Debug)]
@@ -134,24 +137,67 @@ pub(crate) fn limit_json(limit: &ContextLimitError) -> serde_json::Value {
 ///
 /// `serve` logs JSON lines (one object per event: timestamp, level, target, fields), which
 /// log collectors read without a parser of their own; the other commands log text.
-fn install_logging(json: bool) {
+///
+/// With `otlp`, the stack's spans are also exported there (feature `otel`), with a filter
+/// of their own: `RUST_LOG` says what is logged, not what is traced.
+fn install_logging(json: bool, otlp: Option<&str>) -> Result<Option<Telemetry>, Exit> {
     use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
     use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, Layer, Registry};
     let filter = EnvFilter::builder()
         .with_default_directive(LevelFilter::WARN.into())
         .from_env_lossy();
-    // Fails only when a subscriber is already set, which this binary never does.
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     #[cfg(feature = "serve")]
-    if json {
-        let _ = fmt.json().try_init();
-        return;
+    let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json {
+        Box::new(fmt.json())
+    } else {
+        Box::new(fmt.with_ansi(std::io::stderr().is_terminal()))
+    };
+    #[cfg(not(feature = "serve"))]
+    let fmt: Box<dyn Layer<Registry> + Send + Sync> = {
+        let _ = json;
+        Box::new(fmt.with_ansi(std::io::stderr().is_terminal()))
+    };
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    #[cfg(feature = "otel")]
+    let (telemetry, export) = match otlp {
+        Some(endpoint) => {
+            let (telemetry, layer) = otel::Telemetry::start(endpoint).map_err(Exit::bad_input)?;
+            (Some(telemetry), Some(layer))
+        }
+        None => (None, None),
+    };
+    #[cfg(not(feature = "otel"))]
+    let (telemetry, export) = match otlp {
+        Some(_) => {
+            return Err(Exit::bad_input(
+                "an OTLP endpoint (--otlp-endpoint, otlp_endpoint) needs the `otel` feature, which this llm-context was built without",
+            ));
+        }
+        None => (None, None::<tracing_subscriber::layer::Identity>),
+    };
+    // Fails only when a subscriber is already set, which this binary never does.
+    let _ = registry.with(export).try_init();
+    Ok(telemetry)
+}
+
+/// The exporter of `--otlp-endpoint`, flushed when the command ends.
+#[cfg(feature = "otel")]
+type Telemetry = otel::Telemetry;
+#[cfg(not(feature = "otel"))]
+type Telemetry = std::convert::Infallible;
+
+/// The collector the command's spans go to, if any.
+fn otlp_endpoint(command: &Command) -> Result<Option<String>, Exit> {
+    match command {
+        #[cfg(any(feature = "openai", feature = "anthropic"))]
+        Command::Send(args) => Ok(args.otlp_endpoint.clone()),
+        #[cfg(feature = "serve")]
+        Command::Serve(args) => serve::otlp_endpoint(args),
+        _ => Ok(None),
     }
-    let _ = json;
-    let _ = fmt.with_ansi(std::io::stderr().is_terminal()).try_init();
 }
 
 pub(crate) fn run() -> ExitCode {
@@ -160,7 +206,14 @@ pub(crate) fn run() -> ExitCode {
     let json = matches!(cli.command, Command::Serve(_));
     #[cfg(not(feature = "serve"))]
     let json = false;
-    install_logging(json);
+    let telemetry =
+        match otlp_endpoint(&cli.command).and_then(|otlp| install_logging(json, otlp.as_deref())) {
+            Ok(t) => t,
+            Err(exit) => {
+                warn_line(&exit.message);
+                return ExitCode::from(exit.code);
+            }
+        };
     // The server runs requests on every core (one preparing a long transcript does not
     // hold up the others); every other command is one call at a time.
     #[cfg(feature = "serve")]
@@ -189,6 +242,14 @@ pub(crate) fn run() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
         }
     });
+    // Out of the runtime: the exporter's last batch is sent from its own thread.
+    drop(runtime);
+    #[cfg(feature = "otel")]
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = telemetry;
     match result {
         Ok(code) => ExitCode::from(code),
         Err(exit) => {

@@ -91,6 +91,12 @@ pub(crate) struct SendArgs {
     /// failure after the stream began is an `error` line and exit 4).
     #[arg(long)]
     stream: bool,
+    /// Export the call's spans (the GenAI call, each attempt, each summary call and
+    /// artifact round) over OTLP/HTTP (protobuf) to this collector, e.g.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is added to a URL without a path). Needs the
+    /// `otel` feature.
+    #[arg(long, value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
     /// An OpenAI Chat Completions request body; `-` or nothing reads stdin.
     #[arg(value_name = "REQUEST.json")]
     request: Option<PathBuf>,

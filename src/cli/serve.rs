@@ -35,6 +35,11 @@ pub(crate) struct ServeArgs {
     /// every replica on it. Redis away degrades (no shared memo), never fails a request.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// Export every request's spans over OTLP/HTTP (protobuf) to this collector, e.g.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is added to a URL without a path); overrides
+    /// the config's `otlp_endpoint`. Needs the `otel` feature.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     /// On SIGTERM (or Ctrl-C), how long the requests in flight, streams included, may
     /// run on before they are cut off; no new connection is accepted meanwhile.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
@@ -49,8 +54,7 @@ pub(crate) struct ServeArgs {
     upstream_timeout: u64,
 }
 
-/// The config file (DESIGN § The proxy). `otlp_endpoint` is refused until it is built,
-/// rather than silently ignored.
+/// The config file (DESIGN § The proxy).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
@@ -82,12 +86,6 @@ fn config(path: &Path) -> Result<Config, Exit> {
         .map_err(|e| Exit::bad_input(format!("cannot read {}: {e}", path.display())))?;
     let mut config: Config =
         toml::from_str(&text).map_err(|e| Exit::bad_input(format!("{}: {e}", path.display())))?;
-    if config.otlp_endpoint.is_some() {
-        return Err(Exit::bad_input(format!(
-            "{}: `otlp_endpoint` is not supported by this version of llm-context serve",
-            path.display()
-        )));
-    }
     for (label, budget) in &config.budgets {
         budget
             .validate()
@@ -106,6 +104,19 @@ fn config(path: &Path) -> Result<Config, Exit> {
         resolve(&mut key.policy);
     }
     Ok(config)
+}
+
+/// Where the server's spans are exported: the flag, else the config's `otlp_endpoint`.
+/// Read before the server starts, because the exporter is part of the process's
+/// subscriber.
+pub(crate) fn otlp_endpoint(args: &ServeArgs) -> Result<Option<String>, Exit> {
+    if args.otlp_endpoint.is_some() {
+        return Ok(args.otlp_endpoint.clone());
+    }
+    match &args.config {
+        Some(path) => Ok(config(path)?.otlp_endpoint),
+        None => Ok(None),
+    }
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {

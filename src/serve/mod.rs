@@ -115,7 +115,7 @@ use crate::openai::body::request_from_str;
 use crate::redis::RedisStores;
 use crate::retry::RetryPolicy;
 use crate::stream::{ChatStream, StreamEvent, Streaming};
-use crate::trace::GenAiSpanLayer;
+use crate::trace::{GenAiSpanLayer, store_call};
 use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
     ContextPolicyLayer, OpenAi, PolicyError, PreparationReport, Scope,
@@ -884,12 +884,9 @@ fn read(format: Format, body: &[u8]) -> Result<(ChatRequest, bool, bool), String
 async fn load_cuts(redis: &RedisStores, req: &mut ChatRequest) {
     req.infer_session();
     let load = redis.cuts.load(&req.scope, &req.session);
-    let error = match tokio::time::timeout(Duration::from_millis(100), load).await {
-        Ok(Ok(())) => return,
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "no answer within 100 ms".to_owned(),
-    };
-    tracing::debug!(event = "cuts_not_loaded", %error, "the replica keeps its own cut");
+    if let Err(error) = store_call("cuts.load", Duration::from_millis(100), load).await {
+        tracing::debug!(event = "cuts_not_loaded", %error, "the replica keeps its own cut");
+    }
 }
 
 /// Now, in seconds since the epoch (a completion's `created`).

@@ -1,11 +1,14 @@
 //! Shared by the integration tests; each test binary uses part of it.
 #![allow(dead_code)]
 
+pub(crate) mod artifact_reader;
 pub(crate) mod child;
 #[cfg(feature = "serve")]
 pub(crate) mod proxy;
 pub(crate) mod rules;
 pub(crate) mod schema;
+#[cfg(feature = "serve")]
+pub(crate) mod serve_child;
 pub(crate) mod servers;
 
 use std::sync::Arc;

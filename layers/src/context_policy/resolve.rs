@@ -58,7 +58,7 @@ where
             let span = tracing::info_span!(
                 target: "llm_context::gen_ai",
                 "llm_context.artifact_round",
-                llm_context.round = rounds.round
+                llm_context.round = crate::trace::int(rounds.round)
             );
             // Called inside the span, so what the call opens at once (a retry's
             // attempt) is the round's too.

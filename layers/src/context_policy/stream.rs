@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 
 use futures_util::StreamExt;
 use tower::{Service, ServiceExt};
+use tracing::{Instrument, Span};
 
 use super::resolve::{Rounds, Sent};
 use super::service::{ContextPolicyService, infer_session};
@@ -81,6 +82,10 @@ where
     }
     let streamed = Streamed {
         inner,
+        // The caller's span (a GenAI call's): the stream is polled outside it, so its
+        // rounds name it as their parent.
+        call_span: Span::current(),
+        round_span: None,
         rounds,
         sent,
         current,
@@ -94,6 +99,9 @@ where
 /// One streamed call's rounds, as one stream.
 struct Streamed<S> {
     inner: S,
+    call_span: Span,
+    /// The current artifact round's span, open while its stream runs.
+    round_span: Option<Span>,
     rounds: Rounds,
     /// What the current round keeps of what it sent.
     sent: Sent,
@@ -118,7 +126,8 @@ where
             if self.ended {
                 return None;
             }
-            match self.current.next().await {
+            let within = self.round_span.as_ref().unwrap_or(&self.call_span).clone();
+            match self.current.next().instrument(within).await {
                 Some(Ok(event @ StreamEvent::ToolCall(_))) if self.sent.req.is_some() => {
                     self.held.push(event);
                 }
@@ -155,16 +164,28 @@ where
         response: ChatResponse,
     ) -> Result<Option<StreamEvent>, BoxError> {
         let sent = std::mem::take(&mut self.sent);
+        // The round that ended is over, whatever comes next.
+        self.round_span = None;
         let prepared = match self.rounds.end(sent, response).await? {
             ControlFlow::Break(response) => return Ok(Some(StreamEvent::Done(Box::new(response)))),
             ControlFlow::Continue(prepared) => prepared,
         };
-        let (req, sent) = self.rounds.begin(prepared).await;
+        // Each round answering the model's artifact reads is a child span of the call,
+        // as it is for a plain call, and lasts until its stream ends.
+        let span = tracing::info_span!(
+            target: "llm_context::gen_ai",
+            parent: &self.call_span,
+            "llm_context.artifact_round",
+            llm_context.round = crate::trace::int(self.rounds.round)
+        );
+        let (req, sent) = self.rounds.begin(prepared).instrument(span.clone()).await;
         self.sent = sent;
         ServiceExt::<Streaming>::ready(&mut self.inner)
             .await
             .map_err(Into::into)?;
-        self.current = self.inner.call(Streaming(req)).await.map_err(Into::into)?;
+        let call = span.in_scope(|| self.inner.call(Streaming(req)));
+        self.current = call.instrument(span.clone()).await.map_err(Into::into)?;
+        self.round_span = Some(span);
         Ok(None)
     }
 }

@@ -2,7 +2,7 @@
 
 use super::key::MemoKey;
 use super::state::MemoState;
-use crate::store::{StoreError, StoreErrorKind};
+use crate::store::StoreError;
 
 pub(super) fn skipped(shared: &MemoState, reason: &StoreError) -> StoreError {
     StoreError::new(
@@ -11,13 +11,6 @@ pub(super) fn skipped(shared: &MemoState, reason: &StoreError) -> StoreError {
             "skipped for up to {:?} after it failed: {}",
             shared.backoff, reason.message
         ),
-    )
-}
-
-pub(super) fn timed_out(shared: &MemoState) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Timeout,
-        format!("no answer within {:?}", shared.timeout),
     )
 }
 

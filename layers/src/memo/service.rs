@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use tower::{Service, ServiceExt};
 
 use super::breaker::unusable;
-use super::degrade::{degraded, skipped, timed_out};
+use super::degrade::{degraded, skipped};
 use super::flight::{FlightError, Join, Lead, follow};
 use super::future::ResponseFuture;
 use super::key::MemoKey;
@@ -23,6 +23,7 @@ use crate::model::PreparationReport;
 use crate::model::{ChatRequest, ChatResponse, MemoHint};
 use crate::store::StoreErrorKind;
 use crate::stream::{ChatStream, StreamFuture, Streaming, on_end};
+use crate::trace::store_call;
 
 /// The service of [`MemoLayer`]. See the [module docs](super).
 #[derive(Clone)]
@@ -349,16 +350,15 @@ async fn lookup(shared: &MemoState, key: &MemoKey) -> Lookup {
         degraded("get", key, &skipped(shared, &reason));
         return Lookup::Failed(reason.kind);
     }
-    let error = match tokio::time::timeout(shared.timeout, shared.store.get(key)).await {
-        Ok(Ok(found)) => {
+    let error = match store_call("memo.get", shared.timeout, shared.store.get(key)).await {
+        Ok(found) => {
             shared.breaker.succeeded();
             return match found {
                 Some(response) => Lookup::Hit(Box::new(response)),
                 None => Lookup::Miss,
             };
         }
-        Ok(Err(error)) => error,
-        Err(_) => timed_out(shared),
+        Err(error) => error,
     };
     shared.breaker.failed(&error);
     degraded("get", key, &error);
@@ -366,21 +366,16 @@ async fn lookup(shared: &MemoState, key: &MemoKey) -> Lookup {
 }
 
 async fn save(shared: &MemoState, key: &MemoKey, response: &ChatResponse) {
-    match tokio::time::timeout(shared.timeout, shared.store.put(key, response)).await {
-        Ok(Ok(())) => {}
+    match store_call("memo.put", shared.timeout, shared.store.put(key, response)).await {
+        Ok(()) => {}
         // A response over the store's size bound is policy, not an outage.
-        Ok(Err(error)) if error.kind == StoreErrorKind::TooLarge => tracing::debug!(
+        Err(error) if error.kind == StoreErrorKind::TooLarge => tracing::debug!(
             event = "memo_not_stored",
             scope = %key.scope_key(),
             reason = %error,
             "memo: response not stored: {error}"
         ),
-        Ok(Err(error)) => {
-            shared.breaker.failed(&error);
-            degraded("put", key, &error);
-        }
-        Err(_) => {
-            let error = timed_out(shared);
+        Err(error) => {
             shared.breaker.failed(&error);
             degraded("put", key, &error);
         }

@@ -14,11 +14,12 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::degrade::{degraded, skipped, timed_out};
+use super::degrade::{degraded, skipped};
 use super::key::MemoKey;
 use super::lease::{Claim, MemoLease};
 use super::state::MemoState;
 use crate::model::ChatResponse;
+use crate::trace::store_call;
 
 /// The first wait before asking the store again, doubled up to [`MAX_POLL`]: an answer
 /// that is nearly ready is seen at once, and a long call costs few commands.
@@ -51,8 +52,8 @@ pub(crate) async fn claim_or_wait(
             degraded("claim", key, &skipped(shared, &reason));
             return Settled::Lead(None);
         }
-        let error = match tokio::time::timeout(shared.timeout, shared.store.claim(key)).await {
-            Ok(Ok(claim)) => {
+        let error = match store_call("memo.claim", shared.timeout, shared.store.claim(key)).await {
+            Ok(claim) => {
                 shared.breaker.succeeded();
                 match claim {
                     Claim::Answered(response) => return Settled::Answered(response),
@@ -69,8 +70,7 @@ pub(crate) async fn claim_or_wait(
                     }
                 }
             }
-            Ok(Err(error)) => error,
-            Err(_) => timed_out(shared),
+            Err(error) => error,
         };
         shared.breaker.failed(&error);
         degraded("claim", key, &error);
@@ -108,9 +108,9 @@ async fn renew_until_lost(shared: &MemoState, key: &MemoKey, lease: &dyn MemoLea
     let every = lease.renew_every().max(MIN_RENEW_EVERY);
     loop {
         tokio::time::sleep(every).await;
-        match tokio::time::timeout(shared.timeout, lease.renew()).await {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => {
+        match store_call("memo.renew", shared.timeout, lease.renew()).await {
+            Ok(true) => {}
+            Ok(false) => {
                 tracing::warn!(
                     event = "memo_lease_lost",
                     scope = %key.scope_key(),
@@ -119,8 +119,7 @@ async fn renew_until_lost(shared: &MemoState, key: &MemoKey, lease: &dyn MemoLea
                 return;
             }
             // The lease may still hold: try again at the next period.
-            Ok(Err(error)) => degraded("renew", key, &error),
-            Err(_) => degraded("renew", key, &timed_out(shared)),
+            Err(error) => degraded("renew", key, &error),
         }
     }
 }
@@ -128,9 +127,7 @@ async fn renew_until_lost(shared: &MemoState, key: &MemoKey, lease: &dyn MemoLea
 /// Gives the lease up, so that waiters in other processes look again at once.
 pub(crate) async fn release(shared: &MemoState, key: &MemoKey, lease: Option<Box<dyn MemoLease>>) {
     let Some(lease) = lease else { return };
-    match tokio::time::timeout(shared.timeout, lease.release()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => degraded("release", key, &error),
-        Err(_) => degraded("release", key, &timed_out(shared)),
+    if let Err(error) = store_call("memo.release", shared.timeout, lease.release()).await {
+        degraded("release", key, &error);
     }
 }

@@ -178,7 +178,7 @@ where
     let summary_span = tracing::info_span!(
         target: "llm_context::gen_ai",
         "llm_context.summary",
-        llm_context.folded_messages = work.to - work.from
+        llm_context.folded_messages = crate::trace::int(work.to - work.from)
     );
     let (outcome, calls) = ask(&mut inner, request, model_budget(&shared.config))
         .instrument(summary_span)

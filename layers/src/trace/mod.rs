@@ -39,13 +39,19 @@
 //!
 //! Child spans, all under the call's: `llm_context.summary` for each summary call of the
 //! summarize layer (`llm_context.folded_messages`), `llm_context.artifact_round` for
-//! each round that answers the model's artifact reads (`llm_context.round`; plain calls;
-//! a streamed call's rounds stay in its span), and, with
+//! each round that answers the model's artifact reads (`llm_context.round`; a streamed
+//! round lasts until its stream ends), and, with
 //! `llm_context::attempt::AttemptSpanLayer` under a retry layer, `gen_ai.attempt` for
 //! each attempt (`error.type` when it failed).
 //!
-//! No prompt or completion content is ever recorded. With no subscriber listening, the
-//! span is disabled and recording is skipped: the cost is one check of the callsite.
+//! No prompt or completion content is recorded unless asked for:
+//! [`GenAiSpanLayer::with_content_capture`] adds `gen_ai.input.messages` and
+//! `gen_ai.output.messages`, cut to a size cap. With no subscriber listening, the span is
+//! disabled and recording is skipped: the cost is one check of the callsite.
+//!
+//! Every store call the stack bounds by a timeout (the memo's `get`, `put`, `claim`,
+//! `renew` and `release`; the proxy's load of a session's cuts) is an `llm_context.store`
+//! span of its own, with `error.type` when it failed or timed out: see [`store_call`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -63,10 +69,17 @@ use crate::catalog::{Catalog, Provider};
 use crate::model::{ChatRequest, ChatResponse, FinishReason};
 use crate::stream::{ChatStream, StreamFuture, Streaming};
 
+mod content;
+mod store;
+
+pub use store::store_call;
+
 /// Opens a GenAI span around each call. See the [module documentation](self).
 #[derive(Clone, Debug)]
 pub struct GenAiSpanLayer {
     catalog: Arc<Catalog>,
+    /// The size cap of captured content, in bytes; `None`: no content.
+    content: Option<usize>,
 }
 
 impl Default for GenAiSpanLayer {
@@ -83,7 +96,21 @@ impl GenAiSpanLayer {
 
     /// A layer naming providers from `catalog`.
     pub fn with_catalog(catalog: Arc<Catalog>) -> Self {
-        Self { catalog }
+        Self {
+            catalog,
+            content: None,
+        }
+    }
+
+    /// Records the call's messages too, opt-in: `gen_ai.input.messages` (the request
+    /// as this layer receives it; outermost, that is the agent's, before the stack
+    /// prepares it) and `gen_ai.output.messages` (the answer), as JSON in the
+    /// conventions' shape, each cut to at most `max_bytes` bytes
+    /// (`llm_context.content_truncated` is then `true`). Prompts carry what users and
+    /// tools said: turn this on only where the traces may hold it.
+    pub fn with_content_capture(mut self, max_bytes: usize) -> Self {
+        self.content = Some(max_bytes);
+        self
     }
 }
 
@@ -94,6 +121,7 @@ impl<S> Layer<S> for GenAiSpanLayer {
         GenAiSpan {
             inner,
             catalog: self.catalog.clone(),
+            content: self.content,
         }
     }
 }
@@ -103,14 +131,18 @@ impl<S> Layer<S> for GenAiSpanLayer {
 pub struct GenAiSpan<S> {
     inner: S,
     catalog: Arc<Catalog>,
+    content: Option<usize>,
 }
 
 /// The span of a call of `req`, its answer's fields still empty.
-fn span_for(req: &ChatRequest, catalog: &Catalog) -> Span {
+fn span_for(req: &ChatRequest, catalog: &Catalog, content: Option<usize>) -> Span {
     let span = tracing::info_span!(
         target: "llm_context::gen_ai",
         "gen_ai.chat",
         otel.name = Empty,
+        // A call to a remote service, as the conventions ask of an inference span.
+        otel.kind = "client",
+        otel.status_code = Empty,
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = Empty,
         gen_ai.request.model = %req.model,
@@ -129,11 +161,22 @@ fn span_for(req: &ChatRequest, catalog: &Catalog) -> Span {
         llm_context.cut_moved = Empty,
         llm_context.memo_hit = Empty,
         error.type = Empty,
+        gen_ai.input.messages = Empty,
+        gen_ai.output.messages = Empty,
+        llm_context.content_truncated = Empty,
     );
     if span.is_disabled() {
         return span;
     }
     span.record("otel.name", format!("chat {}", req.model));
+    if let Some(cap) = content {
+        record_content(
+            &span,
+            "gen_ai.input.messages",
+            &content::input_messages(&req.messages),
+            cap,
+        );
+    }
     let provider = catalog.get(&req.model).and_then(|m| m.provider);
     if let Some(p) = provider {
         span.record(
@@ -157,8 +200,18 @@ fn finish_reason(f: &FinishReason) -> &str {
     }
 }
 
-/// Records the answer (or the failure) on `span`.
-fn record(span: &Span, result: Result<&ChatResponse, &BoxError>) {
+/// Records captured content on `span`, cut to `cap` bytes.
+fn record_content(span: &Span, field: &'static str, value: &serde_json::Value, cap: usize) {
+    let (text, cut) = content::capped(value, cap);
+    span.record(field, text.as_str());
+    if cut {
+        span.record("llm_context.content_truncated", true);
+    }
+}
+
+/// Records the answer (or the failure) on `span`, and the answer's content when it is
+/// captured (`content`: the cap).
+fn record(span: &Span, result: Result<&ChatResponse, &BoxError>, content: Option<usize>) {
     if span.is_disabled() {
         return;
     }
@@ -166,6 +219,7 @@ fn record(span: &Span, result: Result<&ChatResponse, &BoxError>) {
         Ok(r) => r,
         Err(e) => {
             span.record("error.type", error_type(e));
+            span.record("otel.status_code", "ERROR");
             return;
         }
     };
@@ -185,22 +239,36 @@ fn record(span: &Span, result: Result<&ChatResponse, &BoxError>) {
     let u = &response.usage;
     span.record(
         "gen_ai.usage.input_tokens",
-        u.input_tokens + u.cache_read_tokens + u.cache_write_tokens,
+        int(u.input_tokens + u.cache_read_tokens + u.cache_write_tokens),
     );
-    span.record("gen_ai.usage.output_tokens", u.output_tokens);
-    span.record("gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens);
+    span.record("gen_ai.usage.output_tokens", int(u.output_tokens));
+    span.record(
+        "gen_ai.usage.cache_read.input_tokens",
+        int(u.cache_read_tokens),
+    );
     span.record(
         "gen_ai.usage.cache_creation.input_tokens",
-        u.cache_write_tokens,
+        int(u.cache_write_tokens),
     );
     let r = &response.report;
-    span.record("llm_context.before_tokens", r.before_tokens as u64);
-    span.record("llm_context.after_tokens", r.after_tokens as u64);
-    span.record("llm_context.removed_messages", r.removed_messages as u64);
-    span.record("llm_context.cleared", r.cleared_observations as u64);
-    span.record("llm_context.offloaded", r.offloaded_results as u64);
+    span.record("llm_context.before_tokens", int(r.before_tokens));
+    span.record("llm_context.after_tokens", int(r.after_tokens));
+    span.record("llm_context.removed_messages", int(r.removed_messages));
+    span.record("llm_context.cleared", int(r.cleared_observations));
+    span.record("llm_context.offloaded", int(r.offloaded_results));
     span.record("llm_context.cut_moved", r.cut_moved);
     span.record("llm_context.memo_hit", r.memo_hit);
+    if let Some(cap) = content {
+        let finish = finish_reason(&response.finish_reason);
+        let output = content::output_messages(&response.message, finish);
+        record_content(span, "gen_ai.output.messages", &output, cap);
+    }
+}
+
+/// A count as `i64`: `tracing-opentelemetry` exports an `i64` as an integer attribute and
+/// a `u64` as its debug text, and the conventions' token counts are integers.
+pub(crate) fn int<T: TryInto<i64>>(n: T) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 /// The kind of a failure, low in cardinality as `error.type` asks: the error's type name
@@ -229,12 +297,13 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let span = span_for(&req, &self.catalog);
+        let span = span_for(&req, &self.catalog, self.content);
         // The inner call runs in the span too: what it does before its future (the
         // synchronous preparation) is inside it.
         let inner = span.in_scope(|| self.inner.call(req));
         SpanFuture {
             inner: inner.instrument(span),
+            content: self.content,
         }
     }
 }
@@ -256,17 +325,18 @@ where
     }
 
     fn call(&mut self, req: Streaming) -> Self::Future {
-        let span = span_for(&req.0, &self.catalog);
+        let span = span_for(&req.0, &self.catalog, self.content);
         let call = span.in_scope(|| self.inner.call(req));
         let traced = span.clone();
+        let content = self.content;
         Box::pin(
             async move {
                 match call.await.map_err(Into::into) {
                     Ok(stream) => Ok(stream.map_response(move |response| {
-                        record(&traced, Ok(response));
+                        record(&traced, Ok(response), content);
                     })),
                     Err(e) => {
-                        record(&traced, Err(&e));
+                        record(&traced, Err(&e), content);
                         Err(e)
                     }
                 }
@@ -282,6 +352,7 @@ pin_project! {
     pub struct SpanFuture<F> {
         #[pin]
         inner: Instrumented<F>,
+        content: Option<usize>,
     }
 }
 
@@ -301,7 +372,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let result = ready!(this.inner.as_mut().poll(cx)).map_err(Into::into);
-        record(this.inner.span(), result.as_ref());
+        record(this.inner.span(), result.as_ref(), *this.content);
         Poll::Ready(result)
     }
 }
