@@ -18,7 +18,10 @@
 # - stops both servers by their pids whatever happens.
 #
 # Environment: OHA (a path to an oha binary, to skip the install), REQUESTS (latency
-# samples per case, default 2000), DURATION (throughput run, default 10s).
+# samples per case, default 2000), DURATION (throughput run, default 10s), OTLP=1 (build
+# with the `otel` feature and run `serve --otlp-endpoint` against the fake upstream, which
+# also accepts OTLP/HTTP: what exporting every request's spans costs; without it, the
+# same binary exports nothing).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,7 +37,11 @@ if [ ! -x "$OHA" ]; then
     cargo install --locked --quiet --root "$CACHE/oha-$OHA_VERSION" oha --version "$OHA_VERSION"
 fi
 
-cargo build --release --quiet --bin llm-context --example fake_upstream
+FEATURES=()
+if [ -n "${OTLP:-}" ]; then
+    FEATURES=(--features otel)
+fi
+cargo build --release --quiet "${FEATURES[@]}" --bin llm-context --example fake_upstream
 BIN=target/release/llm-context
 FAKE=target/release/examples/fake_upstream
 
@@ -89,8 +96,12 @@ PIDS+=($!)
 wait_for "$UP_PORT"
 
 PROXY_PORT=$(free_port)
+EXPORT=()
+if [ -n "${OTLP:-}" ]; then
+    EXPORT=(--otlp-endpoint "http://127.0.0.1:$UP_PORT")
+fi
 OPENAI_BASE_URL="http://127.0.0.1:$UP_PORT/v1" OPENAI_API_KEY=sk-bench \
-    "$BIN" serve --listen "127.0.0.1:$PROXY_PORT" 2>"$WORK/serve.log" &
+    "$BIN" serve --listen "127.0.0.1:$PROXY_PORT" "${EXPORT[@]}" 2>"$WORK/serve.log" &
 PIDS+=($!)
 wait_for "$PROXY_PORT"
 

@@ -9,13 +9,14 @@
 //!
 //! It reads every body whole (as a provider does) and looks for `"stream":true` in it
 //! without parsing it, so that calling it directly costs what the proxy's own hop to it
-//! costs, and the difference of the two is the proxy's.
+//! costs, and the difference of the two is the proxy's. It also takes OTLP/HTTP posts
+//! to `/v1/traces` (and drops them), for a proxy exporting its spans.
 
 use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
 
@@ -64,6 +65,8 @@ async fn main() -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
+        // An OTLP/HTTP sink, for the proxy's spans when the benchmark exports them.
+        .route("/v1/traces", post(|| async { StatusCode::OK }))
         // Bodies of a long transcript are megabytes.
         .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024));
     let listener = tokio::net::TcpListener::bind(addr).await?;

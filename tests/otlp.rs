@@ -27,6 +27,17 @@ use serde_json::json;
 
 use common::serve_child::{exited, terminate};
 
+/// The client's trace and span, as a `traceparent` names them.
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+fn hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
 /// What the receiver got: every span, and the resources' `service.name`s.
 #[derive(Clone, Default)]
 struct Received {
@@ -146,6 +157,8 @@ async fn serve_exports_a_call_with_a_retry_and_an_artifact_round_as_one_tree() {
     let response = reqwest::Client::new()
         .post(format!("{url}/v1/chat/completions"))
         .header("content-type", "application/json")
+        // The agent's own trace, which the proxy's spans continue.
+        .header("traceparent", format!("00-{TRACE}-{PARENT}-01"))
         .body(body.to_string())
         .send()
         .await
@@ -160,18 +173,26 @@ async fn serve_exports_a_call_with_a_retry_and_an_artifact_round_as_one_tree() {
     terminate(&child);
     assert!(exited(&mut child, Duration::from_secs(15)).await.success());
 
-    // The call, its three attempts (two in the first round, one in the artifact round)
-    // and the round.
-    let spans = settled(&received, 5).await;
-    let chat: Vec<&Span> = spans.iter().filter(|s| s.name == "chat gpt-5.4").collect();
+    // The request, the call, its three attempts (two in the first round, one in the
+    // artifact round) and the round.
+    let spans = settled(&received, 6).await;
+    // One trace, the client's: the request's span is the child of the client's span.
+    let trace = hex(TRACE);
+    assert!(spans.iter().all(|s| s.trace_id == trace), "{spans:#?}");
+    let request: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "POST /v1/chat/completions")
+        .collect();
+    assert_eq!(request.len(), 1, "{spans:#?}");
+    let request = request[0];
+    assert_eq!(request.parent_span_id, hex(PARENT));
+    assert_eq!(request.kind, SpanKind::Server as i32);
+    assert_eq!(int(request, "http.response.status_code"), Some(200));
+    assert_eq!(attributes(request)["http.route"], "/v1/chat/completions");
+    let chat = children(&spans, request, "chat gpt-5.4");
     assert_eq!(chat.len(), 1, "{spans:#?}");
     let root = chat[0];
-    assert!(root.parent_span_id.is_empty(), "the call's span is a root");
     assert_eq!(root.kind, SpanKind::Client as i32);
-    assert!(
-        spans.iter().all(|s| s.trace_id == root.trace_id),
-        "one trace"
-    );
     let a = attributes(root);
     assert_eq!(a["gen_ai.operation.name"], "chat");
     assert_eq!(a["gen_ai.provider.name"], "openai");
@@ -271,4 +292,45 @@ fn an_endpoint_that_is_not_an_http_url_is_bad_input() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("OTLP endpoint"), "{stderr}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_the_spans_never_the_call() {
+    let upstream = common::artifact_reader::server().await;
+    // Nothing listens there.
+    let closed = format!("http://127.0.0.1:{}", support::free_port());
+    let started = std::time::Instant::now();
+    let out = common::child::run(
+        env!("CARGO_BIN_EXE_llm-context"),
+        vec![
+            "send".into(),
+            "--provider".into(),
+            "openai".into(),
+            "--otlp-endpoint".into(),
+            closed,
+        ],
+        vec![
+            ("OPENAI_BASE_URL", format!("{}/v1", upstream.uri())),
+            ("OPENAI_API_KEY", "sk-test".to_owned()),
+        ],
+        json!({"model": "gpt-5.4", "messages": [{"role": "user", "content": "Hallo"}]}).to_string(),
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        printed["response"]["message"]["content"],
+        "Die Logs zeigen einen Pool-Fehler."
+    );
+    // The last export is refused at once; it never holds the command to its timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }

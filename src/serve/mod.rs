@@ -80,11 +80,16 @@
 //! - Replicas: [`ProxyBuilder::redis`] puts memo (single flight included), artifacts
 //!   and sessions' cuts on Redis, shared by every replica on it; Redis away, at start or mid-run, degrades
 //!   (no shared memo) and never fails a request, and the stores reconnect by themselves.
+//! - Spans: each request is a `POST {route}` server span (`http.route`,
+//!   `http.response.status_code`, `llm_context.tenant`) above the call's GenAI span
+//!   ([`trace`](crate::trace)). With the `otel` feature, a W3C `traceparent` header makes
+//!   it a child of the client's span, so the agent's trace holds what the proxy did.
 //!
 
 mod anthropic_wire;
 mod metrics;
 mod openai_wire;
+mod request_span;
 mod timing;
 
 use std::collections::HashMap;
@@ -105,6 +110,7 @@ use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
+use tracing::Instrument;
 
 use crate::attempt::AttemptSpanLayer;
 use crate::budget::{BudgetExceeded, BudgetKey, BudgetLayer, Limit, Window, rfc3339};
@@ -736,19 +742,22 @@ async fn counted(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
-    // Looked up once: the handler serves under it, the metrics and the log name it.
-    let tenant = shared.tenant(headers);
-    let tally = Arc::new(timing::Tally::default());
-    let response =
-        timing::scoped(tally.clone(), handle(shared, format, tenant, headers, body)).await;
-    let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let route = match format {
         Format::OpenAi => "/v1/chat/completions",
         Format::Anthropic => "/v1/messages",
     };
+    // The root of the request's spans (to its headers: a stream's GenAI span outlives it).
+    let span = request_span::open(route, headers);
+    // Looked up once: the handler serves under it, the metrics and the log name it.
+    let tenant = shared.tenant(headers);
+    let tally = Arc::new(timing::Tally::default());
+    let handled = timing::scoped(tally.clone(), handle(shared, format, tenant, headers, body));
+    let response = handled.instrument(span.clone()).await;
+    let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let took = started.elapsed();
     let outcome = response.extensions().get::<metrics::Outcome>();
     let status = response.status().as_u16();
+    request_span::close(&span, status, tenant);
     let upstream = tally.upstream();
     shared
         .metrics
