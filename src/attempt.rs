@@ -67,8 +67,7 @@ fn attempt_error(span: &Span, e: &BoxError) {
     }
     let kind = find_source::<ProviderError>(&**e)
         .map_or_else(|| "_OTHER".to_owned(), |p| format!("{:?}", p.kind));
-    span.record("error.type", kind.as_str());
-    span.record("otel.status_code", "ERROR");
+    crate::trace::failed(span, &kind);
 }
 
 /// `call` in `span`, its failure recorded there.

@@ -24,6 +24,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use prost::Message as _;
 use serde_json::json;
+use wiremock::MockServer;
 
 use common::serve_child::{exited, terminate};
 
@@ -242,28 +243,32 @@ async fn serve_exports_a_call_with_a_retry_and_an_artifact_round_as_one_tree() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn send_exports_its_spans_before_it_exits() {
-    let (collector, received) = receiver().await;
-    let upstream = common::artifact_reader::server().await;
-    let body = json!({"model": "gpt-5.4", "messages": [{"role": "user", "content": "Hallo"}]});
-    let out = common::child::run(
+/// `llm-context send` of a one-message request to `upstream`, exporting to `endpoint`.
+async fn send_exporting(upstream: &MockServer, endpoint: String) -> std::process::Output {
+    common::child::run(
         env!("CARGO_BIN_EXE_llm-context"),
         vec![
             "send".into(),
             "--provider".into(),
             "openai".into(),
-            // A full traces URL is used as it is.
             "--otlp-endpoint".into(),
-            format!("{collector}/v1/traces"),
+            endpoint,
         ],
         vec![
             ("OPENAI_BASE_URL", format!("{}/v1", upstream.uri())),
             ("OPENAI_API_KEY", "sk-test".to_owned()),
         ],
-        body.to_string(),
+        json!({"model": "gpt-5.4", "messages": [{"role": "user", "content": "Hallo"}]}).to_string(),
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_exports_its_spans_before_it_exits() {
+    let (collector, received) = receiver().await;
+    let upstream = common::artifact_reader::server().await;
+    // A full traces URL is used as it is.
+    let out = send_exporting(&upstream, format!("{collector}/v1/traces")).await;
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -300,22 +305,7 @@ async fn a_collector_that_is_down_costs_the_spans_never_the_call() {
     // Nothing listens there.
     let closed = format!("http://127.0.0.1:{}", support::free_port());
     let started = std::time::Instant::now();
-    let out = common::child::run(
-        env!("CARGO_BIN_EXE_llm-context"),
-        vec![
-            "send".into(),
-            "--provider".into(),
-            "openai".into(),
-            "--otlp-endpoint".into(),
-            closed,
-        ],
-        vec![
-            ("OPENAI_BASE_URL", format!("{}/v1", upstream.uri())),
-            ("OPENAI_API_KEY", "sk-test".to_owned()),
-        ],
-        json!({"model": "gpt-5.4", "messages": [{"role": "user", "content": "Hallo"}]}).to_string(),
-    )
-    .await;
+    let out = send_exporting(&upstream, closed).await;
     assert_eq!(
         out.status.code(),
         Some(0),

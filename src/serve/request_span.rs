@@ -14,6 +14,7 @@ pub(super) fn open(route: &'static str, headers: &HeaderMap) -> Span {
         otel.name = Empty,
         otel.kind = "server",
         otel.status_code = Empty,
+        error.type = Empty,
         http.request.method = "POST",
         http.route = route,
         http.response.status_code = Empty,
@@ -39,7 +40,8 @@ pub(super) fn close(span: &Span, status: u16, tenant: &str) {
     span.record("http.response.status_code", i64::from(status));
     span.record("llm_context.tenant", tenant);
     if status >= 500 {
-        span.record("otel.status_code", "ERROR");
+        // The HTTP conventions' `error.type` for a status is the status itself.
+        crate::trace::failed(span, &status.to_string());
     }
 }
 

@@ -218,8 +218,7 @@ fn record(span: &Span, result: Result<&ChatResponse, &BoxError>, content: Option
     let response = match result {
         Ok(r) => r,
         Err(e) => {
-            span.record("error.type", error_type(e));
-            span.record("otel.status_code", "ERROR");
+            failed(span, error_type(e));
             return;
         }
     };
@@ -263,6 +262,14 @@ fn record(span: &Span, result: Result<&ChatResponse, &BoxError>, content: Option
         let output = content::output_messages(&response.message, finish);
         record_content(span, "gen_ai.output.messages", &output, cap);
     }
+}
+
+/// Marks `span` failed: `error.type` (low in cardinality: a kind, never a message) and
+/// the OpenTelemetry status `ERROR`, which `tracing-opentelemetry` reads from
+/// `otel.status_code`. Every span of the stack that can fail declares both fields.
+pub fn failed(span: &Span, error_type: &str) {
+    span.record("error.type", error_type);
+    span.record("otel.status_code", "ERROR");
 }
 
 /// A count as `i64`: `tracing-opentelemetry` exports an `i64` as an integer attribute and

@@ -53,8 +53,7 @@ where
     if let Err(e) = &result
         && !span.is_disabled()
     {
-        span.record("error.type", format!("{:?}", e.kind).as_str());
-        span.record("otel.status_code", "ERROR");
+        super::failed(&span, &format!("{:?}", e.kind));
     }
     result
 }
