@@ -682,7 +682,7 @@ async fn a_tool_loop_with_extended_thinking_sends_the_thinking_back_before_its_t
         llm_context::Reasoning::Thinking { signature, .. } if signature == "EqQBCkgIARABGAIiQL2uSig"
     ));
     // The estimate counts the reasoning the message carries.
-    let bare = Message::assistant_tool_calls("", reply.message.tool_calls.clone());
+    let bare = Message::assistant_tool_calls("", reply.message.tool_calls.to_vec());
     assert!(
         llm_context::tokens::estimate_one(&reply.message)
             > llm_context::tokens::estimate_one(&bare)

@@ -120,7 +120,7 @@ async fn text_tool_calls_and_usage_stream_and_add_up_to_the_response() {
     assert_eq!(calls, 3, "the call's pieces pass through as they came");
     let done = events.last().unwrap().as_done().unwrap();
     assert_eq!(
-        done.message.tool_calls,
+        done.message.tool_calls.to_vec(),
         vec![ToolCall::new(
             "call_7",
             "fetch_logs",

@@ -543,11 +543,11 @@ mod tests {
 
     #[test]
     fn image_costs_a_fixed_estimate() {
-        let small = Message::user(Content::Parts(vec![ContentPart::image_url(
+        let small = Message::user(Content::from(vec![ContentPart::image_url(
             "data:image/png;base64,AAAA",
         )]));
         let big_data = format!("data:image/png;base64,{}", "A".repeat(400_000));
-        let big = Message::user(Content::Parts(vec![ContentPart::image_url(big_data)]));
+        let big = Message::user(Content::from(vec![ContentPart::image_url(big_data)]));
         assert_eq!(estimate_one(&small), OVERHEAD_TOKENS + IMAGE_TOKENS);
         assert_eq!(estimate_one(&small), estimate_one(&big));
     }

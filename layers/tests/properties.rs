@@ -422,9 +422,9 @@ proptest! {
             .map(|(role, content, call, result_id)| {
                 let mut m = Message::new(role, content);
                 if let Some(id) = call {
-                    m.tool_calls.push(ToolCall::new(id, "t", json!(null)));
+                    m.tool_calls = Box::new([ToolCall::new(id, "t", json!(null))]);
                 }
-                m.tool_call_id = result_id;
+                m.tool_call_id = result_id.map(String::into_boxed_str);
                 m
             })
             .collect();

@@ -133,7 +133,7 @@ fn assert_whole_pairs(all: &[Message], part: &[Message], context: &str) {
         if let Some(id) = &m.tool_call_id {
             assert!(
                 part.iter()
-                    .any(|c| c.tool_calls.iter().any(|c| &c.id == id)),
+                    .any(|c| c.tool_calls.iter().any(|c| *c.id == **id)),
                 "result {id} without its call: {context}"
             );
         }

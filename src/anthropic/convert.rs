@@ -299,7 +299,7 @@ fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderEr
             Content::Parts(parts) => Some(ToolResultContent::Blocks(part_blocks(parts)?)),
         };
         let block = ContentBlockParam::ToolResult {
-            tool_use_id: id.clone(),
+            tool_use_id: id.to_string(),
             content,
             cache_control: None,
         };

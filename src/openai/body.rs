@@ -27,8 +27,8 @@
 //! for — fields it does not know (`refusal`, `audio`, vendor `x_*` fields, fields added
 //! after this crate was written) as their JSON text, a `developer` role, an explicit
 //! `null`, tool-call arguments whose text is not the compact JSON the model would write —
-//! and two digests a message to recognise it among the sent messages. It keeps no copy of
-//! any content.
+//! and, when any message has such a field, two digests a message to recognise it among
+//! the sent messages. It keeps no copy of any content.
 //!
 //! A message the layers did not change is written from the model with those fields put
 //! back, so it comes back equal as JSON to what came (the same members with the same
@@ -107,7 +107,8 @@ pub struct BodyContext {
     /// The digests' keys, random for each context, so that no transcript can be written to
     /// make two different messages look the same.
     keys: RandomState,
-    /// One for each message received, in order.
+    /// One for each message received, in order, when any message has something kept
+    /// (nothing to put back needs no matching, so most bodies have none).
     digests: Vec<Digests>,
     /// How many leading system messages were received (the head is matched in place).
     head: usize,
@@ -466,7 +467,6 @@ impl<'de> Visitor<'de> for MessagesSeed<'_> {
             slot: self.slot,
             index: messages.len(),
         })? {
-            ctx.digests.push(Digests::of(&ctx.keys, &m));
             if let Some(kept) = kept {
                 ctx.kept.push((messages.len(), kept));
             }
@@ -474,7 +474,12 @@ impl<'de> Visitor<'de> for MessagesSeed<'_> {
         }
         ctx.head = leading_system_end(&messages);
         messages.shrink_to_fit();
-        ctx.digests.shrink_to_fit();
+        // The digests only serve to put kept fields back: a body whose messages had
+        // nothing beside the model (most do) needs none, and saves hashing its content
+        // and 16 bytes a message.
+        if !ctx.kept.is_empty() {
+            ctx.digests = messages.iter().map(|m| Digests::of(&ctx.keys, m)).collect();
+        }
         ctx.kept.shrink_to_fit();
         Ok((messages, ctx))
     }
@@ -665,7 +670,7 @@ fn message_from_fields(f: Fields<'_>) -> Result<(Message, Kept), WireError> {
             if parts_kept.iter().any(|k| !k.is_empty()) {
                 kept.parts = parts_kept;
             }
-            Content::Parts(out)
+            Content::from(out)
         }
         Some(_) => {
             return Err(WireError::new(
@@ -712,9 +717,9 @@ fn message_from_fields(f: Fields<'_>) -> Result<(Message, Kept), WireError> {
     let message = Message {
         role,
         content,
-        name,
-        tool_call_id,
-        tool_calls,
+        name: name.map(String::into_boxed_str),
+        tool_call_id: tool_call_id.map(String::into_boxed_str),
+        tool_calls: tool_calls.into_boxed_slice(),
         reasoning: None,
     };
     // The model writes empty content as `null` on a message that calls tools, as `""`
@@ -846,6 +851,13 @@ fn for_each_message(
 ) -> io::Result<()> {
     for m in req.prefix.iter().flat_map(|p| p.as_messages()) {
         write(&m, None, false)?;
+    }
+    if ctx.kept.is_empty() {
+        // Nothing to put back: every message is written from the model as it is.
+        for m in &req.messages {
+            write(m, None, false)?;
+        }
+        return Ok(());
     }
     let digests: Vec<Digests> = req
         .messages
@@ -1505,6 +1517,34 @@ mod tests {
         assert_eq!(
             written(&req, &ctx),
             serde_json::from_str::<Value>(&text).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_body_with_nothing_beside_the_model_keeps_no_digests() {
+        let messages: Vec<Value> = (0..1_000)
+            .map(|i| json!({"role": "user", "content": format!("m{i}")}))
+            .collect();
+        let text = json!({"model": "m", "messages": messages}).to_string();
+        let (mut req, ctx) = request_from_str(&text).unwrap();
+        assert!(ctx.kept.is_empty());
+        assert_eq!(ctx.digests.capacity(), 0);
+        assert_eq!(
+            written(&req, &ctx),
+            serde_json::from_str::<Value>(&text).unwrap()
+        );
+        // The layers' drops and rewrites are written as they are, still without a match.
+        req.messages.drain(..990);
+        req.messages[0].content = "rewritten".into();
+        let sent = written(&req, &ctx);
+        assert_eq!(sent["messages"].as_array().unwrap().len(), 10);
+        assert_eq!(
+            sent["messages"][0],
+            json!({"role": "user", "content": "rewritten"})
+        );
+        assert_eq!(
+            sent["messages"][9],
+            json!({"role": "user", "content": "m999"})
         );
     }
 

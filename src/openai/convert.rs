@@ -103,17 +103,17 @@ fn message(m: &Message) -> Result<RequestMessage, ProviderError> {
     if let Some(id) = &m.tool_call_id {
         return Ok(RequestMessage::Tool {
             content: text_content(&m.content, "tool")?,
-            tool_call_id: id.clone(),
+            tool_call_id: id.to_string(),
         });
     }
     Ok(match m.role {
         Role::System => RequestMessage::System {
             content: text_content(&m.content, "system")?,
-            name: m.name.clone(),
+            name: m.name.as_deref().map(str::to_owned),
         },
         Role::User => RequestMessage::User {
             content: user_content(&m.content),
-            name: m.name.clone(),
+            name: m.name.as_deref().map(str::to_owned),
         },
         Role::Assistant => {
             let calls: Vec<MessageToolCall> = m
@@ -136,7 +136,7 @@ fn message(m: &Message) -> Result<RequestMessage, ProviderError> {
             };
             RequestMessage::Assistant {
                 content,
-                name: m.name.clone(),
+                name: m.name.as_deref().map(str::to_owned),
                 tool_calls: calls,
             }
         }

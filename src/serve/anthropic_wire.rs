@@ -197,7 +197,7 @@ fn content(parts: Vec<ContentPart>) -> Content {
             .collect();
         Content::Text(text)
     } else {
-        Content::Parts(parts)
+        Content::from(parts)
     }
 }
 

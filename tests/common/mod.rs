@@ -63,7 +63,7 @@ pub(crate) fn tools() -> Vec<ToolSpec> {
 pub(crate) fn transcript() -> Vec<Message> {
     vec![
         Message::system("Answer in one sentence."),
-        Message::user(llm_context::Content::Parts(vec![
+        Message::user(llm_context::Content::from(vec![
             llm_context::ContentPart::text("What is on this trail sign?"),
             llm_context::ContentPart::image_url("data:image/png;base64,iVBORw0KGgo="),
         ])),

@@ -174,7 +174,7 @@ pub(crate) fn check(messages: &[Message]) -> Result<(), PairingError> {
         first = Some(match flaw {
             Flaw::Orphan(index) => PairingError::Orphan {
                 index,
-                call_id: messages[index].tool_call_id.clone(),
+                call_id: messages[index].tool_call_id.as_deref().map(str::to_owned),
             },
             Flaw::Unanswered {
                 assistant, call, ..

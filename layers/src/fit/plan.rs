@@ -271,7 +271,7 @@ impl Plan {
         debug_assert_eq!(messages.len(), actions.len());
         let mut out = Applied::default();
         let mut refs = self.inputs;
-        let mut cleared_calls: Vec<String> = Vec::new();
+        let mut cleared_calls: Vec<Box<str>> = Vec::new();
         for c in self.clears {
             let Some(m) = messages.get_mut(c.index) else {
                 continue;
@@ -373,7 +373,7 @@ impl Plan {
 
 /// Replaces the arguments of the kept calls named in `ids` with [`cleared_arguments`]
 /// where that is shorter. Returns the tokens freed.
-fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<String>) -> usize {
+fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<Box<str>>) -> usize {
     ids.sort_unstable();
     let stub = cleared_arguments();
     // Measured as the estimator measures arguments, so the stub never costs more.
@@ -385,8 +385,10 @@ fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<Strin
         }
         let before = MessageSize::of(m).tokens();
         let mut changed = false;
-        for call in &mut m.tool_calls {
-            if ids.binary_search(&call.id).is_ok()
+        for call in m.tool_calls.iter_mut() {
+            if ids
+                .binary_search_by(|id| (**id).cmp(call.id.as_str()))
+                .is_ok()
                 && call.arguments != stub
                 && crate::tokens::json_chars(&call.arguments) > stub_chars
             {
@@ -685,7 +687,7 @@ fn decide(
         && k <= prunable_turns
     {
         for turn in &layout.turns[..k] {
-            for i in turn.range.clone() {
+            for i in turn.range.range() {
                 total -= cost[i];
                 actions[i] = Action::Drop;
             }
@@ -720,7 +722,7 @@ fn decide(
                 if total <= m.prune_target {
                     break;
                 }
-                for i in turn.range.clone() {
+                for i in turn.range.range() {
                     total -= cost[i];
                     actions[i] = Action::Drop;
                 }
@@ -735,14 +737,14 @@ fn decide(
             let rounds: Vec<_> = layout
                 .units
                 .iter()
-                .filter(|u| u.is_round && actions[u.range.start] != Action::Drop)
+                .filter(|u| u.is_round && actions[u.range.start()] != Action::Drop)
                 .collect();
             let droppable = rounds.len().saturating_sub(policy.preserve_recent);
             for unit in &rounds[..droppable] {
                 if total <= allowance {
                     break;
                 }
-                for i in unit.range.clone() {
+                for i in unit.range.range() {
                     total -= cost[i];
                     actions[i] = Action::Drop;
                 }
@@ -753,7 +755,7 @@ fn decide(
             let kept_turns = &layout.turns[prunable_turns..];
             let turn_cost = |t: &crate::fit::turns::Turn| -> usize {
                 t.range
-                    .clone()
+                    .range()
                     .filter(|&i| actions[i] != Action::Drop)
                     .map(|i| cost[i])
                     .sum()
@@ -815,7 +817,7 @@ fn decide(
         n => layout
             .turns
             .get(n)
-            .and_then(|t| Cut::at(&req.messages, t.range.start)),
+            .and_then(|t| Cut::at(&req.messages, t.range.start())),
     };
     Ok(Plan {
         clears,
@@ -929,12 +931,12 @@ fn bound_references(
 /// (the caller dropped or folded old messages since).
 fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
     let turns = &layout.turns;
-    if let Ok(k) = turns.binary_search_by_key(&cut.position, |t| t.range.start)
+    if let Ok(k) = turns.binary_search_by_key(&cut.position, |t| t.range.start())
         && cut.is_at(msgs, cut.position)
     {
         return Some(k);
     }
-    turns.iter().position(|t| cut.is_at(msgs, t.range.start))
+    turns.iter().position(|t| cut.is_at(msgs, t.range.start()))
 }
 
 /// The index the session's previous cleared region ended at, if it is in this

@@ -4,24 +4,58 @@ use std::ops::Range;
 
 use crate::model::Message;
 
+/// A range of indices kept in 8 bytes rather than 16: a layout holds one [`Turn`] for
+/// every user request, and a transcript of a million short messages would spend 40 MB
+/// on turns of `usize` ranges against 20 MB of these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Span {
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    /// The span of `range`.
+    ///
+    /// A transcript's indices always fit: 2³² messages would take over 400 GiB as
+    /// [`Message`]s before any layout was made of them.
+    pub(crate) fn new(range: Range<usize>) -> Self {
+        let index = |i: usize| u32::try_from(i).expect("a transcript of under 2^32 messages");
+        Self {
+            start: index(range.start),
+            end: index(range.end),
+        }
+    }
+
+    /// The first index.
+    pub(crate) fn start(self) -> usize {
+        self.start as usize
+    }
+
+    /// The indices, as a `Range`.
+    pub(crate) fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+}
+
 /// A unit of a turn that moves as a whole.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Unit {
     /// The messages of the unit.
-    pub(crate) range: Range<usize>,
+    pub(crate) range: Span,
     /// An assistant tool-call message and the results that follow it.
     pub(crate) is_round: bool,
 }
 
 /// A turn: a real user request (absent for a preamble before the first one) and the units
 /// up to the next real user request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Turn {
-    pub(crate) range: Range<usize>,
+    /// The turn's messages.
+    pub(crate) range: Span,
     /// Whether `range.start` is a real user request.
     pub(crate) has_request: bool,
     /// The turn's units, as a range of [`Layout::units`].
-    pub(crate) units: Range<usize>,
+    pub(crate) units: Span,
 }
 
 /// The layout of a transcript.
@@ -75,14 +109,14 @@ impl Layout {
                     }
                 }
                 units.push(Unit {
-                    range: unit_start..i,
+                    range: Span::new(unit_start..i),
                     is_round,
                 });
             }
             turns.push(Turn {
-                range: start..i,
+                range: Span::new(start..i),
                 has_request,
-                units: first_unit..units.len(),
+                units: Span::new(first_unit..units.len()),
             });
         }
     }
@@ -109,21 +143,21 @@ mod tests {
         let layout = Layout::of(&msgs);
         assert_eq!(layout.head_end, 1);
         assert_eq!(layout.turns.len(), 2);
-        assert_eq!(layout.turns[0].range, 1..5);
+        assert_eq!(layout.turns[0].range.range(), 1..5);
         assert_eq!(
-            layout.units[layout.turns[0].units.clone()],
+            layout.units[layout.turns[0].units.range()],
             [
                 Unit {
-                    range: 2..4,
+                    range: Span::new(2..4),
                     is_round: true
                 },
                 Unit {
-                    range: 4..5,
+                    range: Span::new(4..5),
                     is_round: false
                 }
             ]
         );
-        assert_eq!(layout.turns[1].range, 5..6);
+        assert_eq!(layout.turns[1].range.range(), 5..6);
     }
 
     #[test]
@@ -133,5 +167,11 @@ mod tests {
         assert_eq!(layout.head_end, 0);
         assert_eq!(layout.turns.len(), 2);
         assert!(!layout.turns[0].has_request);
+    }
+
+    #[test]
+    fn a_turn_takes_twenty_bytes() {
+        assert_eq!(size_of::<Turn>(), 20);
+        assert_eq!(size_of::<Unit>(), 12);
     }
 }

@@ -107,7 +107,7 @@ mod tests {
     fn messages_take_the_conventions_shape() {
         let messages = vec![
             Message::system("Sei knapp."),
-            Message::user(Content::Parts(vec![
+            Message::user(Content::from(vec![
                 ContentPart::Text {
                     text: "Was zeigt das Bild?".into(),
                 },

@@ -193,7 +193,7 @@ impl ContextSelection for LastNTurns {
         let turns = crate::fit::Layout::of(messages).turns;
         let window_start = match self.0 {
             0 => messages.len(),
-            n if n <= turns.len() => turns[turns.len() - n].range.start,
+            n if n <= turns.len() => turns[turns.len() - n].range.start(),
             _ => 0,
         };
         messages
