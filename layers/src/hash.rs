@@ -105,7 +105,7 @@ impl StableHasher {
                 }
             }
         }
-        self.opt_str(m.name.as_deref());
+        self.opt_str(m.name());
         self.opt_str(m.tool_call_id.as_deref());
         self.u64(m.tool_calls.len() as u64);
         for call in &m.tool_calls {
@@ -114,7 +114,8 @@ impl StableHasher {
             self.json(&call.arguments);
         }
         // Only when present, so a message without reasoning hashes as it always did.
-        if let Some(reasoning) = &m.reasoning {
+        let reasoning = m.reasoning();
+        if !reasoning.is_empty() {
             self.inner.update(&[0xFE]);
             self.u64(reasoning.len() as u64);
             for r in reasoning.iter() {

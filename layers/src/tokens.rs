@@ -92,7 +92,7 @@ impl MessageSize {
     }
 
     fn without_content(message: &Message) -> Self {
-        let mut other_chars = message.name.as_deref().map_or(0, char_count)
+        let mut other_chars = message.name().map_or(0, char_count)
             + message.tool_call_id.as_deref().map_or(0, char_count);
         for call in &message.tool_calls {
             other_chars +=
@@ -437,7 +437,7 @@ mod exact {
                     }
                 }
             }
-            n += m.name.as_deref().map_or(0, |s| tok.count(s));
+            n += m.name().map_or(0, |s| tok.count(s));
             n += m.tool_call_id.as_deref().map_or(0, |s| tok.count(s));
             for call in &m.tool_calls {
                 let args = serde_json::to_string(&call.arguments).unwrap_or_default();

@@ -166,8 +166,8 @@ async fn clear_keeps_role_id_and_name_and_protects_the_newest() {
     assert!(!is_stub(results[3].content.as_str().unwrap()));
     for (orig, new) in messages.iter().zip(&seen.messages) {
         assert_eq!(
-            (orig.role, &orig.tool_call_id, &orig.name),
-            (new.role, &new.tool_call_id, &new.name)
+            (orig.role, &orig.tool_call_id, orig.name()),
+            (new.role, &new.tool_call_id, new.name())
         );
     }
     let stub: serde_json::Value =

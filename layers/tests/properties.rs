@@ -335,7 +335,7 @@ proptest! {
                             })
                     };
                     // Reasoning is sent as it came: never cleared, never rewritten.
-                    prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && same_calls(o) && o.reasoning == m.reasoning));
+                    prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && same_calls(o) && o.reasoning() == m.reasoning()));
                 }
                 // Deterministic: the same input gives the same bytes.
                 let (again, model2) = run(&policy, req.clone());

@@ -130,7 +130,7 @@ struct Digests {
 impl Digests {
     fn of(keys: &RandomState, m: &Message) -> Self {
         Self {
-            head: keys.hash_one((m.role, &m.name, &m.tool_call_id, &m.tool_calls)),
+            head: keys.hash_one((m.role, m.name(), &m.tool_call_id, &m.tool_calls)),
             content: keys.hash_one(&m.content),
         }
     }
@@ -714,14 +714,10 @@ fn message_from_fields(f: Fields<'_>) -> Result<(Message, Kept), WireError> {
     };
     // `reasoning_content`, where a server sent one, stays among the kept fields and is
     // written back as it came: it is not modelled on the way in.
-    let message = Message {
-        role,
-        content,
-        name: name.map(String::into_boxed_str),
-        tool_call_id: tool_call_id.map(String::into_boxed_str),
-        tool_calls: tool_calls.into_boxed_slice(),
-        reasoning: None,
-    };
+    let mut message = Message::new(role, content);
+    message.set_name(name);
+    message.tool_call_id = tool_call_id.map(String::into_boxed_str);
+    message.tool_calls = tool_calls.into_boxed_slice();
     // The model writes empty content as `null` on a message that calls tools, as `""`
     // elsewhere.
     let writes_null = message.has_tool_calls() && message.content.is_empty();
@@ -1183,7 +1179,7 @@ fn write_message(
             }
         }
     }
-    if let Some(n) = &m.name {
+    if let Some(n) = m.name() {
         out.write_all(b",\"name\":")?;
         write_json(out, n)?;
     }

@@ -109,11 +109,11 @@ fn message(m: &Message) -> Result<RequestMessage, ProviderError> {
     Ok(match m.role {
         Role::System => RequestMessage::System {
             content: text_content(&m.content, "system")?,
-            name: m.name.as_deref().map(str::to_owned),
+            name: m.name().map(str::to_owned),
         },
         Role::User => RequestMessage::User {
             content: user_content(&m.content),
-            name: m.name.as_deref().map(str::to_owned),
+            name: m.name().map(str::to_owned),
         },
         Role::Assistant => {
             let calls: Vec<MessageToolCall> = m
@@ -136,7 +136,7 @@ fn message(m: &Message) -> Result<RequestMessage, ProviderError> {
             };
             RequestMessage::Assistant {
                 content,
-                name: m.name.as_deref().map(str::to_owned),
+                name: m.name().map(str::to_owned),
                 tool_calls: calls,
             }
         }

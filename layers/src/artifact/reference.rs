@@ -76,7 +76,7 @@ fn long_tool_text<'a>(m: &'a Message, policy: &ContextPolicy) -> Option<&'a str>
     // A page of an artifact is what the model asked to read: offloading it again would
     // answer the read with another preview, and the model would read on until its rounds
     // ran out. It is as long as the offload threshold by default, and its JSON longer.
-    if !m.is_tool_result() || m.name.as_deref() == Some(super::READ_ARTIFACT_TOOL) {
+    if !m.is_tool_result() || m.name() == Some(super::READ_ARTIFACT_TOOL) {
         return None;
     }
     let text = m.content.as_str()?;

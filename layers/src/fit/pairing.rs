@@ -355,7 +355,7 @@ mod tests {
                 "synthetic:d"
             ]
         );
-        assert_eq!(t[3].name.as_deref(), Some("t"));
+        assert_eq!(t[3].name(), Some("t"));
         assert_eq!(check(&t), Ok(()));
     }
 

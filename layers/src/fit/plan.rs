@@ -302,12 +302,7 @@ impl Plan {
                 Naming::Stored(id) => (Some(id.clone()), None),
                 Naming::Nothing | Naming::Unkept => (None, None),
             };
-            m.content = Content::Text(stub_for(
-                m.name.as_deref(),
-                c.chars,
-                &c.naming,
-                id.as_deref(),
-            ));
+            m.content = Content::Text(stub_for(m.name(), c.chars, &c.naming, id.as_deref()));
             let Some(id) = id else {
                 continue;
             };
@@ -907,7 +902,7 @@ fn bound_references(
         freed += bytes;
         unkept += 1;
         let msg = &msgs[i];
-        let stub = unkept_stub_text(msg.name.as_deref(), chars);
+        let stub = unkept_stub_text(msg.name(), chars);
         let new_cost =
             MessageSize::with_content_chars(msg, 0).tokens_with_content(char_count(&stub));
         // A stub naming no artifact is shorter than any preview or stub naming one.
@@ -989,7 +984,7 @@ fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8], out: &mut V
 
 /// The tool a result came from: its `name`, or the name of the call it answers.
 pub(crate) fn tool_name<'a>(m: &'a Message, calls: &[(&'a str, &'a str)]) -> Option<&'a str> {
-    m.name.as_deref().or_else(|| {
+    m.name().or_else(|| {
         let id = m.tool_call_id.as_deref()?;
         calls.iter().find(|(cid, _)| *cid == id).map(|(_, n)| *n)
     })
@@ -1071,7 +1066,7 @@ fn clear_one(
             bytes: 0,
         },
     };
-    let stub = stub_for(msg.name.as_deref(), cleared.chars, &cleared.naming, None);
+    let stub = stub_for(msg.name(), cleared.chars, &cleared.naming, None);
     let new_cost = size.tokens_with_content(char_count(&stub));
     if new_cost >= cost[i] {
         return 0;

@@ -253,26 +253,106 @@ impl ToolSpec {
 }
 
 /// One message of a transcript.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// The fields most messages have are public; a participant `name` and the model's
+/// `reasoning`, which few messages carry, live behind [`Message::name`] and
+/// [`Message::reasoning`] in one optional box, so that a message without them (nearly
+/// all) takes 72 bytes: a transcript of a million short messages is mostly these.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(from = "wire::Owned")]
 pub struct Message {
     /// Who wrote it.
     pub role: Role,
     /// Its content.
-    #[serde(default)]
     pub content: Content,
-    /// Optional participant or tool name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<Box<str>>,
     /// For a tool result: the id of the call it answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Box<str>>,
     /// For an assistant message: the tools it calls (empty for any other message).
-    #[serde(default, skip_serializing_if = "<[ToolCall]>::is_empty")]
     pub tool_calls: Box<[ToolCall]>,
-    /// For an assistant message: the reasoning that preceded its content, in order
-    /// (`None` when there is none; boxed so a message without it costs one pointer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning: Option<Box<[Reasoning]>>,
+    /// `name` and `reasoning`, when either is set (`None` when neither is, so that equal
+    /// messages are equal field by field).
+    rare: Option<Box<Rare>>,
+}
+
+/// What few messages carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct Rare {
+    name: Option<Box<str>>,
+    reasoning: Box<[Reasoning]>,
+}
+
+impl Rare {
+    /// `Some` when it holds anything.
+    fn boxed(self) -> Option<Box<Self>> {
+        (self.name.is_some() || !self.reasoning.is_empty()).then(|| Box::new(self))
+    }
+}
+
+/// The serialized form of a [`Message`]: every field at the top level.
+mod wire {
+    use super::{Content, Reasoning, Role, ToolCall};
+    use serde::{Deserialize, Serialize};
+
+    /// Read.
+    #[derive(Deserialize)]
+    pub(super) struct Owned {
+        pub(super) role: Role,
+        #[serde(default)]
+        pub(super) content: Content,
+        #[serde(default)]
+        pub(super) name: Option<Box<str>>,
+        #[serde(default)]
+        pub(super) tool_call_id: Option<Box<str>>,
+        #[serde(default)]
+        pub(super) tool_calls: Box<[ToolCall]>,
+        #[serde(default)]
+        pub(super) reasoning: Option<Box<[Reasoning]>>,
+    }
+
+    /// Written, borrowing the message.
+    #[derive(Serialize)]
+    pub(super) struct Borrowed<'a> {
+        pub(super) role: Role,
+        pub(super) content: &'a Content,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub(super) name: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub(super) tool_call_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
+        pub(super) tool_calls: &'a [ToolCall],
+        #[serde(skip_serializing_if = "<[Reasoning]>::is_empty")]
+        pub(super) reasoning: &'a [Reasoning],
+    }
+}
+
+impl From<wire::Owned> for Message {
+    fn from(w: wire::Owned) -> Self {
+        Self {
+            role: w.role,
+            content: w.content,
+            tool_call_id: w.tool_call_id,
+            tool_calls: w.tool_calls,
+            rare: Rare {
+                name: w.name,
+                reasoning: w.reasoning.unwrap_or_default(),
+            }
+            .boxed(),
+        }
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        wire::Borrowed {
+            role: self.role,
+            content: &self.content,
+            name: self.name(),
+            tool_call_id: self.tool_call_id.as_deref(),
+            tool_calls: &self.tool_calls,
+            reasoning: self.reasoning(),
+        }
+        .serialize(serializer)
+    }
 }
 
 /// The end of the leading system messages of a transcript (the "head" that pruning keeps,
@@ -290,10 +370,9 @@ impl Message {
         Self {
             role,
             content: content.into(),
-            name: None,
             tool_call_id: None,
             tool_calls: Box::default(),
-            reasoning: None,
+            rare: None,
         }
     }
 
@@ -327,27 +406,46 @@ impl Message {
         content: impl Into<Content>,
     ) -> Self {
         Self {
-            name: Some(name.into().into_boxed_str()),
             tool_call_id: Some(call_id.into().into_boxed_str()),
             ..Self::new(Role::Tool, content)
         }
+        .with_name(name)
     }
 
     /// Sets the `name` field.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into().into_boxed_str());
+        self.set_name(Some(name.into()));
         self
+    }
+
+    /// The optional participant or tool name.
+    pub fn name(&self) -> Option<&str> {
+        self.rare.as_ref()?.name.as_deref()
+    }
+
+    /// Sets or removes the `name` field.
+    pub fn set_name(&mut self, name: Option<String>) {
+        let mut rare = self.rare.take().map(|r| *r).unwrap_or_default();
+        rare.name = name.map(String::into_boxed_str);
+        self.rare = rare.boxed();
     }
 
     /// Sets the reasoning that preceded the content (none when `reasoning` is empty).
     pub fn with_reasoning(mut self, reasoning: Vec<Reasoning>) -> Self {
-        self.reasoning = (!reasoning.is_empty()).then(|| reasoning.into_boxed_slice());
+        self.set_reasoning(reasoning);
         self
+    }
+
+    /// Sets the reasoning that preceded the content (none when `reasoning` is empty).
+    pub fn set_reasoning(&mut self, reasoning: Vec<Reasoning>) {
+        let mut rare = self.rare.take().map(|r| *r).unwrap_or_default();
+        rare.reasoning = reasoning.into_boxed_slice();
+        self.rare = rare.boxed();
     }
 
     /// The reasoning that preceded the content (empty when there is none).
     pub fn reasoning(&self) -> &[Reasoning] {
-        self.reasoning.as_deref().unwrap_or_default()
+        self.rare.as_ref().map_or(&[], |r| &r.reasoning)
     }
 
     /// Sets the `tool_call_id` field.
@@ -384,10 +482,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_message_takes_96_bytes() {
+    fn a_message_takes_72_bytes() {
         // A transcript of a million short messages is mostly these structs: every byte
-        // here is a megabyte there (it was 128 with `String`s and `Vec`s).
+        // here is a megabyte there (it was 128 with `String`s, `Vec`s and every field
+        // inline).
         assert_eq!(size_of::<Content>(), 24);
-        assert_eq!(size_of::<Message>(), 96);
+        assert_eq!(size_of::<Message>(), 72);
+    }
+
+    #[test]
+    fn the_rare_fields_round_trip_and_leave_no_empty_box() {
+        let thinking = Reasoning::Text { text: "hmm".into() };
+        let m = Message::assistant("done")
+            .with_name("planner")
+            .with_reasoning(vec![thinking.clone()]);
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["name"], "planner");
+        assert_eq!(json["reasoning"][0]["text"], "hmm");
+        assert_eq!(serde_json::from_value::<Message>(json).unwrap(), m);
+        // Removing both makes it equal to a message that never had them.
+        let mut bare = m.clone();
+        bare.set_name(None);
+        bare.set_reasoning(Vec::new());
+        assert_eq!(bare, Message::assistant("done"));
+        assert_eq!(
+            serde_json::to_value(&bare).unwrap(),
+            serde_json::json!({"role": "assistant", "content": "done"})
+        );
+        // Read with explicit empties, it is the same message too.
+        let read: Message = serde_json::from_value(serde_json::json!(
+            {"role": "assistant", "content": "done", "name": null, "reasoning": []}
+        ))
+        .unwrap();
+        assert_eq!(read, Message::assistant("done"));
     }
 }

@@ -8,7 +8,7 @@
 //!     .with_schema_block("{\"type\":\"object\"}");
 //! let rendered = prefix.as_messages();
 //! assert_eq!(rendered.len(), 3);
-//! assert_eq!(rendered[2].name.as_deref(), Some("schema"));
+//! assert_eq!(rendered[2].name(), Some("schema"));
 //! // Structural equality and a stable hash: two prefixes built alike are one cache key.
 //! let again = prefix.clone();
 //! assert_eq!(prefix, again);

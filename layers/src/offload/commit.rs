@@ -101,7 +101,7 @@ fn unkeep(prepared: &mut Prepared, missing: &HashSet<String>) {
             .content
             .as_str()
             .is_some_and(|t| t.starts_with(PREVIEW_START));
-        let stub = unkept_stub_text(m.name.as_deref(), r.chars);
+        let stub = unkept_stub_text(m.name(), r.chars);
         let after = MessageSize::with_content_chars(m, char_count(&stub)).tokens();
         m.content = Content::Text(stub);
         report.after_tokens = report.after_tokens + after - before;

@@ -182,7 +182,7 @@ fn arguments(text: &str) -> Value {
 pub(crate) fn deltas(response: &ChatResponse, chunk: usize) -> Vec<StreamEvent> {
     let m = &response.message;
     let mut out = Vec::new();
-    for (index, r) in m.reasoning.iter().flatten().enumerate() {
+    for (index, r) in m.reasoning().iter().enumerate() {
         let mut push = |delta| out.push(StreamEvent::Reasoning { index, delta });
         match r {
             Reasoning::Thinking {

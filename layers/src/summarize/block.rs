@@ -21,7 +21,7 @@ pub const SUMMARY_MARKER: &str = "[context summary]";
 /// block.goals.push("find why checkout fails".into());
 /// block.facts.push("/var/log/orders.log".into());
 /// let message = block.to_message();
-/// assert_eq!(message.name.as_deref(), Some("context_summary"));
+/// assert_eq!(message.name(), Some("context_summary"));
 /// assert!(message.text().starts_with("[context summary]"));
 /// assert_eq!(SummaryBlock::from_message(&message), Some(block));
 /// ```
@@ -111,6 +111,6 @@ impl SummaryBlock {
 /// Whether `message` is a summary block written by this crate.
 pub fn is_summary_message(message: &Message) -> bool {
     message.role == Role::System
-        && message.name.as_deref() == Some(SUMMARY_NAME)
+        && message.name() == Some(SUMMARY_NAME)
         && message.text().starts_with(SUMMARY_MARKER)
 }

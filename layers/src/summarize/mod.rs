@@ -31,7 +31,7 @@
 //! let reply = stack.oneshot(ChatRequest::new("mock", transcript)).await?;
 //!
 //! let sent = model.last_request().unwrap();
-//! assert_eq!(sent.messages[1].name.as_deref(), Some("context_summary")); // right after the prefix
+//! assert_eq!(sent.messages[1].name(), Some("context_summary")); // right after the prefix
 //! assert_eq!(sent.messages.len(), 5);   // system, summary, the newest turns verbatim
 //! assert_eq!(reply.report.folded_messages, 10);
 //! assert!(sent.messages[1].text().contains("/var/log/app.log")); // kept without the model

@@ -30,7 +30,7 @@ pub fn is_summary_request(request: &ChatRequest) -> bool {
     request
         .messages
         .first()
-        .is_some_and(|m| m.role == Role::System && m.name.as_deref() == Some(SUMMARIZER_NAME))
+        .is_some_and(|m| m.role == Role::System && m.name() == Some(SUMMARIZER_NAME))
 }
 
 /// The first request to the summarizer: instructions, then the previous summary and the
@@ -106,7 +106,7 @@ fn per_message_clip(messages: usize, config: &SummarizeConfig) -> usize {
 pub(crate) fn render_line(m: &Message, clip: usize) -> String {
     let mut line = String::new();
     line.push_str(m.role.as_str());
-    if let Some(name) = &m.name {
+    if let Some(name) = m.name() {
         line.push_str(&format!(" {name}"));
     }
     if let Some(id) = &m.tool_call_id {

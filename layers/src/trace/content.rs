@@ -41,7 +41,7 @@ fn content_parts(content: &Content, parts: &mut Vec<Value>) {
 /// One message as the conventions' `{"role", "parts"}`.
 fn message(m: &Message) -> Value {
     let mut parts = Vec::new();
-    for r in m.reasoning.iter().flatten() {
+    for r in m.reasoning().iter() {
         match r {
             Reasoning::Thinking { thinking: text, .. } | Reasoning::Text { text } => {
                 parts.push(json!({"type": "reasoning", "content": text}));

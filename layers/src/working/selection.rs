@@ -235,7 +235,7 @@ impl Tagged {
 
 impl MessageSelection for Tagged {
     fn keeps(&self, message: &Message, _index: usize) -> bool {
-        message.name.as_deref() == Some(self.0.as_str())
+        message.name() == Some(self.0.as_str())
     }
 }
 
