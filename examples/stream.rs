@@ -120,7 +120,10 @@ async fn main() -> Result<(), BoxError> {
                 break;
             }
             for call in calls {
-                let unit = call.arguments["unit"].as_str().unwrap_or("api").to_owned();
+                let unit = call.arguments_value()["unit"]
+                    .as_str()
+                    .unwrap_or("api")
+                    .to_owned();
                 transcript.push(Message::tool_result(
                     &call.id,
                     &call.name,

@@ -246,7 +246,7 @@ async fn tool_use_responses_map_back() {
     assert_eq!(reply.message.text(), "Checking both cities.");
     let calls = reply.message.tool_calls.clone();
     assert_eq!(calls.len(), 2);
-    assert_eq!(calls[1].arguments, json!({"city": "Bergen"}));
+    assert_eq!(calls[1].arguments_value(), json!({"city": "Bergen"}));
     // Null cache fields read as 0.
     assert_eq!(reply.usage, Usage::new(812, 95, 0, 0));
 

@@ -141,7 +141,7 @@ async fn a_two_round_tool_loop_with_thinking_streams_and_round_trips_the_signatu
         }]
     );
     assert_eq!(
-        done.message.tool_calls[0].arguments,
+        done.message.tool_calls[0].arguments_value(),
         json!({"unit": "déploiement"})
     );
     assert_eq!(done.usage.output_tokens, 87);

@@ -596,25 +596,38 @@ fn memory_stays_within_a_few_times_the_input() {
         messages.push(json!({"role": "assistant", "content": "The retries are still failing."}));
     }
     let tool_heavy = json!({"model": "gpt-5.4", "messages": messages}).to_string();
-    let tiny: Vec<Value> = (0..150_000)
+    // The two shapes that cost most per input byte. One-line messages: 72 bytes of
+    // `Message` and a 32-byte chunk each, beside a ~36-byte message of input (5.6× before
+    // the `Message` shrank from 128 bytes).
+    let tiny: Vec<Value> = (0..400_000)
         .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("m{i}")}))
         .collect();
     let tiny = json!({"model": "gpt-5.4", "messages": tiny}).to_string();
+    // Tool rounds whose arguments are a small object: 632 bytes of `Value` tree each
+    // while arguments were a `Value` (5.6×).
+    let mut rounds = vec![json!({"role": "user", "content": "Fix the build."})];
+    for i in 0..150_000 {
+        let id = format!("call_{i:06}");
+        rounds.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "read_file",
+             "arguments": json!({"path": format!("f{i}.rs")}).to_string()}}]}));
+        rounds.push(json!({"role": "tool", "tool_call_id": id, "content": format!("ok {i}")}));
+    }
+    let rounds = json!({"model": "gpt-5.4", "messages": rounds}).to_string();
+    // The process itself: a one-message body peaks at about 19 MB in a debug build.
     let constant = 24 << 20;
-    let heavy_peak = prepare_peak(&tool_heavy);
-    assert!(
-        heavy_peak <= 4 * tool_heavy.len() as u64 + constant,
-        "{heavy_peak} bytes at peak for {} bytes in",
-        tool_heavy.len()
-    );
-    // Tiny messages cost the model's ~150 bytes a message whatever the text: bounded, but
-    // not by 4×.
-    let tiny_peak = prepare_peak(&tiny);
-    assert!(
-        tiny_peak <= 12 * tiny.len() as u64 + constant,
-        "{tiny_peak} bytes at peak for {} bytes in",
-        tiny.len()
-    );
+    for (what, body) in [
+        ("tool-heavy", &tool_heavy),
+        ("one-line messages", &tiny),
+        ("tool rounds", &rounds),
+    ] {
+        let peak = prepare_peak(body);
+        assert!(
+            peak <= 4 * body.len() as u64 + constant,
+            "{what}: {peak} bytes at peak for {} bytes in",
+            body.len()
+        );
+    }
 }
 
 #[test]

@@ -158,11 +158,11 @@ async fn tool_calls_map_back_and_go_out_again() {
     let calls = &reply.message.tool_calls;
     assert_eq!(calls.len(), 2);
     assert_eq!(
-        calls[0].arguments,
+        calls[0].arguments_value(),
         json!({"city": "Oslo", "unit": "celsius"})
     );
     // Broken JSON from the model is kept as the string it wrote.
-    assert_eq!(calls[1].arguments, json!("{\"city\": \"Bergen\""));
+    assert_eq!(calls[1].arguments_value(), json!("{\"city\": \"Bergen\""));
     // 5,000 prompt tokens = 1,024 read + 3,000 written + 976 fresh.
     assert_eq!(reply.usage, Usage::new(976, 41, 1_024, 3_000));
 

@@ -271,7 +271,7 @@ pub(crate) async fn run(
                     )})
                     .to_string()
                 } else {
-                    read_log(call.arguments["page"].as_u64().unwrap_or(0))
+                    read_log(call.arguments_value()["page"].as_u64().unwrap_or(0))
                 };
                 record
                     .messages

@@ -111,7 +111,15 @@ impl StableHasher {
         for call in &m.tool_calls {
             self.str(&call.id);
             self.str(&call.name);
-            self.json(&call.arguments);
+            // As the value used to be hashed: canonical arguments (all that
+            // `ToolCall::new` writes) hash as before the text was kept, and text that
+            // holds no JSON value as the string it is.
+            self.inner.update(b"j");
+            if call.arguments_are_json() {
+                self.inner.update(call.arguments.trim().as_bytes());
+            } else {
+                let _ = serde_json::to_writer(HashWriter(&mut self.inner), &call.arguments);
+            }
         }
         // Only when present, so a message without reasoning hashes as it always did.
         let reasoning = m.reasoning();
@@ -184,6 +192,14 @@ impl std::io::Write for HashWriter<'_> {
     }
 }
 
+/// `value` as canonical JSON text (see [`write_canonical`]): the same text on every build.
+pub(crate) fn canonical_json(value: &Value) -> String {
+    let mut out = Vec::new();
+    write_canonical(value, &mut out);
+    // serde_json writes UTF-8 and the separators are ASCII.
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// Writes `value` as canonical JSON (object keys sorted by their UTF-8 bytes, no
 /// whitespace, strings escaped as `serde_json` escapes them) into a writer that cannot
 /// fail (a `Vec` or the hash), which is why write results are not checked.
@@ -228,7 +244,48 @@ fn put<W: std::io::Write>(out: &mut W, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ToolCall;
     use serde_json::json;
+
+    #[test]
+    fn a_call_hashes_as_it_did_when_its_arguments_were_a_value() {
+        // Stored prompt-cache keys, cuts and memo keys survive the change to text: the
+        // sequence a message was hashed with while `ToolCall::arguments` was a `Value`.
+        let before = |value: &Value| {
+            let mut h = StableHasher::new("t");
+            h.str("assistant");
+            h.inner.update(&[0]);
+            h.str("");
+            h.opt_str(None);
+            h.opt_str(None);
+            h.u64(1);
+            h.str("c1");
+            h.str("f");
+            h.json(value);
+            h.finish()
+        };
+        let now = |call: ToolCall| {
+            let mut h = StableHasher::new("t");
+            h.message(&Message::assistant_tool_calls("", vec![call]));
+            h.finish()
+        };
+        let value = json!({"b": [1, {"d": null, "c": "é\n"}], "a": 2.5});
+        assert_eq!(now(ToolCall::new("c1", "f", value.clone())), before(&value));
+        // Text that holds no JSON value hashed as the string it was kept as.
+        assert_eq!(
+            now(ToolCall::from_text("c1", "f", "{oops")),
+            before(&json!("{oops"))
+        );
+        assert_eq!(
+            now(ToolCall::from_text("c1", "f", "\"s\"")),
+            before(&json!("\"s\""))
+        );
+        // Other text is hashed as it came: a different spelling is a different request.
+        assert_ne!(
+            now(ToolCall::from_text("c1", "f", r#"{"b": 1}"#)),
+            now(ToolCall::from_text("c1", "f", r#"{"b":1}"#))
+        );
+    }
 
     #[test]
     fn digest_is_pinned() {

@@ -30,6 +30,7 @@
 //! `max_tokens`, or use an exact counter where one exists (feature `exact-tokens`).
 
 use async_trait::async_trait;
+use serde::de;
 use serde_json::Value;
 
 use crate::BoxError;
@@ -96,7 +97,7 @@ impl MessageSize {
             + message.tool_call_id.as_deref().map_or(0, char_count);
         for call in &message.tool_calls {
             other_chars +=
-                char_count(&call.id) + char_count(&call.name) + json_chars(&call.arguments);
+                char_count(&call.id) + char_count(&call.name) + arguments_chars(&call.arguments);
         }
         for r in message.reasoning() {
             other_chars += char_count(r.counted_text());
@@ -233,6 +234,95 @@ pub fn json_chars(value: &Value) -> usize {
                 .sum::<usize>()
                 + 2 * map.len().saturating_sub(1)
         }
+    }
+}
+
+/// The characters [`json_chars`] gives for the value that tool-call arguments' text holds
+/// (see [`ToolCall::arguments_value`](crate::ToolCall::arguments_value)), counted as the
+/// text is read, without building the value: text that holds no JSON value, or holds a
+/// JSON string, counts as the string it is kept as.
+///
+/// ```
+/// use llm_context_layers::tokens::{arguments_chars, json_chars};
+/// use serde_json::json;
+///
+/// let text = r#"{"path":"src/lib.rs","lines":[1,20],"why":"caf\u00e9"}"#;
+/// assert_eq!(arguments_chars(text), json_chars(&serde_json::from_str(text).unwrap()));
+/// assert_eq!(arguments_chars("{oops"), json_chars(&json!("{oops")));
+/// ```
+pub fn arguments_chars(text: &str) -> usize {
+    if !text.trim_start().starts_with('"') {
+        let mut de = serde_json::Deserializer::from_str(text);
+        if let Ok(n) = de::DeserializeSeed::deserialize(JsonChars, &mut de)
+            && de.end().is_ok()
+        {
+            return n;
+        }
+    }
+    json_string_chars(text)
+}
+
+/// Counts [`json_chars`] of the JSON value being read.
+struct JsonChars;
+
+impl<'de> de::DeserializeSeed<'de> for JsonChars {
+    type Value = usize;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for JsonChars {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<usize, E> {
+        Ok(4)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<usize, E> {
+        Ok(if v { 4 } else { 5 })
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<usize, E> {
+        Ok(decimal_digits(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<usize, E> {
+        Ok(usize::from(v < 0) + decimal_digits(v.unsigned_abs()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<usize, E> {
+        // As the value's number would be written.
+        Ok(serde_json::Number::from_f64(v).map_or(4, |n| number_chars(&n)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<usize, E> {
+        Ok(json_string_chars(v))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        // "[" + items joined by ", " + "]"
+        let (mut n, mut items) = (2, 0usize);
+        while let Some(c) = seq.next_element_seed(JsonChars)? {
+            n += c;
+            items += 1;
+        }
+        Ok(n + 2 * items.saturating_sub(1))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        // "{" + `"k": v` joined by ", " + "}"
+        let (mut n, mut entries) = (2, 0usize);
+        while let Some(k) = map.next_key_seed(JsonChars)? {
+            n += k + 2 + map.next_value_seed(JsonChars)?;
+            entries += 1;
+        }
+        Ok(n + 2 * entries.saturating_sub(1))
     }
 }
 
@@ -440,11 +530,10 @@ mod exact {
             n += m.name().map_or(0, |s| tok.count(s));
             n += m.tool_call_id.as_deref().map_or(0, |s| tok.count(s));
             for call in &m.tool_calls {
-                let args = serde_json::to_string(&call.arguments).unwrap_or_default();
                 n += OVERHEAD_TOKENS
                     + tok.count(&call.id)
                     + tok.count(&call.name)
-                    + tok.count(&args);
+                    + tok.count(&call.arguments);
             }
             n
         }
@@ -687,6 +776,42 @@ mod tests {
         for c in ['é', '中', '🎉', '\u{2028}'] {
             let s = format!("a{c}\"{c}\u{1}");
             assert_eq!(json_string_chars(&s), serde_json_chars(&s), "{s:?}");
+        }
+    }
+
+    /// Any JSON value, strings with escapes, non-ASCII and control characters included.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-z\"\\\n\t\u{1}é中🎉 ]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z\"é]{0,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arguments_chars_count_the_value_the_text_holds(v in any_json()) {
+            // However the text is spelt (compact, pretty), the count is that of the value
+            // the text parses to (what was counted when the arguments were a `Value`;
+            // `serde_json` does not read every float back to the same bits).
+            let compact = v.to_string();
+            let pretty = serde_json::to_string_pretty(&v).unwrap();
+            for text in [&compact, &pretty] {
+                let read: Value = serde_json::from_str(text).unwrap();
+                let want = if read.is_string() { json_string_chars(text) } else { json_chars(&read) };
+                proptest::prop_assert_eq!(arguments_chars(text), want, "{}", text);
+            }
         }
     }
 

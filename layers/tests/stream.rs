@@ -336,7 +336,7 @@ async fn tool_calls_the_stack_does_not_answer_reach_the_caller() {
     assert!(events.iter().any(|e| matches!(e, StreamEvent::ToolCall(_))));
     let call = &done(&events).message.tool_calls[0];
     assert_eq!(call.name, "restart_service");
-    assert_eq!(call.arguments["reason"], "接続拒否");
+    assert_eq!(call.arguments_value()["reason"], "接続拒否");
 }
 
 /// A model that summarizes when asked to, and otherwise answers in words.

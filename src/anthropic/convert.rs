@@ -340,7 +340,7 @@ fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderEr
             blocks.extend(m.tool_calls.iter().map(|c| ContentBlockParam::ToolUse {
                 id: c.id.clone(),
                 name: c.name.clone(),
-                input: tool_input(&c.arguments),
+                input: tool_input(c.arguments_value()),
                 cache_control: None,
             }));
             Ok((InputRole::Assistant, blocks))
@@ -407,12 +407,12 @@ fn image_source(url: &str) -> Result<ImageSource, ProviderError> {
 /// Anthropic takes tool input as a JSON object. Arguments that are not one (a model's
 /// broken JSON, kept as a string) are wrapped, so the transcript is still accepted and
 /// the model still sees what it wrote.
-fn tool_input(arguments: &Value) -> Value {
+fn tool_input(arguments: Value) -> Value {
     match arguments {
-        Value::Object(_) => arguments.clone(),
+        Value::Object(_) => arguments,
         other => {
             let mut m = Map::new();
-            m.insert("arguments".into(), other.clone());
+            m.insert("arguments".into(), other);
             Value::Object(m)
         }
     }
@@ -615,8 +615,8 @@ mod tests {
 
     #[test]
     fn broken_arguments_are_wrapped() {
-        assert_eq!(tool_input(&json!("{oops")), json!({"arguments": "{oops"}));
-        assert_eq!(tool_input(&json!({"a": 1})), json!({"a": 1}));
+        assert_eq!(tool_input(json!("{oops")), json!({"arguments": "{oops"}));
+        assert_eq!(tool_input(json!({"a": 1})), json!({"a": 1}));
     }
 
     #[test]

@@ -252,7 +252,7 @@ where
                     for call in &response.message.tool_calls {
                         line(
                             json!({"type": "tool_call", "id": call.id, "name": call.name,
-                                    "arguments": call.arguments}),
+                                    "arguments": call.arguments_value()}),
                         )?;
                     }
                     let mut done = done_json(&response, catalog, &model);

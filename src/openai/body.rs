@@ -26,7 +26,7 @@
 //! [`Message`]; a [`BodyContext`] keeps beside the messages what the model has no place
 //! for — fields it does not know (`refusal`, `audio`, vendor `x_*` fields, fields added
 //! after this crate was written) as their JSON text, a `developer` role, an explicit
-//! `null`, tool-call arguments whose text is not the compact JSON the model would write —
+//! `null`, tool-call arguments that came as something other than text —
 //! and, when any message has such a field, two digests a message to recognise it among
 //! the sent messages. It keeps no copy of any content.
 //!
@@ -36,9 +36,9 @@
 //! whitespace. A changed message (a cleared or offloaded tool result) keeps its other
 //! fields and gets the new content.
 //!
-//! The client (`OpenAi`, feature `openai`) writes its typed request from the same neutral
-//! model and reads and writes tool-call arguments with the same [`arguments_from_wire`]
-//! and [`arguments_to_wire`]. This module is compiled with the `openai` feature or the
+//! Tool-call arguments are held as the text that came ([`ToolCall::arguments`]), so they
+//! are written back byte for byte, broken JSON too; the client (`OpenAi`, feature
+//! `openai`) sends and reads them as that same text. This module is compiled with the `openai` feature or the
 //! `cli` feature: the command-line tool reads and writes request bodies with it, with or
 //! without the client.
 
@@ -1041,24 +1041,18 @@ fn call_from_value(v: Value) -> Result<(ToolCall, CallKept), WireError> {
         return Err(no_name());
     };
     let mut kept = CallKept::default();
+    // The model holds arguments as the text that came (spaces, key order, broken JSON):
+    // only arguments that came as something else are kept beside it.
     let arguments = match function.remove("arguments") {
-        Some(Value::String(text)) => {
-            let arguments = arguments_from_wire(&text);
-            // Kept as it came when the model writes it otherwise (spaces, key order).
-            if arguments_to_wire(&arguments) != text {
-                kept.no_arguments = true;
-                kept.function.push("arguments", &Value::String(text));
-            }
-            arguments
-        }
+        Some(Value::String(text)) => text,
         Some(other) => {
             kept.no_arguments = true;
             kept.function.push("arguments", &other);
-            other
+            other.to_string()
         }
         None => {
             kept.no_arguments = true;
-            Value::Object(Map::new())
+            "{}".to_owned()
         }
     };
     match obj.remove("type") {
@@ -1071,26 +1065,7 @@ fn call_from_value(v: Value) -> Result<(ToolCall, CallKept), WireError> {
     }
     kept.function.extend(&function);
     kept.members.extend(&obj);
-    Ok((ToolCall::new(id, name, arguments), kept))
-}
-
-/// Tool-call arguments arrive as JSON text. Valid JSON that is not a string is parsed;
-/// anything else (models do emit broken JSON) is kept as the raw string, and written back
-/// as that same string.
-pub fn arguments_from_wire(s: &str) -> Value {
-    match serde_json::from_str::<Value>(s) {
-        Ok(v) if !v.is_string() => v,
-        _ => Value::String(s.to_owned()),
-    }
-}
-
-/// Tool-call arguments as JSON text: the raw string kept by [`arguments_from_wire`], or
-/// the value written compactly.
-pub fn arguments_to_wire(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+    Ok((ToolCall::from_text(id, name, arguments), kept))
 }
 
 fn tool_from_wire(v: &Value) -> Result<ToolSpec, WireError> {
@@ -1248,7 +1223,7 @@ fn write_call(out: &mut impl Write, c: &ToolCall, kept: &CallKept) -> io::Result
     write_json(out, c.name.as_str())?;
     if !kept.no_arguments {
         out.write_all(b",\"arguments\":")?;
-        write_json(out, &arguments_to_wire(&c.arguments))?;
+        write_json(out, c.arguments.as_str())?;
     }
     kept.function.write_after(out)?;
     out.write_all(b"}")?;
@@ -1282,17 +1257,11 @@ mod tests {
         let (req, ctx) = request_from_body(&body).unwrap();
         assert_eq!(req.messages[0].role, Role::System);
         assert_eq!(
-            req.messages[2].tool_calls[0].arguments,
+            req.messages[2].tool_calls[0].arguments_value(),
             json!({"a": 2, "b": 1})
         );
         assert_eq!(req.params.temperature, Some(0.2));
         assert_eq!(body_from_request(&req, &ctx), body);
-    }
-
-    #[test]
-    fn broken_arguments_survive() {
-        assert_eq!(arguments_to_wire(&arguments_from_wire("{oops")), "{oops");
-        assert_eq!(arguments_to_wire(&arguments_from_wire("\"s\"")), "\"s\"");
     }
 
     #[test]
@@ -1354,11 +1323,17 @@ mod tests {
         let (req, ctx) = request_from_str(&text).unwrap();
         assert_eq!(req.messages[0].role, Role::System);
         assert_eq!(
-            req.messages[2].tool_calls[0].arguments,
+            req.messages[2].tool_calls[0].arguments_value(),
             json!({"a": 2, "b": 1})
         );
-        assert_eq!(req.messages[2].tool_calls[1].arguments, json!({"k": 1}));
-        assert_eq!(req.messages[2].tool_calls[3].arguments, json!("{oops"));
+        assert_eq!(
+            req.messages[2].tool_calls[1].arguments_value(),
+            json!({"k": 1})
+        );
+        assert_eq!(
+            req.messages[2].tool_calls[3].arguments_value(),
+            json!("{oops")
+        );
         // Only what the model does not represent is kept: not the content.
         let kept: Vec<usize> = ctx.kept.iter().map(|(i, _)| *i).collect();
         assert_eq!(kept, [0, 1, 2, 3, 4, 5, 6, 7, 8]);

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::body::{arguments_from_wire, arguments_to_wire};
 use super::types::{
     CompletionUsage, CreateChatCompletionRequest, CreateChatCompletionResponse, FunctionCall,
     FunctionObject, ImageUrl, MessageToolCall, RequestMessage, TextContent, TextPart, Tool,
@@ -124,7 +123,7 @@ fn message(m: &Message) -> Result<RequestMessage, ProviderError> {
                     kind: "function",
                     function: FunctionCall {
                         name: c.name.clone(),
-                        arguments: arguments_to_wire(&c.arguments),
+                        arguments: c.arguments.clone(),
                     },
                 })
                 .collect();
@@ -217,11 +216,7 @@ pub(crate) fn response(body: CreateChatCompletionResponse) -> Result<ChatRespons
         .into_iter()
         .filter_map(|c| {
             let f = c.function?;
-            Some(ToolCall::new(
-                c.id,
-                f.name,
-                arguments_from_wire(&f.arguments),
-            ))
+            Some(ToolCall::from_text(c.id, f.name, f.arguments))
         })
         .collect();
     let text = msg.content.or(msg.refusal).unwrap_or_default();

@@ -334,10 +334,9 @@ fn blocks(r: &ChatResponse) -> Vec<Value> {
         out.push(json!({"type": "text", "text": text}));
     }
     for c in &r.message.tool_calls {
-        let input = if c.arguments.is_object() {
-            c.arguments.clone()
-        } else {
-            json!({"arguments": c.arguments})
+        let input = match c.arguments_value() {
+            v @ Value::Object(_) => v,
+            other => json!({"arguments": other}),
         };
         out.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
     }

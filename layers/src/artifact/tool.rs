@@ -222,7 +222,7 @@ impl ArtifactReader {
 
     /// The tool-result message answering `call`.
     pub async fn answer(&self, scope: &Scope, session: &str, call: &ToolCall) -> Message {
-        let result = self.read(scope, session, &call.arguments).await;
+        let result = self.read(scope, session, &call.arguments_value()).await;
         Message::tool_result(call.id.as_str(), READ_ARTIFACT_TOOL, result.to_string())
     }
 }

@@ -242,9 +242,7 @@ pub(crate) struct Applied {
 
 /// The arguments a call whose result was cleared is sent with, under
 /// [`ContextPolicy::clear_tool_inputs`].
-pub(crate) fn cleared_arguments() -> serde_json::Value {
-    serde_json::json!({"cleared": true})
-}
+pub(crate) const CLEARED_ARGUMENTS: &str = r#"{"cleared":true}"#;
 
 /// What applying a plan needs besides it: where artifacts go, and what the session
 /// stored before.
@@ -366,13 +364,13 @@ impl Plan {
     }
 }
 
-/// Replaces the arguments of the kept calls named in `ids` with [`cleared_arguments`]
+/// Replaces the arguments of the kept calls named in `ids` with [`CLEARED_ARGUMENTS`]
 /// where that is shorter. Returns the tokens freed.
 fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<Box<str>>) -> usize {
     ids.sort_unstable();
-    let stub = cleared_arguments();
+    let stub = CLEARED_ARGUMENTS;
     // Measured as the estimator measures arguments, so the stub never costs more.
-    let stub_chars = crate::tokens::json_chars(&stub);
+    let stub_chars = crate::tokens::arguments_chars(stub);
     let mut freed = 0;
     for (m, a) in messages.iter_mut().zip(actions) {
         if *a == Action::Drop || !m.has_tool_calls() {
@@ -385,9 +383,9 @@ fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<Box<s
                 .binary_search_by(|id| (**id).cmp(call.id.as_str()))
                 .is_ok()
                 && call.arguments != stub
-                && crate::tokens::json_chars(&call.arguments) > stub_chars
+                && crate::tokens::arguments_chars(&call.arguments) > stub_chars
             {
-                call.arguments = stub.clone();
+                call.arguments = stub.to_owned();
                 changed = true;
             }
         }

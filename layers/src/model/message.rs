@@ -203,24 +203,102 @@ impl Reasoning {
 }
 
 /// A tool call the model asked for.
+///
+/// Its arguments are the JSON text the model wrote, as it came (OpenAI's wire form): a
+/// tool call read from a transcript holds its arguments once, as text, not as a
+/// `serde_json::Value` tree, which costs some 700 bytes for a 30-byte object (a B-tree
+/// node), more than the rest of a tool round together. [`ToolCall::arguments_value`]
+/// parses them where a value is needed.
+///
+/// ```
+/// use llm_context_layers::ToolCall;
+/// use serde_json::json;
+///
+/// // From a value: written compactly, keys sorted, whatever `serde_json`'s features.
+/// let call = ToolCall::new("c1", "fetch", json!({"url": "https://example.com", "depth": 2}));
+/// assert_eq!(call.arguments, r#"{"depth":2,"url":"https://example.com"}"#);
+/// assert_eq!(call.arguments_value()["depth"], 2);
+///
+/// // From the wire: the text as the model wrote it, broken JSON too.
+/// let call = ToolCall::from_text("c2", "fetch", r#"{"url": "https"#);
+/// assert_eq!(call.arguments_value(), json!(r#"{"url": "https"#));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The provider's call id; the result message carries it as `tool_call_id`.
     pub id: String,
     /// The tool's name.
     pub name: String,
-    /// The arguments, as JSON (usually an object).
-    pub arguments: Value,
+    /// The arguments as JSON text (usually an object), as the model wrote them; text that
+    /// is not JSON (models do emit broken JSON) is kept as it came.
+    ///
+    /// Serialized as the JSON value it holds, or as a string when it holds no JSON value
+    /// or a JSON string, so that a stored message reads back the same either way.
+    #[serde(with = "arguments_serde")]
+    pub arguments: String,
 }
 
 impl ToolCall {
-    /// A tool call.
+    /// A tool call with `arguments` written as compact JSON with sorted keys (the same
+    /// text on every build, `serde_json`'s `preserve_order` or not). A string value is
+    /// taken as the arguments' text itself.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        let arguments = match arguments {
+            Value::String(text) => text,
+            other => crate::hash::canonical_json(&other),
+        };
+        Self::from_text(id, name, arguments)
+    }
+
+    /// A tool call whose arguments are `text`, kept as it is (not parsed, not checked).
+    pub fn from_text(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
         Self {
             id: id.into(),
             name: name.into(),
-            arguments,
+            arguments: arguments.into(),
         }
+    }
+
+    /// The arguments parsed: the JSON value the text holds, or the text itself as a
+    /// string when it holds no JSON value, or holds a JSON string (so that text which
+    /// is not JSON is never lost).
+    pub fn arguments_value(&self) -> Value {
+        match serde_json::from_str::<Value>(&self.arguments) {
+            Ok(v) if !v.is_string() => v,
+            _ => Value::String(self.arguments.clone()),
+        }
+    }
+
+    /// Whether the arguments hold a JSON value other than a string (what
+    /// [`arguments_value`](Self::arguments_value) parses rather than keeps as text),
+    /// checked without building it.
+    pub fn arguments_are_json(&self) -> bool {
+        let text = self.arguments.trim_start();
+        !text.starts_with('"') && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+    }
+}
+
+/// [`ToolCall::arguments`] in the serialized form: the value the text holds, or a string.
+mod arguments_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    pub(super) fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+        match serde_json::from_str::<Value>(text) {
+            Ok(v) if !v.is_string() => v.serialize(s),
+            _ => s.serialize_str(text),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::String(text) => text,
+            other => crate::hash::canonical_json(&other),
+        })
     }
 }
 
@@ -480,6 +558,45 @@ impl Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_tool_call_holds_its_arguments_as_text() {
+        // Three strings: a 30-byte arguments object is one small allocation, not a
+        // 632-byte B-tree node of a `Value` (80 bytes inline, plus the tree).
+        assert_eq!(size_of::<ToolCall>(), 72);
+        let call = ToolCall::from_text("c1", "f", r#"{"b": 1, "a": [2]}"#);
+        assert_eq!(call.arguments, r#"{"b": 1, "a": [2]}"#, "kept as it came");
+        assert!(call.arguments_are_json());
+        assert_eq!(call.arguments_value(), json!({"a": [2], "b": 1}));
+        for text in ["{oops", "\"s\"", "", "  "] {
+            let call = ToolCall::from_text("c1", "f", text);
+            assert!(!call.arguments_are_json(), "{text:?}");
+            assert_eq!(call.arguments_value(), json!(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_tool_call_serializes_as_before_and_reads_either_form() {
+        // Stored as the value the text holds (what records written while the arguments
+        // were a `Value` hold), or as a string when the text holds none.
+        let call = ToolCall::new("c1", "f", json!({"b": 1, "a": "é"}));
+        let stored = serde_json::to_value(&call).unwrap();
+        assert_eq!(
+            stored,
+            json!({"id": "c1", "name": "f", "arguments": {"a": "é", "b": 1}})
+        );
+        assert_eq!(serde_json::from_value::<ToolCall>(stored).unwrap(), call);
+        let broken = ToolCall::from_text("c2", "f", "{oops");
+        let stored = serde_json::to_value(&broken).unwrap();
+        assert_eq!(stored["arguments"], "{oops");
+        assert_eq!(serde_json::from_value::<ToolCall>(stored).unwrap(), broken);
+        // A JSON string as the whole arguments stays a string, not its contents.
+        let quoted = ToolCall::from_text("c3", "f", "\"s\"");
+        let stored = serde_json::to_value(&quoted).unwrap();
+        assert_eq!(stored["arguments"], "\"s\"");
+        assert_eq!(serde_json::from_value::<ToolCall>(stored).unwrap(), quoted);
+    }
 
     #[test]
     fn a_message_takes_72_bytes() {

@@ -2,8 +2,6 @@
 
 use std::borrow::Cow;
 
-use serde_json::Value;
-
 use super::error::StreamError;
 use super::event::{ReasoningDelta, StreamEvent, ToolCallDelta};
 use crate::model::{ChatResponse, FinishReason, Message, Reasoning, ToolCall, Usage};
@@ -23,7 +21,7 @@ use crate::model::{ChatResponse, FinishReason, Message, Reasoning, ToolCall, Usa
 /// acc.push(&StreamEvent::ToolCall(ToolCallDelta::new(0).with_arguments(r#""cert"}"#))).unwrap();
 /// let response = acc.finish(Some(FinishReason::ToolCalls)).unwrap();
 /// assert_eq!(response.message.text(), "Let me look.");
-/// assert_eq!(response.message.tool_calls[0].arguments["q"], "cert");
+/// assert_eq!(response.message.tool_calls[0].arguments_value()["q"], "cert");
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Accumulator {
@@ -124,8 +122,8 @@ impl Accumulator {
 
     /// The response the events add up to, ending for `finish` (`None`: the reason its
     /// tool calls imply, as [`ChatResponse::new`] gives), with the last usage seen.
-    /// Tool-call arguments are parsed as JSON (no text at all is `{}`; text that is not
-    /// JSON is kept as a string, as the clients keep it). A tool call without an id or a
+    /// Tool-call arguments are the text as it streamed (no text at all is `{}`), as the
+    /// clients keep it. A tool call without an id or a
     /// name is an error: it could not be answered.
     pub fn finish(self, finish: Option<FinishReason>) -> Result<ChatResponse, StreamError> {
         let mut calls = Vec::with_capacity(self.calls.len());
@@ -135,7 +133,7 @@ impl Accumulator {
                     what: format!("tool call {index} has no id or no name"),
                 });
             };
-            calls.push(ToolCall::new(id, name, arguments(&p.arguments)));
+            calls.push(ToolCall::from_text(id, name, arguments(p.arguments)));
         }
         let reasoning = self
             .reasoning
@@ -163,15 +161,13 @@ impl Accumulator {
     }
 }
 
-/// Tool-call arguments from their streamed text, as the clients read them whole.
-fn arguments(text: &str) -> Value {
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Value::Object(Default::default());
-    }
-    match serde_json::from_str::<Value>(trimmed) {
-        Ok(v) if !v.is_string() => v,
-        _ => Value::String(text.to_owned()),
+/// Tool-call arguments from their streamed text, as the clients read them whole: the
+/// text as it came, and a call streamed without arguments as an empty object.
+fn arguments(text: String) -> String {
+    if text.trim().is_empty() {
+        "{}".to_owned()
+    } else {
+        text
     }
 }
 
@@ -212,12 +208,8 @@ pub(crate) fn deltas(response: &ChatResponse, chunk: usize) -> Vec<StreamEvent> 
                 .with_id(call.id.clone())
                 .with_name(call.name.clone()),
         ));
-        let args = match &call.arguments {
-            Value::String(s) => s.clone(),
-            v => v.to_string(),
-        };
         out.push(StreamEvent::ToolCall(
-            ToolCallDelta::new(index).with_arguments(args),
+            ToolCallDelta::new(index).with_arguments(call.arguments.clone()),
         ));
     }
     out.push(StreamEvent::Usage(response.usage));
@@ -262,7 +254,7 @@ mod tests {
             vec![
                 ToolCall::new("c1", "search", json!({"q": "cert", "n": [1, 2]})),
                 ToolCall::new("c2", "noop", json!({})),
-                ToolCall::new("c3", "raw", Value::String("not json".into())),
+                ToolCall::from_text("c3", "raw", "not json"),
             ],
         )
         .with_reasoning(vec![
@@ -336,7 +328,7 @@ mod tests {
                 FinishReason::ToolCalls,
                 "implied by the call"
             );
-            assert_eq!(r.message.tool_calls[0].arguments["lines"][1], 20);
+            assert_eq!(r.message.tool_calls[0].arguments_value()["lines"][1], 20);
         }
     }
 

@@ -60,7 +60,7 @@ pub(crate) fn span_identifiers(messages: &[Message], max: usize) -> Vec<String> 
     for m in messages {
         push_identifiers(&m.text(), &mut seen, &mut out);
         for call in &m.tool_calls {
-            push_identifiers(&call.arguments.to_string(), &mut seen, &mut out);
+            push_identifiers(&call.arguments, &mut seen, &mut out);
         }
         if out.len() >= max {
             out.truncate(max);

@@ -64,7 +64,7 @@ fn message(m: &Message) -> Value {
             "type": "tool_call",
             "id": call.id,
             "name": call.name,
-            "arguments": call.arguments,
+            "arguments": call.arguments_value(),
         }));
     }
     json!({"role": role(m.role), "parts": parts})
