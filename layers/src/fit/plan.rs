@@ -368,9 +368,8 @@ impl Plan {
 /// where that is shorter. Returns the tokens freed.
 fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<Box<str>>) -> usize {
     ids.sort_unstable();
-    let stub = CLEARED_ARGUMENTS;
     // Measured as the estimator measures arguments, so the stub never costs more.
-    let stub_chars = crate::tokens::arguments_chars(stub);
+    let stub_chars = crate::tokens::arguments_chars(CLEARED_ARGUMENTS);
     let mut freed = 0;
     for (m, a) in messages.iter_mut().zip(actions) {
         if *a == Action::Drop || !m.has_tool_calls() {
@@ -382,10 +381,10 @@ fn clear_inputs(messages: &mut [Message], actions: &[Action], mut ids: Vec<Box<s
             if ids
                 .binary_search_by(|id| (**id).cmp(call.id.as_str()))
                 .is_ok()
-                && call.arguments != stub
+                && call.arguments != CLEARED_ARGUMENTS
                 && crate::tokens::arguments_chars(&call.arguments) > stub_chars
             {
-                call.arguments = stub.to_owned();
+                call.arguments = CLEARED_ARGUMENTS.to_owned();
                 changed = true;
             }
         }

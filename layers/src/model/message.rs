@@ -243,11 +243,7 @@ impl ToolCall {
     /// text on every build, `serde_json`'s `preserve_order` or not). A string value is
     /// taken as the arguments' text itself.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
-        let arguments = match arguments {
-            Value::String(text) => text,
-            other => crate::hash::canonical_json(&other),
-        };
-        Self::from_text(id, name, arguments)
+        Self::from_text(id, name, arguments_serde::text_of(arguments))
     }
 
     /// A tool call whose arguments are `text`, kept as it is (not parsed, not checked).
@@ -267,10 +263,8 @@ impl ToolCall {
     /// string when it holds no JSON value, or holds a JSON string (so that text which
     /// is not JSON is never lost).
     pub fn arguments_value(&self) -> Value {
-        match serde_json::from_str::<Value>(&self.arguments) {
-            Ok(v) if !v.is_string() => v,
-            _ => Value::String(self.arguments.clone()),
-        }
+        arguments_serde::value_of(&self.arguments)
+            .unwrap_or_else(|| Value::String(self.arguments.clone()))
     }
 
     /// Whether the arguments hold a JSON value other than a string (what
@@ -287,18 +281,31 @@ mod arguments_serde {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use serde_json::Value;
 
+    /// The value `text` holds, unless it holds none or a string (then the text is kept).
+    pub(super) fn value_of(text: &str) -> Option<Value> {
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .filter(|v| !v.is_string())
+    }
+
+    /// The text of `value`: a string is the text itself, anything else is written
+    /// canonically (compact, keys sorted).
+    pub(super) fn text_of(value: Value) -> String {
+        match value {
+            Value::String(text) => text,
+            other => crate::hash::canonical_json(&other),
+        }
+    }
+
     pub(super) fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
-        match serde_json::from_str::<Value>(text) {
-            Ok(v) if !v.is_string() => v.serialize(s),
-            _ => s.serialize_str(text),
+        match value_of(text) {
+            Some(v) => v.serialize(s),
+            None => s.serialize_str(text),
         }
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-        Ok(match Value::deserialize(d)? {
-            Value::String(text) => text,
-            other => crate::hash::canonical_json(&other),
-        })
+        Value::deserialize(d).map(text_of)
     }
 }
 
