@@ -526,6 +526,34 @@ fn broken_tool_pairing_is_refused_when_repair_is_off() {
 }
 
 #[test]
+fn a_body_that_is_not_utf8_is_bad_input_naming_the_byte() {
+    // Latin-1 `é` (0xe9) where UTF-8 was expected, from a file and from stdin.
+    let mut body = br#"{"model": "m", "messages": [{"role": "user", "content": "caf"#.to_vec();
+    let at = body.len();
+    body.extend_from_slice(b"\xe9\"}]}");
+    let dir = std::env::temp_dir().join(format!("llm-context-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("latin1.json");
+    std::fs::write(&path, &body).unwrap();
+    let from_file = run(&["prepare", "--json", path.to_str().unwrap()], None);
+    assert_bad_input(
+        &from_file,
+        &format!("is not UTF-8 (byte {at} is not valid)"),
+    );
+    let mut child = Command::new(BIN)
+        .args(["prepare", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child::feed(&mut child, &body);
+    let from_stdin = child.wait_with_output().unwrap();
+    assert_bad_input(&from_stdin, "cannot read stdin: it is not UTF-8");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
 fn an_input_over_the_size_limit_is_refused_before_it_is_read() {
     // A sparse file of 256 MiB + 1 byte: refused from its size, in one line, exit 2.
     let path = temp_file("huge.json", "");

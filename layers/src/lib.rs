@@ -42,6 +42,7 @@ pub mod catalog;
 mod error;
 mod future;
 pub mod hash;
+pub mod json;
 mod model;
 pub mod policy;
 pub mod store;
@@ -76,7 +77,7 @@ pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,
     FinishReason, GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Message, PrefixContext,
-    PreparationReport, Reasoning, Role, Scope, ToolCall, ToolSpec, Usage,
+    PreparationReport, Reasoning, Role, Scope, Text, ToolCall, ToolSpec, Usage,
 };
 pub use policy::{ContextPolicy, PolicyError};
 pub use prefix::PrefixLayer;

@@ -36,6 +36,8 @@ use serde_json::Value;
 use crate::BoxError;
 use crate::model::{Content, ContentPart, Message, ToolSpec};
 
+mod plain;
+
 /// The fixed estimate for one image part, in tokens.
 ///
 /// Images are billed by their pixel size, not by the length of their base64, which this
@@ -251,15 +253,21 @@ pub fn json_chars(value: &Value) -> usize {
 /// assert_eq!(arguments_chars("{oops"), json_chars(&json!("{oops")));
 /// ```
 pub fn arguments_chars(text: &str) -> usize {
-    if !text.trim_start().starts_with('"') {
-        let mut de = serde_json::Deserializer::from_str(text);
-        if let Ok(n) = de::DeserializeSeed::deserialize(JsonChars, &mut de)
-            && de.end().is_ok()
-        {
-            return n;
-        }
+    if !text.trim_start().starts_with('"')
+        && let Some(n) = plain::value_chars(text.as_bytes()).or_else(|| parsed_value_chars(text))
+    {
+        return n;
     }
     json_string_chars(text)
+}
+
+/// [`json_chars`] of the JSON value `text` holds, read by `serde_json`; `None` when the
+/// text is not one JSON value.
+fn parsed_value_chars(text: &str) -> Option<usize> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let n = de::DeserializeSeed::deserialize(JsonChars, &mut de).ok()?;
+    de.end().ok()?;
+    Some(n)
 }
 
 /// Counts [`json_chars`] of the JSON value being read.
@@ -813,6 +821,123 @@ mod tests {
                 proptest::prop_assert_eq!(arguments_chars(text), want, "{}", text);
             }
         }
+    }
+
+    /// JSON of the plain shape (strings without escapes, integers, literals) with the
+    /// whitespace of any spelling, and small edits of it that leave the shape or JSON.
+    fn plain_json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            2 => Just("null".to_owned()),
+            2 => Just("true".to_owned()),
+            2 => Just("false".to_owned()),
+            4 => (-1_000_000i64..1_000_000).prop_map(|n| n.to_string()),
+            1 => any::<i64>().prop_map(|n| n.to_string()),
+            1 => any::<u64>().prop_map(|n| n.to_string()),
+            1 => "-?(0|[1-9][0-9]{0,20})([.][0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            8 => "\"[a-zé中🎉 /:'%\u{7f}]{0,12}\"",
+        ];
+        let value = leaf.prop_recursive(5, 64, 6, |inner| {
+            let ws = "[ \t\n\r]{0,2}";
+            prop_oneof![
+                proptest::collection::vec((ws, inner.clone(), ws), 0..6).prop_map(|items| {
+                    let items: Vec<String> = items
+                        .into_iter()
+                        .map(|(a, v, b)| format!("{a}{v}{b}"))
+                        .collect();
+                    format!("[{}]", items.join(","))
+                }),
+                proptest::collection::vec(("[a-zé]{0,5}", ws, inner, ws), 0..6).prop_map(
+                    |entries| {
+                        let entries: Vec<String> = entries
+                            .into_iter()
+                            .map(|(k, a, v, b)| format!("{a}\"{k}\"{b}:{a}{v}{b}"))
+                            .collect();
+                        format!("{{{}}}", entries.join(", "))
+                    }
+                ),
+            ]
+        });
+        // Some texts cut short or with a byte spliced in: no longer JSON, or not plain.
+        (value, any::<proptest::sample::Index>(), 0..16u8).prop_map(|(text, at, edit)| {
+            let mut at = at.index(text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            match edit {
+                0 => text[..at].to_owned(),
+                1 => format!("{}\\{}", &text[..at], &text[at..]),
+                2 => format!("{}\u{1}{}", &text[..at], &text[at..]),
+                3 => format!("{}]{}", &text[..at], &text[at..]),
+                _ => text,
+            }
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn the_plain_scan_agrees_with_serde_json_or_defers_to_it(text in plain_json_text()) {
+            // Whatever the scan counts, `serde_json` reads as one value of the same count.
+            if let Some(n) = plain::value_chars(text.as_bytes()) {
+                prop_assert_eq!(Some(n), parsed_value_chars(&text), "{}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn the_property_above_mostly_checks_counts_not_deferrals() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = plain_json_text();
+        let counted = (0..1_000)
+            .filter(|_| {
+                let text = strategy.new_tree(&mut runner).unwrap().current();
+                plain::value_chars(text.as_bytes()).is_some()
+            })
+            .count();
+        assert!(counted > 300, "{counted} of 1,000 counted by the scan");
+    }
+
+    #[test]
+    fn the_plain_scan_counts_what_models_write_and_defers_the_rest() {
+        let plain = [
+            r#"{"path": "src/lib.rs", "start_line": 52}"#,
+            r#"{"query":"SELECT id FROM events WHERE note LIKE '%é%'","top_k":5}"#,
+            "{\n  \"ids\": [1, -2, 0, 999999999999999999],\n  \"ok\": true, \"x\": null\n}",
+            "[]",
+            "{}",
+            " [ [ ] , { } ] ",
+            "-12",
+        ];
+        for text in plain {
+            let n = plain::value_chars(text.as_bytes());
+            assert!(n.is_some(), "{text}");
+            assert_eq!(n, parsed_value_chars(text), "{text}");
+            assert_eq!(arguments_chars(text), n.unwrap(), "{text}");
+        }
+        let deferred = [
+            r#"{"a": "caf\u00e9"}"#,
+            r#"{"a": 1.5}"#,
+            r#"{"a": 1e3}"#,
+            "-0",
+            "1234567890123456789",
+            "007",
+            r#"{"a": 1,}"#,
+            r#"{"a" 1}"#,
+            r#"{"a": tru}"#,
+            "[1] [2]",
+            "{oops",
+            "",
+        ];
+        for text in deferred {
+            assert_eq!(plain::value_chars(text.as_bytes()), None, "{text}");
+        }
+        // Deeper than the scan goes: `serde_json` counts it.
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert_eq!(plain::value_chars(deep.as_bytes()), None);
+        assert_eq!(arguments_chars(&deep), 2 * 100);
     }
 
     #[tokio::test]

@@ -10,8 +10,8 @@ use llm_context_layers::artifact::{
 use llm_context_layers::mock::{MockModel, MockReply};
 use llm_context_layers::offload::OffloadLayer;
 use llm_context_layers::{
-    Artifact, ArtifactStore, ChatRequest, ContextPolicy, ContextPolicyLayer, Message, Scope,
-    StoreError, StoreErrorKind, ToolCall, ToolConflictError, ToolSpec,
+    Artifact, ArtifactStore, ChatRequest, Content, ContextPolicy, ContextPolicyLayer, Message,
+    Scope, StoreError, StoreErrorKind, ToolCall, ToolConflictError, ToolSpec,
 };
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
@@ -186,6 +186,11 @@ async fn the_same_transcript_twice_gives_the_same_bytes_and_one_copy() {
         serde_json::to_string(&seen[2]).unwrap()
     );
     assert_eq!(store.len(), 1, "content-addressed: one copy");
+    // One copy in memory too: every request sends the preview the first one made, shared.
+    let preview = |r: &ChatRequest| r.messages[2].content.as_str().unwrap().as_ptr();
+    assert!(matches!(&seen[2].messages[2].content, Content::Text(t) if t.is_shared()));
+    assert_eq!(preview(&seen[0]), preview(&seen[1]));
+    assert_eq!(preview(&seen[0]), preview(&seen[2]));
     // And the prepared request prepared again is unchanged.
     let again = stack.oneshot(seen[0].clone()).await.unwrap();
     assert!(!again.report.changed());

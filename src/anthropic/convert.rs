@@ -295,7 +295,7 @@ fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderEr
     if let Some(id) = &m.tool_call_id {
         let content = match &m.content {
             c if c.is_empty() => None,
-            Content::Text(t) => Some(ToolResultContent::Text(t.clone())),
+            Content::Text(t) => Some(ToolResultContent::Text(t.as_str().to_owned())),
             Content::Parts(parts) => Some(ToolResultContent::Blocks(part_blocks(parts)?)),
         };
         let block = ContentBlockParam::ToolResult {

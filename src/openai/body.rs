@@ -657,7 +657,7 @@ fn message_from_fields(f: Fields<'_>) -> Result<(Message, Kept), WireError> {
             kept.content = ContentAs::Null;
             Content::default()
         }
-        Some(Value::String(s)) => Content::Text(s),
+        Some(Value::String(s)) => Content::Text(s.into()),
         Some(Value::Array(parts)) => {
             let mut out = Vec::with_capacity(parts.len());
             let mut parts_kept = Vec::with_capacity(parts.len());
@@ -1113,6 +1113,16 @@ pub fn message_to_wire(m: &Message) -> Value {
     serde_json::from_slice(&text).unwrap_or(Value::Null)
 }
 
+/// A text as a JSON string to `out`: a long one (a tool result, a file) escaped into one
+/// buffer and written whole, rather than a write for each run between its escapes; the
+/// bytes are `serde_json`'s either way.
+fn write_text(out: &mut impl Write, s: &str) -> io::Result<()> {
+    if s.len() < 256 {
+        return write_json(out, s);
+    }
+    out.write_all(llm_context_layers::json::to_string(s).as_bytes())
+}
+
 /// A JSON value to `out`.
 fn write_json(out: &mut impl Write, value: &(impl Serialize + ?Sized)) -> io::Result<()> {
     serde_json::to_writer(out, value).map_err(io::Error::from)
@@ -1180,7 +1190,7 @@ fn write_message(
 /// empty).
 fn write_content(out: &mut impl Write, c: &Content, parts: &[PartKept]) -> io::Result<()> {
     let parts_of = match c {
-        Content::Text(t) => return write_json(out, t.as_str()),
+        Content::Text(t) => return write_text(out, t),
         Content::Parts(p) => p,
     };
     out.write_all(b"[")?;
@@ -1192,7 +1202,7 @@ fn write_content(out: &mut impl Write, c: &Content, parts: &[PartKept]) -> io::R
         match p {
             ContentPart::Text { text } => {
                 out.write_all(b"{\"type\":\"text\",\"text\":")?;
-                write_json(out, text.as_str())?;
+                write_text(out, text)?;
             }
             ContentPart::Image { url, detail } => {
                 out.write_all(b"{\"type\":\"image_url\",\"image_url\":{\"url\":")?;
@@ -1223,7 +1233,7 @@ fn write_call(out: &mut impl Write, c: &ToolCall, kept: &CallKept) -> io::Result
     write_json(out, c.name.as_str())?;
     if !kept.no_arguments {
         out.write_all(b",\"arguments\":")?;
-        write_json(out, c.arguments.as_str())?;
+        write_text(out, &c.arguments)?;
     }
     kept.function.write_after(out)?;
     out.write_all(b"}")?;

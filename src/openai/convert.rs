@@ -151,7 +151,7 @@ fn message(m: &Message) -> Result<RequestMessage, ProviderError> {
 /// Content for roles that take text only. Images there cannot be sent.
 fn text_content(c: &Content, role: &str) -> Result<TextContent, ProviderError> {
     match c {
-        Content::Text(t) => Ok(TextContent::Text(t.clone())),
+        Content::Text(t) => Ok(TextContent::Text(t.as_str().to_owned())),
         Content::Parts(parts) => {
             let mut out = Vec::with_capacity(parts.len());
             for p in parts {
@@ -176,7 +176,7 @@ fn text_content(c: &Content, role: &str) -> Result<TextContent, ProviderError> {
 
 fn user_content(c: &Content) -> UserContent {
     match c {
-        Content::Text(t) => UserContent::Text(t.clone()),
+        Content::Text(t) => UserContent::Text(t.as_str().to_owned()),
         Content::Parts(parts) if parts.is_empty() => UserContent::Text(String::new()),
         Content::Parts(parts) => UserContent::Parts(
             parts

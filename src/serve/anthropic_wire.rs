@@ -195,7 +195,7 @@ fn content(parts: Vec<ContentPart>) -> Content {
                 _ => "",
             })
             .collect();
-        Content::Text(text)
+        Content::Text(text.into())
     } else {
         Content::from(parts)
     }
@@ -228,8 +228,8 @@ fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Messag
         .as_str()
         .ok_or("a tool_result block needs a `tool_use_id`")?;
     let content = match &b["content"] {
-        Value::Null => Content::Text(String::new()),
-        Value::String(s) => Content::Text(s.clone()),
+        Value::Null => Content::default(),
+        Value::String(s) => Content::Text(s.as_str().into()),
         Value::Array(blocks) => content(blocks.iter().map(part).collect::<Result<_, _>>()?),
         _ => return Err("a tool_result's `content` must be a string or blocks".into()),
     };

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+use crate::json;
 use crate::model::Scope;
 use crate::tokens::{char_count, decimal_digits, json_string_chars, truncate_chars};
 
@@ -129,6 +130,10 @@ fn render_preview(id: &str, text: &str, preview_chars: usize, artifact_max_chars
 }
 
 /// [`render_preview`] for a `text` of `original` characters, counted already.
+///
+/// Written field by field, in [`PreviewJson`]'s order, with [`json::push_str`] for the
+/// strings: the bytes `serde_json` writes for it (a test holds them equal), without a
+/// buffer grown from 128 bytes and a write per run between escapes.
 pub(crate) fn render_counted(
     id: &str,
     text: &str,
@@ -136,16 +141,32 @@ pub(crate) fn render_counted(
     preview_chars: usize,
     artifact_max_chars: usize,
 ) -> String {
-    let json = PreviewJson {
-        context_artifact: Cow::Borrowed(id),
-        preview: Cow::Borrowed(truncate_chars(text, preview_chars)),
-        preview_truncated: original > preview_chars,
-        original_chars: original,
-        stored_chars: original.min(artifact_max_chars),
-        artifact_truncated: original > artifact_max_chars,
-        instructions: Cow::Borrowed(OFFLOAD_INSTRUCTIONS),
-    };
-    serde_json::to_string(&json).expect("preview serialises")
+    let head = truncate_chars(text, preview_chars);
+    let mut out = String::with_capacity(
+        FIXED_CHARS
+            + ARTIFACT_ID_LEN
+            + head.len()
+            + head.len() / 8
+            + OFFLOAD_INSTRUCTIONS.len()
+            + 64,
+    );
+    let flag = |b: bool| if b { "true" } else { "false" };
+    out.push_str("{\"context_artifact\":");
+    json::push_str(&mut out, id);
+    out.push_str(",\"preview\":");
+    json::push_str(&mut out, head);
+    out.push_str(",\"preview_truncated\":");
+    out.push_str(flag(original > preview_chars));
+    out.push_str(",\"original_chars\":");
+    out.push_str(&original.to_string());
+    out.push_str(",\"stored_chars\":");
+    out.push_str(&original.min(artifact_max_chars).to_string());
+    out.push_str(",\"artifact_truncated\":");
+    out.push_str(flag(original > artifact_max_chars));
+    out.push_str(",\"instructions\":");
+    json::push_str(&mut out, OFFLOAD_INSTRUCTIONS);
+    out.push('}');
+    out
 }
 
 /// The characters [`render_preview`] would produce, without building it.
@@ -198,6 +219,42 @@ fn bool_len(b: bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `serde_json` writes for the preview's fields: what `render_counted` must write.
+    fn serde_rendering(
+        id: &str,
+        text: &str,
+        original: usize,
+        max: usize,
+        art_max: usize,
+    ) -> String {
+        serde_json::to_string(&PreviewJson {
+            context_artifact: Cow::Borrowed(id),
+            preview: Cow::Borrowed(truncate_chars(text, max)),
+            preview_truncated: original > max,
+            original_chars: original,
+            stored_chars: original.min(art_max),
+            artifact_truncated: original > art_max,
+            instructions: Cow::Borrowed(OFFLOAD_INSTRUCTIONS),
+        })
+        .unwrap()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_rendering_is_what_serde_json_writes(
+            text in "[a-z \"\\\n\t\u{1}\u{1f}é中🎉{}:,]{0,300}",
+            max in 0usize..400,
+            art_max in 0usize..400,
+        ) {
+            let id = artifact_id(&Scope::org(1), "s", &text);
+            let original = char_count(&text);
+            proptest::prop_assert_eq!(
+                render_counted(&id, &text, original, max, art_max),
+                serde_rendering(&id, &text, original, max, art_max)
+            );
+        }
+    }
 
     #[test]
     fn predicted_length_matches_rendering() {

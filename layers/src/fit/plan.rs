@@ -12,7 +12,7 @@ use crate::fit::turns::Layout;
 use crate::fit::{Cut, Cuts};
 use crate::model::ChatRequest;
 use crate::model::PreparationReport;
-use crate::model::{Content, Message};
+use crate::model::{Content, Message, Text};
 use crate::offload::{ContentKey, Remembered, SessionMemory, content_key};
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count, estimate_tool_tokens};
@@ -199,7 +199,7 @@ pub(crate) fn summary_references(messages: &[Message], head_end: usize) -> Vec<R
 #[derive(Debug)]
 pub(crate) struct Kept {
     pub(crate) id: String,
-    pub(crate) text: String,
+    pub(crate) text: Text,
 }
 
 /// The outcome of planning.
@@ -300,7 +300,7 @@ impl Plan {
                 Naming::Stored(id) => (Some(id.clone()), None),
                 Naming::Nothing | Naming::Unkept => (None, None),
             };
-            m.content = Content::Text(stub_for(m.name(), c.chars, &c.naming, id.as_deref()));
+            m.content = stub_for(m.name(), c.chars, &c.naming, id.as_deref()).into();
             let Some(id) = id else {
                 continue;
             };

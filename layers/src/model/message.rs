@@ -23,6 +23,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::Text;
+
 /// Who wrote a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -94,8 +96,9 @@ impl ContentPart {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Content {
-    /// Plain text; the common case.
-    Text(String),
+    /// Plain text; the common case. Owned, or shared where the layers send one text on
+    /// every turn (see [`Text`]).
+    Text(Text),
     /// Text and image parts, in order (a boxed slice, so that `Content` is as small as a
     /// `String`).
     Parts(Box<[ContentPart]>),
@@ -103,7 +106,7 @@ pub enum Content {
 
 impl Default for Content {
     fn default() -> Self {
-        Content::Text(String::new())
+        Content::Text(Text::new())
     }
 }
 
@@ -112,7 +115,7 @@ impl Content {
     /// separator (images are left out).
     pub fn text(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Content::Text(t) => std::borrow::Cow::Borrowed(t),
+            Content::Text(t) => std::borrow::Cow::Borrowed(t.as_str()),
             Content::Parts(parts) => {
                 let mut out = String::new();
                 for part in parts {
@@ -139,7 +142,7 @@ impl Content {
     /// The content as a `&str` when it is plain text.
     pub fn as_str(&self) -> Option<&str> {
         match self {
-            Content::Text(t) => Some(t),
+            Content::Text(t) => Some(t.as_str()),
             Content::Parts(_) => None,
         }
     }
@@ -147,13 +150,19 @@ impl Content {
 
 impl From<String> for Content {
     fn from(s: String) -> Self {
-        Content::Text(s)
+        Content::Text(s.into())
     }
 }
 
 impl From<&str> for Content {
     fn from(s: &str) -> Self {
-        Content::Text(s.to_owned())
+        Content::Text(s.into())
+    }
+}
+
+impl From<Text> for Content {
+    fn from(t: Text) -> Self {
+        Content::Text(t)
     }
 }
 

@@ -7,6 +7,7 @@ mod prefix_context;
 mod report;
 mod request;
 mod scope;
+mod text;
 
 pub use message::leading_system_end;
 pub use message::{Content, ContentPart, Message, Reasoning, Role, ToolCall, ToolSpec};
@@ -17,3 +18,4 @@ pub use request::{
     GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Usage,
 };
 pub use scope::Scope;
+pub use text::Text;

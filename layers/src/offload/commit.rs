@@ -5,7 +5,6 @@ use std::collections::HashSet;
 
 use super::{OffloadMemory, Prepared};
 use crate::artifact::{Artifact, ArtifactStore, PREVIEW_START, unkept_stub_text};
-use crate::model::Content;
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count};
 
@@ -103,7 +102,7 @@ fn unkeep(prepared: &mut Prepared, missing: &HashSet<String>) {
             .is_some_and(|t| t.starts_with(PREVIEW_START));
         let stub = unkept_stub_text(m.name(), r.chars);
         let after = MessageSize::with_content_chars(m, char_count(&stub)).tokens();
-        m.content = Content::Text(stub);
+        m.content = stub.into();
         report.after_tokens = report.after_tokens + after - before;
         if was_preview {
             report.offloaded_results = report.offloaded_results.saturating_sub(1);

@@ -72,10 +72,11 @@ pub(crate) struct Remembered {
     pub(crate) preview: Option<Preview>,
 }
 
-/// A rendered preview and its length in characters.
+/// A rendered preview and its length in characters; the text is shared with the requests
+/// that send it.
 #[derive(Debug)]
 pub(crate) struct Preview {
-    pub(crate) text: String,
+    pub(crate) text: Arc<str>,
     pub(crate) chars: usize,
 }
 
@@ -208,7 +209,7 @@ mod tests {
             chars: 10_000,
             stored_bytes: 10_000,
             preview: Some(Preview {
-                text: "p".repeat(preview_bytes),
+                text: "p".repeat(preview_bytes).into(),
                 chars: preview_bytes,
             }),
         }

@@ -73,11 +73,11 @@ pub(crate) fn offload_request(
     let offloaded = offload_messages(&mut req.messages, longs, &req.scope, &req.session, policy);
     report.offloaded_results += offloaded.refs.len();
     report.reused_previews += offloaded.reused;
-    refs.extend(offloaded.refs);
+    append(&mut refs, offloaded.refs);
     refs.sort_unstable_by_key(|r| r.index);
-    to_store.extend(offloaded.displaced);
-    kept.extend(offloaded.kept);
-    made.extend(offloaded.made);
+    append(&mut to_store, offloaded.displaced);
+    append(&mut kept, offloaded.kept);
+    append(&mut made, offloaded.made);
     if (always || !refs.is_empty()) && !has_tool {
         req.tools.push(read_artifact_tool());
     } else if reserved_tool && !has_tool {
@@ -92,6 +92,16 @@ pub(crate) fn offload_request(
         made,
         rewritten_tokens: offloaded.tokens,
     })
+}
+
+/// `more` after `into`; taken whole when `into` is empty (the common case, for lists of
+/// hundreds), instead of copied into a list grown to fit.
+fn append<T>(into: &mut Vec<T>, more: Vec<T>) {
+    if into.is_empty() {
+        *into = more;
+    } else {
+        into.extend(more);
+    }
 }
 
 /// The messages that name an artifact as received (previews and stubs the store vouched

@@ -5,7 +5,9 @@ use crate::artifact::{
     Artifact, Displaced, Untrusted, artifact_id, offloadable_text, render_counted,
 };
 use crate::fit::{Kept, Long, Reference};
-use crate::model::{Content, Message, Scope};
+use std::sync::Arc;
+
+use crate::model::{Content, Message, Scope, Text};
 use crate::offload::{ContentKey, Preview, Remembered, SessionMemory, content_key};
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count};
@@ -58,7 +60,7 @@ pub(crate) fn find_longs(
 }
 
 /// Replaces each of `longs` in `messages` with its preview: the session's own when it
-/// made one before (copied, nothing hashed, rendered or stored again), else a new one
+/// made one before (shared, nothing hashed, rendered, copied or stored again), else a new one
 /// with an artifact to store.
 pub(crate) fn offload_messages(
     messages: &mut [Message],
@@ -67,7 +69,13 @@ pub(crate) fn offload_messages(
     session: &str,
     policy: &ContextPolicy,
 ) -> Offloaded {
-    let mut out = Offloaded::default();
+    // Most of a long transcript's results were offloaded before: each gives a reference
+    // and a kept text, so those lists are sized once rather than grown.
+    let mut out = Offloaded {
+        refs: Vec::with_capacity(longs.len()),
+        kept: Vec::with_capacity(longs.len()),
+        ..Offloaded::default()
+    };
     for long in longs {
         let Some(m) = messages.get_mut(long.index) else {
             continue;
@@ -80,7 +88,8 @@ pub(crate) fn offload_messages(
         if let Some((known, preview)) = reuse {
             out.tokens.0 += size.tokens();
             out.tokens.1 += size.tokens_with_content(preview.chars);
-            let original = std::mem::replace(&mut m.content, Content::Text(preview.text.clone()));
+            let shared = Content::Text(Text::from(preview.text.clone()));
+            let original = std::mem::replace(&mut m.content, shared);
             if let Content::Text(text) = original {
                 out.kept.push(Kept {
                     id: known.id.clone(),
@@ -112,6 +121,8 @@ pub(crate) fn offload_messages(
             policy.artifact_max_chars,
         );
         let preview_chars = long.preview_chars.unwrap_or_else(|| char_count(&preview));
+        // Shared between the memory and every request that sends it from now on.
+        let preview: Arc<str> = Arc::from(preview);
         let artifact = Artifact::counted(text, long.chars, policy.artifact_max_chars);
         out.tokens.0 += size.tokens();
         out.tokens.1 += size.tokens_with_content(preview_chars);
@@ -127,7 +138,7 @@ pub(crate) fn offload_messages(
                 }),
             },
         ));
-        m.content = Content::Text(preview);
+        m.content = Content::Text(Text::from(preview));
         out.refs.push(Reference {
             index: long.index,
             id: id.clone(),
