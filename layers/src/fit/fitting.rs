@@ -42,13 +42,25 @@ pub(crate) fn prepare(
     memory: Option<&SessionMemory>,
     scratch: &mut Scratch,
 ) -> Result<Fitted, BoxError> {
-    let repaired = if policy.repair_pairing {
-        pairing::repair(&mut req.messages)
-    } else {
-        pairing::check(&req.messages)?;
-        None
+    // The planner checks the pairing while it measures: only a transcript that does not
+    // pair up is repaired (or refused) and planned again.
+    let mut repaired = None;
+    let planned = match plan::plan(
+        &req, policy, untrusted, stages, budget, memory, true, scratch,
+    )? {
+        Some(planned) => planned,
+        None => {
+            if policy.repair_pairing {
+                repaired = pairing::repair(&mut req.messages);
+            } else {
+                pairing::check(&req.messages)?;
+            }
+            plan::plan(
+                &req, policy, untrusted, stages, budget, memory, false, scratch,
+            )?
+            .ok_or("a planner that does not check the pairing always plans")?
+        }
     };
-    let planned = plan::plan(&req, policy, untrusted, stages, budget, memory, scratch)?;
     let cuts = planned.cuts;
     let reserved_tool = planned.reserved_tool;
     let mut report = planned.report.clone();

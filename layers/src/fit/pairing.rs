@@ -91,49 +91,92 @@ enum Flaw {
 /// when `flaw` returns `false`. Allocates nothing unless an assistant message makes more
 /// than 64 calls.
 fn walk(messages: &[Message], mut flaw: impl FnMut(Flaw) -> bool) {
-    let mut i = 0;
-    while i < messages.len() {
+    let mut pairs = Pairs::default();
+    for i in 0..messages.len() {
+        if !pairs.step(messages, i, &mut flaw) {
+            return;
+        }
+    }
+    pairs.end_run(messages, messages.len(), &mut flaw);
+}
+
+/// The pairing check fed one message at a time, in order: [`walk`] is made of it, and the
+/// planner feeds it each message while it measures it ([`Pairs::feed`]): the ids are
+/// loaded then anyway, where a pass of its own over 10,000 messages loaded each of them
+/// again.
+#[derive(Default)]
+pub(crate) struct Pairs {
+    /// The assistant message whose results are being read, and which of its calls have
+    /// one so far.
+    run: Option<(usize, Answered)>,
+    /// Whether [`Pairs::feed`] found a flaw (it then stops looking).
+    flawed: bool,
+}
+
+impl Pairs {
+    /// Feeds message `i` of `messages` (every message before it was fed); `false` when
+    /// `flaw` asked to stop.
+    fn step(
+        &mut self,
+        messages: &[Message],
+        i: usize,
+        flaw: &mut impl FnMut(Flaw) -> bool,
+    ) -> bool {
         let m = &messages[i];
         if m.is_tool_result() {
-            // A result with no assistant message right before its run.
-            if !flaw(Flaw::Orphan(i)) {
-                return;
-            }
-            i += 1;
-            continue;
+            let answers = self.run.as_mut().and_then(|(assistant, answered)| {
+                let id = m.tool_call_id.as_deref()?;
+                let calls = &messages[*assistant].tool_calls;
+                let call = calls.iter().position(|c| c.id == id)?;
+                // A second answer to one call is an orphan too.
+                (!answered.get(call)).then(|| answered.set(call))
+            });
+            // No id, no assistant message right before its run, or another message's call.
+            return answers.is_some() || flaw(Flaw::Orphan(i));
         }
-        i += 1;
-        if !m.has_tool_calls() {
-            continue;
+        if !self.end_run(messages, i, flaw) {
+            return false;
         }
-        let assistant = i - 1;
-        let calls = &m.tool_calls;
-        let mut answered = Answered::new(calls.len());
-        while i < messages.len() && messages[i].is_tool_result() {
-            let id = messages[i].tool_call_id.as_deref();
-            let call = id.and_then(|id| calls.iter().position(|c| c.id == id));
-            match call {
-                Some(c) if !answered.get(c) => answered.set(c),
-                // No id, another message's call, or a second answer to one call.
-                _ => {
-                    if !flaw(Flaw::Orphan(i)) {
-                        return;
-                    }
-                }
-            }
-            i += 1;
+        if m.has_tool_calls() {
+            self.run = Some((i, Answered::new(m.tool_calls.len())));
         }
-        for call in 0..calls.len() {
-            if !answered.get(call)
-                && !flaw(Flaw::Unanswered {
-                    before: i,
+        true
+    }
+
+    /// Ends the run of results being read, if any, before message `before` (the length of
+    /// `messages` at the end): its calls without a result are flaws. `false` when `flaw`
+    /// asked to stop.
+    fn end_run(
+        &mut self,
+        messages: &[Message],
+        before: usize,
+        flaw: &mut impl FnMut(Flaw) -> bool,
+    ) -> bool {
+        let Some((assistant, answered)) = self.run.take() else {
+            return true;
+        };
+        (0..messages[assistant].tool_calls.len())
+            .filter(|&call| !answered.get(call))
+            .all(|call| {
+                flaw(Flaw::Unanswered {
+                    before,
                     assistant,
                     call,
                 })
-            {
-                return;
-            }
+            })
+    }
+
+    /// Feeds message `i` (every message before it was fed), noting only whether anything
+    /// is wrong; after the first flaw it does nothing.
+    pub(crate) fn feed(&mut self, messages: &[Message], i: usize) {
+        if !self.flawed {
+            self.flawed = !self.step(messages, i, &mut |_| false);
         }
+    }
+
+    /// Whether the `messages` fed pair up.
+    pub(crate) fn pair_up(mut self, messages: &[Message]) -> bool {
+        !self.flawed && self.end_run(messages, messages.len(), &mut |_| false)
     }
 }
 
@@ -296,6 +339,39 @@ mod tests {
                 (None, false) => format!("{:?}", m.role).to_lowercase(),
             })
             .collect()
+    }
+
+    /// Transcripts of users, assistants making zero to three calls, and results, with ids
+    /// from a small pool: most pair up by chance only now and then.
+    fn transcript() -> impl proptest::strategy::Strategy<Value = Vec<Message>> {
+        use proptest::prelude::*;
+        let id = proptest::sample::select(vec!["a", "b", "c"]);
+        let message = prop_oneof![
+            1 => Just(Message::user("u")),
+            1 => Just(Message::assistant("done")),
+            2 => proptest::collection::vec(id.clone(), 1..4).prop_map(|ids| {
+                Message::assistant_tool_calls("", ids.into_iter().map(call).collect())
+            }),
+            4 => id.prop_map(result),
+            1 => Just(Message::new(Role::Tool, "no id")),
+        ];
+        proptest::collection::vec(message, 0..12)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn the_planners_check_agrees_with_the_walk(t in transcript()) {
+            // What the planner feeds message by message says what `check` and `repair` say.
+            let mut pairs = Pairs::default();
+            for i in 0..t.len() {
+                pairs.feed(&t, i);
+            }
+            let fed = pairs.pair_up(&t);
+            proptest::prop_assert_eq!(fed, check(&t).is_ok());
+            proptest::prop_assert_eq!(fed, repair(&mut t.clone()).is_none());
+        }
     }
 
     #[test]

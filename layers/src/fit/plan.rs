@@ -8,6 +8,7 @@ use crate::artifact::{
     preview_chars, preview_chars_unescaped, read_artifact_tool_tokens, stub_text, unkept_stub_text,
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
+use crate::fit::pairing::Pairs;
 use crate::fit::turns::Layout;
 use crate::fit::{Cut, Cuts};
 use crate::model::ChatRequest;
@@ -485,6 +486,11 @@ struct Decision<'a> {
 /// will refer to an artifact: when a tool result is already a preview or will be
 /// offloaded, or when clearing (with artifact ids) turns out to be needed, in which case
 /// the plan is decided again with the tool counted. Measuring is not repeated.
+///
+/// With `check_pairing`, the tool pairing is checked as each message is measured (see
+/// [`Pairs`]): a transcript that does not pair up is `Ok(None)`, with nothing decided, to
+/// be repaired (or refused) and planned again without the check.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan(
     req: &ChatRequest,
     policy: &ContextPolicy,
@@ -492,8 +498,9 @@ pub(crate) fn plan(
     stages: Stages,
     budget: Budget,
     memory: Option<&SessionMemory>,
+    check_pairing: bool,
     scratch: &mut Scratch,
-) -> Result<Plan, ContextLimitError> {
+) -> Result<Option<Plan>, ContextLimitError> {
     let msgs = &req.messages;
     scratch.fit_to(msgs.len());
     let Scratch {
@@ -514,7 +521,11 @@ pub(crate) fn plan(
     // from its length alone for now (see below).
     let mut refers_already = false;
     let mut original_tokens = 0;
+    let mut pairs = Pairs::default();
     for (i, m) in msgs.iter().enumerate() {
+        if check_pairing {
+            pairs.feed(msgs, i);
+        }
         let mark = mark(m, policy, untrusted);
         marks.push(mark);
         let long = stages
@@ -555,6 +566,9 @@ pub(crate) fn plan(
             known,
             preview_chars: exact,
         });
+    }
+    if check_pairing && !pairs.pair_up(msgs) {
+        return Ok(None);
     }
     layout.fill(msgs);
     clear_order.clear();
@@ -616,7 +630,7 @@ pub(crate) fn plan(
         }
         if !dearer {
             plan.longs = std::mem::take(longs);
-            return Ok(plan);
+            return Ok(Some(plan));
         }
     }
 }
@@ -1095,9 +1109,11 @@ mod tests {
                 factor: 1.0,
             },
             None,
+            true,
             scratch,
         )
-        .unwrap();
+        .unwrap()
+        .expect("user messages pair up");
     }
 
     #[test]
