@@ -775,3 +775,71 @@ async fn a_session_with_tools_never_toggles_them() {
         assert_eq!(tools, &vec![search.clone(), read_artifact_tool()]);
     }
 }
+
+/// The in-memory store, counting what the stack asks it about the claims in a request.
+#[derive(Default)]
+struct Asked {
+    store: LocalArtifactStore,
+    contains: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl ArtifactStore for Asked {
+    async fn put(&self, s: &Scope, session: &str, id: &str, a: Artifact) -> Result<(), StoreError> {
+        self.store.put(s, session, id, a).await
+    }
+    async fn get(
+        &self,
+        s: &Scope,
+        session: &str,
+        id: &str,
+    ) -> Result<Option<Artifact>, StoreError> {
+        self.store.get(s, session, id).await
+    }
+    async fn contains(&self, s: &Scope, session: &str, id: &str) -> Result<bool, StoreError> {
+        self.contains
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.store.contains(s, session, id).await
+    }
+    async fn commit(
+        &self,
+        s: &Scope,
+        session: &str,
+        new: Vec<(String, Artifact)>,
+        referenced: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        self.store.commit(s, session, new, referenced).await
+    }
+}
+
+#[tokio::test]
+async fn only_a_request_that_claims_an_artifact_is_checked_with_the_store() {
+    // The planner finds claims while it measures: a plain request asks the store nothing
+    // before it is planned; one that sends back a preview (a proxy's client echoing what
+    // it was sent) has its claim checked, and a claim the store backs is kept.
+    let store = Arc::new(Asked::default());
+    let layer = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_artifact_store(store.clone());
+    let model = MockModel::echo();
+    let big = "GET /api/orders \"500\"\n".repeat(1_000);
+    let first = layer
+        .layer(model.clone())
+        .oneshot(request(&big))
+        .await
+        .unwrap();
+    assert_eq!(first.report.offloaded_results, 1);
+    assert_eq!(store.contains.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let sent = model.last_request().unwrap();
+    let preview = sent.messages[2].content.as_str().unwrap().to_owned();
+    assert!(is_preview(&preview));
+    let mut echoed = request(&big);
+    echoed.messages[2] = Message::tool_result("c1", "fetch", preview.as_str());
+    layer.layer(model.clone()).oneshot(echoed).await.unwrap();
+    assert_eq!(store.contains.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        model.last_request().unwrap().messages[2].content.as_str(),
+        Some(preview.as_str()),
+        "a claim the store backs is kept as it is"
+    );
+}

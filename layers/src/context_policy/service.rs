@@ -3,9 +3,9 @@ use std::task::{Context, Poll};
 
 use tower::Service;
 
-use super::steps::{Composite, prepare};
+use super::steps::{Composite, Preparation, prepare_unverified};
 use crate::BoxError;
-use crate::artifact::{Untrusted, has_claims};
+use crate::artifact::Untrusted;
 use crate::fit::Scratch;
 use crate::future::{Learn, take_ready};
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
@@ -60,21 +60,22 @@ where
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
         let req = infer_session(req);
-        if has_claims(&req) {
-            // Previews or stubs in the request: the store says which are the stack's own
-            // before anything is planned, so this request takes the asynchronous path.
-            let inner = take_ready(&mut self.inner);
-            return ResponseFuture::boxed(Box::pin(super::resolve::verify_and_run(
-                inner,
-                self.shared.clone(),
-                req,
-            )));
-        }
-        let untrusted = Untrusted::default();
-        let prepared = match prepare(req, &self.shared, &mut self.scratch, &untrusted) {
-            Ok(p) => p,
+        let prepared = match prepare_unverified(req, &self.shared, &mut self.scratch) {
+            Ok(Preparation::Prepared(p)) => p,
+            Ok(Preparation::Claims(req)) => {
+                // Previews or stubs in the request: the store says which are the stack's
+                // own before anything is planned, so this request takes the asynchronous
+                // path.
+                let inner = take_ready(&mut self.inner);
+                return ResponseFuture::boxed(Box::pin(super::resolve::verify_and_run(
+                    inner,
+                    self.shared.clone(),
+                    *req,
+                )));
+            }
             Err(e) => return ResponseFuture::failed(e),
         };
+        let untrusted = Untrusted::default();
         if !prepared.needs_store() && self.shared.auto_resolve.is_none() {
             let learn = self.shared.calibration.as_ref().map(|c| Learn {
                 calibration: c.clone(),

@@ -6,7 +6,7 @@ use crate::BoxError;
 use crate::artifact::{ArtifactReader, ArtifactStore, Untrusted};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
-use crate::fit::{self, CutStore, Scratch, Stages};
+use crate::fit::{self, CutStore, Fitting, Scratch, Stages};
 use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
 use crate::offload::{OffloadMemory, Prepared, offload_request};
 use crate::policy::ContextPolicy;
@@ -34,13 +34,50 @@ pub(crate) struct Composite {
 
 /// The whole synchronous part of preparation: inject the prefix (so the plan counts
 /// it), fit, offload, then mark the cache breakpoints on what will be sent. `untrusted`
-/// holds the request's imitations of the stack's formats (see `artifact::verify`).
+/// holds the request's imitations of the stack's formats (see `artifact::verify`): the
+/// request's claims were checked with the store, or are taken at their word.
 pub(super) fn prepare(
-    mut req: ChatRequest,
+    req: ChatRequest,
     shared: &Composite,
     scratch: &mut Scratch,
     untrusted: &Untrusted,
 ) -> Result<Prepared, BoxError> {
+    match prepare_checked(req, shared, scratch, untrusted, false)? {
+        Preparation::Prepared(prepared) => Ok(prepared),
+        Preparation::Claims(_) => Err("claims are not checked here, so never found".into()),
+    }
+}
+
+/// What [`prepare_unverified`] came to.
+// Returned once a call, nearly always prepared: boxing it would cost an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Preparation {
+    /// The request, prepared.
+    Prepared(Prepared),
+    /// A tool result is a preview or a stub naming an artifact: the request, as received
+    /// (the prefix injected, which is idempotent), for the store to check its claims
+    /// before it is prepared with [`prepare`].
+    Claims(Box<ChatRequest>),
+}
+
+/// [`prepare`] for a request whose claims nobody checked yet: the planner looks for them
+/// while it measures each message, and gives a request that has any back untouched. The
+/// common request has none and is prepared in one pass, with no pass of its own to look.
+pub(super) fn prepare_unverified(
+    req: ChatRequest,
+    shared: &Composite,
+    scratch: &mut Scratch,
+) -> Result<Preparation, BoxError> {
+    prepare_checked(req, shared, scratch, &Untrusted::default(), true)
+}
+
+fn prepare_checked(
+    mut req: ChatRequest,
+    shared: &Composite,
+    scratch: &mut Scratch,
+    untrusted: &Untrusted,
+    check_claims: bool,
+) -> Result<Preparation, BoxError> {
     shared.prefix.inject(&mut req);
     // The session's previous cuts: kept when the policy says so (see `fit::budget`), and
     // always compared, so the report says when the cached prefix was broken.
@@ -56,15 +93,19 @@ pub(super) fn prepare(
         previous,
     )?;
     let memory = shared.memory.session(&req.scope, &req.session);
-    let mut fitted = fit::prepare(
+    let mut fitted = match fit::prepare(
         req,
         &shared.policy,
         untrusted,
         Stages::All,
         budget,
         memory.as_deref(),
+        check_claims,
         scratch,
-    )?;
+    )? {
+        Fitting::Fitted(fitted) => fitted,
+        Fitting::Claims(req) => return Ok(Preparation::Claims(req)),
+    };
     fitted.report.cut_moved = fitted.cuts.history_moved(&previous);
     fitted.report.clear_moved = fitted.cuts.cleared_moved(&previous);
     if fitted.cuts != previous {
@@ -86,5 +127,5 @@ pub(super) fn prepare(
     if prepared.req.session.starts_with(INFERRED_SESSION_PREFIX) {
         prepared.report.inferred_session = Some(prepared.req.session.clone());
     }
-    Ok(prepared)
+    Ok(Preparation::Prepared(prepared))
 }

@@ -7,7 +7,7 @@ use tower::Service;
 
 use super::cut::Cuts;
 use super::pairing;
-use super::plan::{self, Applied, ApplyContext, Budget, Scratch, Stages};
+use super::plan::{self, Applied, ApplyContext, Budget, Checks, Planned, Scratch, Stages};
 use crate::BoxError;
 use crate::artifact::Untrusted;
 use crate::calibration::Calibration;
@@ -32,7 +32,22 @@ pub(crate) struct Fitted {
     pub(crate) reserved_tool: bool,
 }
 
-/// Plans and applies the stages to a request: the pure core of the fitting layers.
+/// What [`prepare`] came to.
+// Returned once a call, nearly always fitted: boxing it would cost an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Fitting {
+    /// The fitted request.
+    Fitted(Fitted),
+    /// With `check_claims`: a tool result claims an artifact, so the request, given back
+    /// as received, is to be verified against the store and prepared again.
+    Claims(Box<ChatRequest>),
+}
+
+/// Plans and applies the stages to a request: the pure core of the fitting layers. With
+/// `check_claims`, a request in which a tool result is a preview or a stub naming an
+/// artifact is given back untouched (see [`Fitting::Claims`]); without it, `untrusted`
+/// says which of those claims the store does not back.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn prepare(
     mut req: ChatRequest,
     policy: &ContextPolicy,
@@ -40,25 +55,31 @@ pub(crate) fn prepare(
     stages: Stages,
     budget: Budget,
     memory: Option<&SessionMemory>,
+    check_claims: bool,
     scratch: &mut Scratch,
-) -> Result<Fitted, BoxError> {
+) -> Result<Fitting, BoxError> {
     // The planner checks the pairing while it measures: only a transcript that does not
     // pair up is repaired (or refused) and planned again.
     let mut repaired = None;
-    let planned = match plan::plan(
-        &req, policy, untrusted, stages, budget, memory, true, scratch,
-    )? {
-        Some(planned) => planned,
-        None => {
-            if policy.repair_pairing {
-                repaired = pairing::repair(&mut req.messages);
-            } else {
-                pairing::check(&req.messages)?;
+    let mut checks = Checks {
+        pairing: true,
+        claims: check_claims,
+    };
+    let planned = loop {
+        match plan::plan(
+            &req, policy, untrusted, stages, budget, memory, checks, scratch,
+        )? {
+            Planned::Plan(planned) => break planned,
+            // Given back as received: nothing was planned or repaired.
+            Planned::Claims => return Ok(Fitting::Claims(Box::new(req))),
+            Planned::Unpaired => {
+                if policy.repair_pairing {
+                    repaired = pairing::repair(&mut req.messages);
+                } else {
+                    pairing::check(&req.messages)?;
+                }
+                checks.pairing = false;
             }
-            plan::plan(
-                &req, policy, untrusted, stages, budget, memory, false, scratch,
-            )?
-            .ok_or("a planner that does not check the pairing always plans")?
         }
     };
     let cuts = planned.cuts;
@@ -104,13 +125,13 @@ pub(crate) fn prepare(
             "context_compacted"
         );
     }
-    Ok(Fitted {
+    Ok(Fitting::Fitted(Fitted {
         req,
         cuts,
         report,
         applied,
         reserved_tool,
-    })
+    }))
 }
 
 /// What the standalone fitting layers plan with, the same as the composite: the policy,
@@ -242,15 +263,19 @@ impl<S> Fit<S> {
         // No store to look in: a standalone fitting layer takes the stack's formats at
         // their word (they are checked byte for byte, and bounded in size).
         let untrusted = Untrusted::default();
-        let fitted = prepare(
+        let fitted = match prepare(
             req,
             &config.policy,
             &untrusted,
             self.stages,
             budget,
             None,
+            false,
             &mut self.scratch,
-        )?;
+        )? {
+            Fitting::Fitted(fitted) => fitted,
+            Fitting::Claims(_) => return Err("claims are not checked here, so never found".into()),
+        };
         let learn = calibration.map(|c| Learn {
             calibration: c.clone(),
             model: fitted.req.model.clone(),

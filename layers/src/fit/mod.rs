@@ -50,7 +50,7 @@ mod turns;
 pub use crate::future::ResponseFuture;
 pub use clear::{Clear, ClearLayer};
 pub use cut::{Cut, CutStore, Cuts, LocalCutStore};
-pub(crate) use fitting::{Fit, FitConfig, budget, prepare};
+pub(crate) use fitting::{Fit, FitConfig, Fitting, budget, prepare};
 pub use pairing::PairingError;
 pub(crate) use plan::{Applied, Kept, Long, Reference, Scratch, Stages, summary_references};
 pub use prune::{Prune, PruneLayer};

@@ -441,6 +441,31 @@ impl Clone for Scratch {
     }
 }
 
+/// What [`plan`] checks while it measures each message, where the content and the ids are
+/// loaded anyway (a pass of its own over 10,000 messages loaded each of them again).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checks {
+    /// That tool calls and results pair up ([`Pairs`]).
+    pub(crate) pairing: bool,
+    /// That no tool result is a preview or a stub naming an artifact: such claims are
+    /// checked with the store before the request is planned (`artifact::verify`), so a
+    /// request that has one is given back to be verified.
+    pub(crate) claims: bool,
+}
+
+/// What [`plan`] came to.
+#[derive(Debug)]
+// Returned once a call, and nearly always as the plan: boxing it would cost an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Planned {
+    /// The plan.
+    Plan(Plan),
+    /// The tool pairing is broken: repair it (or refuse the request) and plan again.
+    Unpaired,
+    /// A tool result claims an artifact: verify the claims and plan again.
+    Claims,
+}
+
 /// What planning needs to know about a request, measured once.
 struct Measured<'a> {
     req: &'a ChatRequest,
@@ -487,9 +512,9 @@ struct Decision<'a> {
 /// offloaded, or when clearing (with artifact ids) turns out to be needed, in which case
 /// the plan is decided again with the tool counted. Measuring is not repeated.
 ///
-/// With `check_pairing`, the tool pairing is checked as each message is measured (see
-/// [`Pairs`]): a transcript that does not pair up is `Ok(None)`, with nothing decided, to
-/// be repaired (or refused) and planned again without the check.
+/// What `checks` asks for is checked as each message is measured, and a request that
+/// fails a check is planned no further: nothing is decided, and the caller deals with it
+/// and plans again without that check (see [`Checks`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan(
     req: &ChatRequest,
@@ -498,9 +523,9 @@ pub(crate) fn plan(
     stages: Stages,
     budget: Budget,
     memory: Option<&SessionMemory>,
-    check_pairing: bool,
+    checks: Checks,
     scratch: &mut Scratch,
-) -> Result<Option<Plan>, ContextLimitError> {
+) -> Result<Planned, ContextLimitError> {
     let msgs = &req.messages;
     scratch.fit_to(msgs.len());
     let Scratch {
@@ -522,11 +547,13 @@ pub(crate) fn plan(
     let mut refers_already = false;
     let mut original_tokens = 0;
     let mut pairs = Pairs::default();
+    let mut claims = false;
     for (i, m) in msgs.iter().enumerate() {
-        if check_pairing {
+        if checks.pairing {
             pairs.feed(msgs, i);
         }
         let mark = mark(m, policy, untrusted);
+        claims |= mark & REFERS != 0;
         marks.push(mark);
         let long = stages
             .offloads()
@@ -567,8 +594,11 @@ pub(crate) fn plan(
             preview_chars: exact,
         });
     }
-    if check_pairing && !pairs.pair_up(msgs) {
-        return Ok(None);
+    if checks.claims && claims {
+        return Ok(Planned::Claims);
+    }
+    if checks.pairing && !pairs.pair_up(msgs) {
+        return Ok(Planned::Unpaired);
     }
     layout.fill(msgs);
     clear_order.clear();
@@ -630,7 +660,7 @@ pub(crate) fn plan(
         }
         if !dearer {
             plan.longs = std::mem::take(longs);
-            return Ok(Some(plan));
+            return Ok(Planned::Plan(plan));
         }
     }
 }
@@ -1109,11 +1139,13 @@ mod tests {
                 factor: 1.0,
             },
             None,
-            true,
+            Checks {
+                pairing: true,
+                claims: true,
+            },
             scratch,
         )
-        .unwrap()
-        .expect("user messages pair up");
+        .unwrap();
     }
 
     #[test]
