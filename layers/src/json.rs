@@ -17,6 +17,8 @@
 //! same: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00XX` (lowercase hex) for the other
 //! control characters, everything else as itself.
 
+use crate::tokens::escapes;
+
 /// Appends `s` to `out` as a JSON string literal, quotes included, exactly as
 /// `serde_json::to_string(s)` would write it. Every escaped byte is ASCII, so the runs
 /// between escapes are whole characters of `s`: nothing is checked to be UTF-8 again.
@@ -62,12 +64,6 @@ fn escape_lanes(word: u64) -> u64 {
     (control | quote | backslash) & HIGH
 }
 
-/// Whether byte `b` is written escaped.
-#[inline]
-fn escaped(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\'
-}
-
 /// The index of the first byte at or after `from` that is written escaped.
 #[inline]
 fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
@@ -87,11 +83,18 @@ fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
     words
         .remainder()
         .iter()
-        .position(|&b| escaped(b))
+        .position(|&b| written_escaped(b))
         .map(|i| at + i)
 }
 
-/// Writes the escape of byte `b` (one that [`escaped`] says is written escaped).
+/// Whether byte `b` is written escaped, as the estimate counts it ([`escapes`]).
+#[inline]
+fn written_escaped(b: u8) -> bool {
+    let (short, long) = escapes(b);
+    short | long != 0
+}
+
+/// Writes the escape of byte `b` (one that [`written_escaped`] says is written escaped).
 fn push_escape(out: &mut String, b: u8) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let short = match b {

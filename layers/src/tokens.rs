@@ -441,7 +441,7 @@ fn lane_counts(blocks: &[u8]) -> (usize, usize) {
 /// Whether `serde_json` escapes byte `b` with two characters, and whether with six.
 /// Comparisons only, no branch and no table, so that it vectorises.
 #[inline(always)]
-fn escapes(b: u8) -> (u8, u8) {
+pub(crate) fn escapes(b: u8) -> (u8, u8) {
     let control = b < 0x20;
     // \b \t \n \f \r are 0x08, 0x09, 0x0a, 0x0c, 0x0d: 0x08..=0x0d but the vertical tab.
     let named = (b.wrapping_sub(0x08) < 6) & (b != 0x0b);

@@ -407,7 +407,7 @@ fn image_source(url: &str) -> Result<ImageSource, ProviderError> {
 /// Anthropic takes tool input as a JSON object. Arguments that are not one (a model's
 /// broken JSON, kept as a string) are wrapped, so the transcript is still accepted and
 /// the model still sees what it wrote.
-fn tool_input(arguments: Value) -> Value {
+pub(crate) fn tool_input(arguments: Value) -> Value {
     match arguments {
         Value::Object(_) => arguments,
         other => {

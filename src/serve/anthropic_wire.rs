@@ -334,10 +334,7 @@ fn blocks(r: &ChatResponse) -> Vec<Value> {
         out.push(json!({"type": "text", "text": text}));
     }
     for c in &r.message.tool_calls {
-        let input = match c.arguments_value() {
-            v @ Value::Object(_) => v,
-            other => json!({"arguments": other}),
-        };
+        let input = crate::anthropic::convert::tool_input(c.arguments_value());
         out.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
     }
     if let Some(Value::Array(unmodelled)) = r.provider_fields.get("content") {

@@ -1,6 +1,7 @@
 //! The preview that replaces an offloaded tool result, and the artifact id it names.
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -157,10 +158,12 @@ pub(crate) fn render_counted(
     json::push_str(&mut out, head);
     out.push_str(",\"preview_truncated\":");
     out.push_str(flag(original > preview_chars));
-    out.push_str(",\"original_chars\":");
-    out.push_str(&original.to_string());
-    out.push_str(",\"stored_chars\":");
-    out.push_str(&original.min(artifact_max_chars).to_string());
+    // Writing to a `String` cannot fail.
+    let _ = write!(
+        out,
+        ",\"original_chars\":{original},\"stored_chars\":{}",
+        original.min(artifact_max_chars)
+    );
     out.push_str(",\"artifact_truncated\":");
     out.push_str(flag(original > artifact_max_chars));
     out.push_str(",\"instructions\":");

@@ -1,12 +1,12 @@
 //! Replacing oversized tool results with previews: the part of offloading that needs no
 //! store, shared by the offload layer and the composite.
 
+use std::sync::Arc;
+
 use crate::artifact::{
     Artifact, Displaced, Untrusted, artifact_id, offloadable_text, render_counted,
 };
 use crate::fit::{Kept, Long, Reference};
-use std::sync::Arc;
-
 use crate::model::{Content, Message, Scope, Text};
 use crate::offload::{ContentKey, Preview, Remembered, SessionMemory, content_key};
 use crate::policy::ContextPolicy;

@@ -107,66 +107,57 @@ impl Scan<'_> {
 
     /// `[` items `]`: the brackets, each item, and `", "` between items.
     fn array(&mut self, depth: usize) -> Option<usize> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.at += 1;
-        self.space();
-        let mut n = 2;
-        if self.peek()? == b']' {
-            self.at += 1;
-            return Some(n);
-        }
-        loop {
-            n += self.value(depth)?;
-            self.space();
-            match self.peek()? {
-                b',' => n += 2,
-                b']' => {
-                    self.at += 1;
-                    return Some(n);
-                }
-                _ => return None,
-            }
-            self.at += 1;
-            self.space();
-        }
+        self.items(depth, b']', |scan| scan.value(depth))
     }
 
     /// `{` entries `}`: the braces, each key, `": "` and value, and `", "` between entries.
     fn object(&mut self, depth: usize) -> Option<usize> {
+        self.items(depth, b'}', |scan| {
+            if scan.peek()? != b'"' {
+                return None;
+            }
+            let key = scan.string()?;
+            scan.space();
+            if scan.peek()? != b':' {
+                return None;
+            }
+            scan.at += 1;
+            scan.space();
+            Some(key + 2 + scan.value(depth)?)
+        })
+    }
+
+    /// A container at its opening byte, closed by `close`, whose items `item` reads: its
+    /// two delimiters, each item, and `", "` between items.
+    fn items(
+        &mut self,
+        depth: usize,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<usize>,
+    ) -> Option<usize> {
         if depth > MAX_DEPTH {
             return None;
         }
         self.at += 1;
         self.space();
         let mut n = 2;
-        if self.peek()? == b'}' {
+        if self.peek()? == close {
             self.at += 1;
             return Some(n);
         }
         loop {
-            if self.peek()? != b'"' {
-                return None;
-            }
-            n += self.string()?;
+            n += item(self)?;
             self.space();
-            if self.peek()? != b':' {
-                return None;
-            }
-            self.at += 1;
-            self.space();
-            n += 2 + self.value(depth)?;
-            self.space();
-            match self.peek()? {
-                b',' => n += 2,
-                b'}' => {
-                    self.at += 1;
-                    return Some(n);
-                }
+            let more = match self.peek()? {
+                b',' => true,
+                b if b == close => false,
                 _ => return None,
-            }
+            };
             self.at += 1;
+            if !more {
+                return Some(n);
+            }
+            n += 2;
             self.space();
         }
     }
