@@ -19,7 +19,7 @@
 //! crate in a user's graph can switch on) cannot change a key.
 
 use serde_json::Value;
-use xxhash_rust::xxh3::Xxh3;
+use twox_hash::XxHash3_128 as Xxh3;
 
 use crate::model::{Content, ContentPart, Message};
 
@@ -45,8 +45,8 @@ impl StableHasher {
 
     /// Feeds raw bytes, length-prefixed.
     pub fn bytes(&mut self, bytes: &[u8]) {
-        self.inner.update(&(bytes.len() as u64).to_le_bytes());
-        self.inner.update(bytes);
+        self.inner.write(&(bytes.len() as u64).to_le_bytes());
+        self.inner.write(bytes);
     }
 
     /// Feeds a string, length-prefixed.
@@ -57,9 +57,9 @@ impl StableHasher {
     /// Feeds an optional string (absent and empty differ).
     pub fn opt_str(&mut self, s: Option<&str>) {
         match s {
-            None => self.inner.update(&[0]),
+            None => self.inner.write(&[0]),
             Some(s) => {
-                self.inner.update(&[1]);
+                self.inner.write(&[1]);
                 self.str(s);
             }
         }
@@ -67,7 +67,7 @@ impl StableHasher {
 
     /// Feeds an integer.
     pub fn u64(&mut self, n: u64) {
-        self.inner.update(&n.to_le_bytes());
+        self.inner.write(&n.to_le_bytes());
     }
 
     /// Feeds a JSON value in canonical form (sorted keys, no whitespace).
@@ -75,7 +75,7 @@ impl StableHasher {
     /// Streamed straight into the hash, with no buffer: a JSON text is self-delimiting,
     /// so it needs no length prefix to keep fields apart.
     pub fn json(&mut self, value: &Value) {
-        self.inner.update(b"j");
+        self.inner.write(b"j");
         write_canonical(value, &mut HashWriter(&mut self.inner));
     }
 
@@ -84,20 +84,20 @@ impl StableHasher {
         self.str(m.role.as_str());
         match &m.content {
             Content::Text(t) => {
-                self.inner.update(&[0]);
+                self.inner.write(&[0]);
                 self.str(t);
             }
             Content::Parts(parts) => {
-                self.inner.update(&[1]);
+                self.inner.write(&[1]);
                 self.u64(parts.len() as u64);
                 for part in parts {
                     match part {
                         ContentPart::Text { text } => {
-                            self.inner.update(&[0]);
+                            self.inner.write(&[0]);
                             self.str(text);
                         }
                         ContentPart::Image { url, detail } => {
-                            self.inner.update(&[1]);
+                            self.inner.write(&[1]);
                             self.str(url);
                             self.opt_str(detail.as_deref());
                         }
@@ -114,9 +114,9 @@ impl StableHasher {
             // As the value used to be hashed: canonical arguments (all that
             // `ToolCall::new` writes) hash as before the text was kept, and text that
             // holds no JSON value as the string it is.
-            self.inner.update(b"j");
+            self.inner.write(b"j");
             if call.arguments_are_json() {
-                self.inner.update(call.arguments.trim().as_bytes());
+                self.inner.write(call.arguments.trim().as_bytes());
             } else {
                 let _ = serde_json::to_writer(HashWriter(&mut self.inner), &call.arguments);
             }
@@ -124,7 +124,7 @@ impl StableHasher {
         // Only when present, so a message without reasoning hashes as it always did.
         let reasoning = m.reasoning();
         if !reasoning.is_empty() {
-            self.inner.update(&[0xFE]);
+            self.inner.write(&[0xFE]);
             self.u64(reasoning.len() as u64);
             for r in reasoning.iter() {
                 match r {
@@ -132,16 +132,16 @@ impl StableHasher {
                         thinking,
                         signature,
                     } => {
-                        self.inner.update(&[0]);
+                        self.inner.write(&[0]);
                         self.str(thinking);
                         self.str(signature);
                     }
                     crate::Reasoning::RedactedThinking { data } => {
-                        self.inner.update(&[1]);
+                        self.inner.write(&[1]);
                         self.str(data);
                     }
                     crate::Reasoning::Text { text } => {
-                        self.inner.update(&[2]);
+                        self.inner.write(&[2]);
                         self.str(text);
                     }
                 }
@@ -169,7 +169,7 @@ impl StableHasher {
 
     /// The 128-bit digest.
     pub fn finish(&self) -> u128 {
-        self.inner.digest128()
+        self.inner.finish_128()
     }
 
     /// The digest as 32 lowercase hex characters.
@@ -183,7 +183,7 @@ struct HashWriter<'a>(&'a mut Xxh3);
 
 impl std::io::Write for HashWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
+        self.0.write(buf);
         Ok(buf.len())
     }
 
@@ -254,7 +254,7 @@ mod tests {
         let before = |value: &Value| {
             let mut h = StableHasher::new("t");
             h.str("assistant");
-            h.inner.update(&[0]);
+            h.inner.write(&[0]);
             h.str("");
             h.opt_str(None);
             h.opt_str(None);
@@ -297,8 +297,11 @@ mod tests {
         let mut again = StableHasher::new("llm-context/test/v1");
         again.str("hello");
         assert_eq!(first, again.finish_hex());
+        // Computed with xxhash-rust 0.8 (the implementation this crate used before
+        // twox-hash): ids made by earlier releases stay valid.
+        assert_eq!(first, "37e4b5063ebd9da7ccfdfd43796086e9");
         assert_eq!(
-            xxhash_rust::xxh3::xxh3_128(b"hello"),
+            twox_hash::XxHash3_128::oneshot(b"hello"),
             0xb5e9c1ad071b3e7fc779cfaa5e523818,
             "XXH3-128 reference vector, as Python xxhash 3.x computes it"
         );

@@ -2,7 +2,7 @@
 //! or a stub byte for byte, but it cannot put the artifact it names into this tenant's and
 //! session's store.
 
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 use super::preview::{ARTIFACT_ID_PREFIX, parse_preview};
 use super::store::ArtifactStore;
@@ -26,7 +26,11 @@ pub(crate) struct Untrusted {
 impl Untrusted {
     /// Whether `text` was found not to name a stored artifact.
     pub(crate) fn contains(&self, text: &str) -> bool {
-        !self.texts.is_empty() && self.texts.binary_search(&xxh3_64(text.as_bytes())).is_ok()
+        !self.texts.is_empty()
+            && self
+                .texts
+                .binary_search(&XxHash3_64::oneshot(text.as_bytes()))
+                .is_ok()
     }
 }
 
@@ -73,7 +77,7 @@ pub(crate) async fn verify(store: &dyn ArtifactStore, req: &ChatRequest) -> Untr
         };
         match store.contains(&req.scope, &req.session, &id).await {
             Ok(true) => {}
-            Ok(false) => texts.push(xxh3_64(text.as_bytes())),
+            Ok(false) => texts.push(XxHash3_64::oneshot(text.as_bytes())),
             Err(e) => tracing::warn!(
                 event = "artifact_verify_failed",
                 error = %e,

@@ -152,6 +152,9 @@ pub(crate) struct Long {
     pub(crate) known: Option<Arc<Remembered>>,
     /// The preview's characters, once known exactly.
     pub(crate) preview_chars: Option<usize>,
+    /// The message's estimated tokens with its text and with that exact preview, when the
+    /// planner measured them (offloading then need not load the message's ids again).
+    pub(crate) tokens: Option<(usize, usize)>,
 }
 
 impl Long {
@@ -549,50 +552,56 @@ pub(crate) fn plan(
     let mut pairs = Pairs::default();
     let mut claims = false;
     for (i, m) in msgs.iter().enumerate() {
+        // Measured first, checked for pairing after: the ids the check compares are in the
+        // cache then (measuring counts them), where checking first loaded each from memory.
+        'measure: {
+            let mark = mark(m, policy, untrusted);
+            claims |= mark & REFERS != 0;
+            marks.push(mark);
+            let long = stages
+                .offloads()
+                .then(|| offloadable_marked(m, policy, mark))
+                .flatten();
+            let Some(text) = long else {
+                let cost = MessageSize::of(m).tokens();
+                original_tokens += cost;
+                refers_already |= mark & REFERS != 0;
+                sent.push(cost);
+                break 'measure;
+            };
+            let key = content_key(text);
+            let known = memory.and_then(|mem| mem.get(key)).cloned();
+            let size = match &known {
+                Some(k) => MessageSize::with_content_chars(m, k.chars),
+                None => MessageSize::of(m),
+            };
+            let cost = size.tokens();
+            original_tokens += cost;
+            if size.content_chars <= max {
+                sent.push(cost);
+                break 'measure;
+            }
+            refers_already = true;
+            let exact = known
+                .as_ref()
+                .and_then(|k| k.preview.as_ref())
+                .map(|p| p.chars);
+            let preview =
+                exact.unwrap_or_else(|| preview_chars_unescaped(size.content_chars, max, art_max));
+            let preview_tokens = size.tokens_with_content(preview);
+            sent.push(preview_tokens);
+            longs.push(Long {
+                index: i,
+                key,
+                chars: size.content_chars,
+                known,
+                preview_chars: exact,
+                tokens: exact.map(|_| (cost, preview_tokens)),
+            });
+        }
         if checks.pairing {
             pairs.feed(msgs, i);
         }
-        let mark = mark(m, policy, untrusted);
-        claims |= mark & REFERS != 0;
-        marks.push(mark);
-        let long = stages
-            .offloads()
-            .then(|| offloadable_marked(m, policy, mark))
-            .flatten();
-        let Some(text) = long else {
-            let cost = MessageSize::of(m).tokens();
-            original_tokens += cost;
-            refers_already |= mark & REFERS != 0;
-            sent.push(cost);
-            continue;
-        };
-        let key = content_key(text);
-        let known = memory.and_then(|mem| mem.get(key)).cloned();
-        let size = match &known {
-            Some(k) => MessageSize::with_content_chars(m, k.chars),
-            None => MessageSize::of(m),
-        };
-        let cost = size.tokens();
-        original_tokens += cost;
-        if size.content_chars <= max {
-            sent.push(cost);
-            continue;
-        }
-        refers_already = true;
-        let exact = known
-            .as_ref()
-            .and_then(|k| k.preview.as_ref())
-            .map(|p| p.chars);
-        let preview =
-            exact.unwrap_or_else(|| preview_chars_unescaped(size.content_chars, max, art_max));
-        sent.push(size.tokens_with_content(preview));
-        longs.push(Long {
-            index: i,
-            key,
-            chars: size.content_chars,
-            known,
-            preview_chars: exact,
-        });
     }
     if checks.claims && claims {
         return Ok(Planned::Claims);
@@ -602,8 +611,12 @@ pub(crate) fn plan(
     }
     layout.fill(msgs);
     clear_order.clear();
-    if stages.clears() {
+    // The results that may be cleared are found only when clearing may happen: a request
+    // that fits as it is (the usual case) never reads its results' names and ids again.
+    let mut ordered = false;
+    if stages.clears() && budget.previous_clear.is_some() {
         clearable(msgs, policy, marks, clear_order);
+        ordered = true;
     }
     let previous_cut = budget
         .previous_cut
@@ -620,7 +633,13 @@ pub(crate) fn plan(
     // Plan first, then size: a new long result costs at least its unescaped preview, and
     // only those the plan keeps are read to size their preview exactly. When that makes
     // one dearer, plan again with it sized (a kept result stays sized, so this ends).
+    // The most the request can cost before anything is dropped, but for its messages.
+    let fixed_at_most = prefix_tokens + tool_tokens + read_artifact_tool_tokens();
     loop {
+        if stages.clears() && !ordered && fixed_at_most + sent.iter().sum::<usize>() > allowance {
+            clearable(msgs, policy, marks, clear_order);
+            ordered = true;
+        }
         let measured = Measured {
             req,
             untrusted,
@@ -652,7 +671,9 @@ pub(crate) fn plan(
             let text = m.content.as_str().unwrap_or_default();
             let exact = preview_chars(text, l.chars, max, art_max);
             l.preview_chars = Some(exact);
-            let now = MessageSize::with_content_chars(m, l.chars).tokens_with_content(exact);
+            let size = MessageSize::with_content_chars(m, l.chars);
+            let now = size.tokens_with_content(exact);
+            l.tokens = Some((size.tokens(), now));
             if now != sent[l.index] {
                 sent[l.index] = now;
                 dearer = true;
@@ -997,7 +1018,7 @@ fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8], out: &mut V
     let mut call_names: Vec<(&str, &str)> = Vec::new();
     let mut r = 0;
     for (i, m) in msgs.iter().enumerate() {
-        if m.has_tool_calls() {
+        if m.has_tool_calls() && !policy.never_clear.is_empty() {
             call_names.clear();
             call_names.extend(
                 m.tool_calls
@@ -1015,8 +1036,10 @@ fn clearable(msgs: &[Message], policy: &ContextPolicy, marks: &[u8], out: &mut V
         if marks[i] & STUB != 0 {
             continue;
         }
-        let name = tool_name(m, &call_names);
-        if name.is_some_and(|n| policy.never_clear.contains(n)) {
+        // Without `never_clear` tools the name does not matter: its box is not loaded.
+        if !policy.never_clear.is_empty()
+            && tool_name(m, &call_names).is_some_and(|n| policy.never_clear.contains(n))
+        {
             continue;
         }
         out.push(i);

@@ -46,7 +46,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lru::LruCache;
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::XxHash3_128;
 
 use crate::model::Scope;
 
@@ -55,7 +55,7 @@ pub(crate) type ContentKey = u128;
 
 /// The key of `text`.
 pub(crate) fn content_key(text: &str) -> ContentKey {
-    xxh3_128(text.as_bytes())
+    XxHash3_128::oneshot(text.as_bytes())
 }
 
 /// What offloading (or clearing) one result made, kept for the next requests.

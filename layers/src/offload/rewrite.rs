@@ -53,6 +53,7 @@ pub(crate) fn find_longs(
                 chars,
                 known,
                 preview_chars: None,
+                tokens: None,
             });
         }
     }
@@ -80,14 +81,21 @@ pub(crate) fn offload_messages(
         let Some(m) = messages.get_mut(long.index) else {
             continue;
         };
-        let size = MessageSize::with_content_chars(m, long.chars);
+        // The planner measured the message already; the offload layer alone did not.
+        let tokens = |m: &Message, preview_chars: usize| {
+            long.tokens.unwrap_or_else(|| {
+                let size = MessageSize::with_content_chars(m, long.chars);
+                (size.tokens(), size.tokens_with_content(preview_chars))
+            })
+        };
         let reuse = long
             .known
             .as_ref()
             .and_then(|k| k.preview.as_ref().map(|p| (k, p)));
         if let Some((known, preview)) = reuse {
-            out.tokens.0 += size.tokens();
-            out.tokens.1 += size.tokens_with_content(preview.chars);
+            let (before, after) = tokens(m, preview.chars);
+            out.tokens.0 += before;
+            out.tokens.1 += after;
             let shared = Content::Text(Text::from(preview.text.clone()));
             let original = std::mem::replace(&mut m.content, shared);
             if let Content::Text(text) = original {
@@ -124,8 +132,9 @@ pub(crate) fn offload_messages(
         // Shared between the memory and every request that sends it from now on.
         let preview: Arc<str> = Arc::from(preview);
         let artifact = Artifact::counted(text, long.chars, policy.artifact_max_chars);
-        out.tokens.0 += size.tokens();
-        out.tokens.1 += size.tokens_with_content(preview_chars);
+        let (before, after) = tokens(m, preview_chars);
+        out.tokens.0 += before;
+        out.tokens.1 += after;
         out.made.push((
             long.key,
             Remembered {
