@@ -69,7 +69,15 @@ type SessionKey = (String, String);
 /// refers to (never evicted while they are).
 struct Session {
     artifacts: LruCache<String, Artifact>,
-    live: HashSet<String>,
+    live: HashSet<String, foldhash::fast::RandomState>,
+    /// A digest of the ids the live set was made from, in order, so that a request naming
+    /// the same ids as the one before (an agent loop's usual request) is told in one hash
+    /// of ids it has just written, instead of a lookup of each in the set.
+    live_digest: Option<u128>,
+    /// Whether the session held every live id after the last commit. Live artifacts are
+    /// never evicted (only a whole session is, and then this one is new), so while the
+    /// live set stays the same and nothing is added, they all still are.
+    all_held: bool,
     bytes: usize,
 }
 
@@ -77,7 +85,9 @@ impl Session {
     fn new() -> Self {
         Self {
             artifacts: LruCache::unbounded(),
-            live: HashSet::new(),
+            live: HashSet::default(),
+            live_digest: None,
+            all_held: false,
             bytes: 0,
         }
     }
@@ -335,13 +345,19 @@ impl ArtifactStore for LocalArtifactStore {
         let mut inner = self.lock();
         let key = (scope.key(), session.to_owned());
         let s = inner.session(key.clone(), &self.limits);
-        // An agent loop names the same ids request after request: looking them up costs
-        // less than building the set again.
-        let same =
-            referenced.len() == s.live.len() && referenced.iter().all(|id| s.live.contains(id));
+        // An agent loop names the same ids request after request.
+        let digest = live_digest(referenced);
+        let same = s.live_digest == Some(digest);
         if !same {
             s.live.clear();
             s.live.extend(referenced.iter().cloned());
+            s.live_digest = Some(digest);
+        }
+        if same && s.all_held && new.is_empty() {
+            // Nothing added, nothing live evicted since: every id is held, as it was. The
+            // live artifacts keep their order of use, which only matters once one stops
+            // being live.
+            return Ok(Vec::new());
         }
         for (id, artifact) in new {
             // One artifact over the store's whole bound is a missing reference.
@@ -357,11 +373,22 @@ impl ArtifactStore for LocalArtifactStore {
             .filter(|id| s.artifacts.get(id.as_str()).is_none())
             .cloned()
             .collect();
+        s.all_held = missing.is_empty();
         // All the session holds is live (the usual case of a loop): nothing to scan.
         let all_live = s.artifacts.len() + missing.len() <= s.live.len();
         inner.enforce(&key, &self.limits, all_live);
         Ok(missing)
     }
+}
+
+/// The digest of a live set's ids, in order (two requests naming the same ids in another
+/// order make the set again, which is only slower).
+fn live_digest(referenced: &[String]) -> u128 {
+    let mut h = crate::hash::StableHasher::new("llm-context/live-set/v1");
+    for id in referenced {
+        h.str(id);
+    }
+    h.finish()
 }
 
 impl LocalArtifactStore {
@@ -473,5 +500,42 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(missing, ids(&["huge", "never"]));
+        // The same live set again: what was missing is reported again, not taken as held.
+        let missing = store
+            .commit(&s, "s", Vec::new(), &ids(&["ok", "huge", "never"]))
+            .await
+            .unwrap();
+        assert_eq!(missing, ids(&["huge", "never"]));
+    }
+
+    #[tokio::test]
+    async fn a_repeated_live_set_is_checked_again_once_its_session_was_evicted() {
+        let store = LocalArtifactStore::new(ArtifactLimits::default().with_sessions(1));
+        let s = Scope::org(1);
+        let refs = ids(&["a", "b"]);
+        let new = vec![("a".into(), art(1)), ("b".into(), art(1))];
+        assert!(store.commit(&s, "s", new, &refs).await.unwrap().is_empty());
+        // The same ids, nothing new: all held, as before.
+        assert!(
+            store
+                .commit(&s, "s", Vec::new(), &refs)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Another session takes the only slot: the first one's artifacts are gone, and a
+        // request naming the same ids as before is told so.
+        store.put(&s, "other", "x", art(1)).await.unwrap();
+        let missing = store.commit(&s, "s", Vec::new(), &refs).await.unwrap();
+        assert_eq!(missing, refs);
+        // In another order the same ids are the same live set.
+        let new = vec![("a".into(), art(1)), ("b".into(), art(1))];
+        assert!(store.commit(&s, "s", new, &refs).await.unwrap().is_empty());
+        let missing = store
+            .commit(&s, "s", Vec::new(), &ids(&["b", "a"]))
+            .await
+            .unwrap();
+        assert!(missing.is_empty());
+        assert_eq!(store.len(), 2);
     }
 }

@@ -170,7 +170,9 @@ impl Long {
 pub(crate) struct Reference {
     /// Its index in the fitted (later the prepared) request.
     pub(crate) index: usize,
-    pub(crate) id: String,
+    /// Shared with the session's memory and the request's other lists: an agent's request
+    /// names hundreds, each copied three times before.
+    pub(crate) id: Arc<str>,
     /// The characters of the result it stands for.
     pub(crate) chars: usize,
     /// Named by a summary block (a folded span or its archive), not by a tool result: kept
@@ -189,7 +191,7 @@ pub(crate) fn summary_references(messages: &[Message], head_end: usize) -> Vec<R
         for id in block.artifacts.into_iter().chain(block.archive) {
             out.push(Reference {
                 index,
-                id,
+                id: id.into(),
                 chars: 0,
                 summary: true,
             });
@@ -202,7 +204,7 @@ pub(crate) fn summary_references(messages: &[Message], head_end: usize) -> Vec<R
 /// kept until the store confirms it still holds the artifact (or stores it again).
 #[derive(Debug)]
 pub(crate) struct Kept {
-    pub(crate) id: String,
+    pub(crate) id: Arc<str>,
     pub(crate) text: Text,
 }
 
@@ -297,11 +299,11 @@ impl Plan {
                     // The session stored this text before: the same id, nothing stored.
                     let id = match &known {
                         Some(k) => k.id.clone(),
-                        None => artifact_id(ctx.scope, ctx.session, &text),
+                        None => artifact_id(ctx.scope, ctx.session, &text).into(),
                     };
                     (Some(id), Some((key, known)))
                 }
-                Naming::Stored(id) => (Some(id.clone()), None),
+                Naming::Stored(id) => (Some(Arc::from(id.as_str())), None),
                 Naming::Nothing | Naming::Unkept => (None, None),
             };
             m.content = stub_for(m.name(), c.chars, &c.naming, id.as_deref()).into();
@@ -326,7 +328,10 @@ impl Plan {
                             preview: None,
                         },
                     ));
-                    out.displaced.push(Displaced { id, artifact });
+                    out.displaced.push(Displaced {
+                        id: id.to_string(),
+                        artifact,
+                    });
                 }
                 Some((_, Some(_))) => {
                     // Kept in case the store lost it since (moved, not copied).
@@ -904,7 +909,7 @@ fn input_references(
         if let Some((id, chars)) = named_artifact(&m.req.messages[i], mark, policy, m.untrusted) {
             out.push(Reference {
                 index: i,
-                id,
+                id: id.into(),
                 chars,
                 summary: false,
             });

@@ -27,10 +27,13 @@ pub(crate) async fn commit(
         .collect();
     let mut referenced: Vec<String> = Vec::with_capacity(prepared.refs.len());
     {
-        let mut seen = HashSet::with_capacity(prepared.refs.len());
+        let mut seen = HashSet::with_capacity_and_hasher(
+            prepared.refs.len(),
+            foldhash::fast::RandomState::default(),
+        );
         for r in &prepared.refs {
-            if seen.insert(r.id.as_str()) {
-                referenced.push(r.id.clone());
+            if seen.insert(&*r.id) {
+                referenced.push(r.id.to_string());
             }
         }
     }
@@ -41,13 +44,13 @@ pub(crate) async fn commit(
     };
     if !missing.is_empty() {
         // Stored before, lost since: the request still has the text.
-        let lost: HashSet<&String> = missing.iter().collect();
+        let lost: HashSet<&str> = missing.iter().map(String::as_str).collect();
         let again: Vec<(String, Artifact)> = kept
             .iter()
-            .filter(|k| lost.contains(&k.id))
+            .filter(|k| lost.contains(&*k.id))
             .map(|k| {
                 let artifact = Artifact::new(&k.text, policy.artifact_max_chars);
-                (k.id.clone(), artifact)
+                (k.id.to_string(), artifact)
             })
             .collect();
         if !again.is_empty() {
@@ -65,7 +68,7 @@ pub(crate) async fn commit(
     if let Some(memory) = memory {
         let made = std::mem::take(&mut prepared.made)
             .into_iter()
-            .filter(|(_, r)| !missing.contains(&r.id))
+            .filter(|(_, r)| !missing.contains(&*r.id))
             .collect();
         memory.update(&scope, &session, made, &missing);
     }
@@ -90,7 +93,7 @@ fn unkeep(prepared: &mut Prepared, missing: &HashSet<String>) {
     for r in prepared
         .refs
         .iter()
-        .filter(|r| !r.summary && missing.contains(&r.id))
+        .filter(|r| !r.summary && missing.contains(&*r.id))
     {
         let Some(m) = prepared.req.messages.get_mut(r.index) else {
             continue;
@@ -117,5 +120,5 @@ fn unkeep(prepared: &mut Prepared, missing: &HashSet<String>) {
             "the store does not hold an artifact the request names; sent as a stub naming none"
         );
     }
-    prepared.refs.retain(|r| !missing.contains(&r.id));
+    prepared.refs.retain(|r| !missing.contains(&*r.id));
 }

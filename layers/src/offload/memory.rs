@@ -62,7 +62,7 @@ pub(crate) fn content_key(text: &str) -> ContentKey {
 #[derive(Debug)]
 pub(crate) struct Remembered {
     /// The artifact id.
-    pub(crate) id: String,
+    pub(crate) id: Arc<str>,
     /// The characters of the original text.
     pub(crate) chars: usize,
     /// Bytes the artifact holds.
@@ -93,7 +93,7 @@ type SessionKey = (String, String);
 /// One session's results, by content key.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SessionMemory {
-    results: HashMap<ContentKey, Arc<Remembered>>,
+    results: HashMap<ContentKey, Arc<Remembered>, foldhash::fast::RandomState>,
     bytes: usize,
 }
 
@@ -182,7 +182,7 @@ impl OffloadMemory {
         // Copy on write: a request planning against the old snapshot keeps it.
         let m = Arc::make_mut(&mut memory);
         if !lost.is_empty() {
-            m.results.retain(|_, r| !lost.contains(&r.id));
+            m.results.retain(|_, r| !lost.contains(&*r.id));
         }
         for (k, r) in made {
             m.results.entry(k).or_insert_with(|| Arc::new(r));
@@ -205,7 +205,7 @@ mod tests {
 
     fn remembered(id: &str, preview_bytes: usize) -> Remembered {
         Remembered {
-            id: id.to_owned(),
+            id: id.into(),
             chars: 10_000,
             stored_bytes: 10_000,
             preview: Some(Preview {

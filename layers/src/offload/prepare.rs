@@ -118,7 +118,7 @@ fn input_references(
             let (id, chars) = named_artifact(m, mark(m, policy, untrusted), policy, untrusted)?;
             Some(Reference {
                 index,
-                id,
+                id: id.into(),
                 chars,
                 summary: false,
             })

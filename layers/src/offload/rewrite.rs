@@ -119,7 +119,7 @@ pub(crate) fn offload_messages(
         // A result only cleared before has its id remembered, not a preview.
         let id = match &long.known {
             Some(k) => k.id.clone(),
-            None => artifact_id(scope, session, text),
+            None => artifact_id(scope, session, text).into(),
         };
         let preview = render_counted(
             &id,
@@ -154,7 +154,10 @@ pub(crate) fn offload_messages(
             chars: long.chars,
             summary: false,
         });
-        out.displaced.push(Displaced { id, artifact });
+        out.displaced.push(Displaced {
+            id: id.to_string(),
+            artifact,
+        });
     }
     out
 }
