@@ -66,7 +66,7 @@ fn escape_lanes(word: u64) -> u64 {
 
 /// The index of the first byte at or after `from` that is written escaped.
 #[inline]
-fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+pub(crate) fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
     let rest = bytes.get(from..)?;
     let mut words = rest.chunks_exact(8);
     let mut at = from;

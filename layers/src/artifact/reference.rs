@@ -13,6 +13,9 @@ pub(crate) const STUB: u8 = 2;
 /// The content refers to an artifact (a preview, or a stub naming one).
 pub(crate) const REFERS: u8 = 4;
 
+/// The start of both the preview and the stub JSON.
+const FORMATS_START: &str = "{\"context_";
+
 /// What a tool result's content is to the stack: a preview, a stub, a reference to an
 /// artifact, or (0) plain text. Only the stack's own formats, exactly as it writes them,
 /// count: tool output that imitates them is plain text.
@@ -23,6 +26,10 @@ pub(crate) fn mark(m: &Message, policy: &ContextPolicy, untrusted: &Untrusted) -
     let Some(text) = m.content.as_str() else {
         return 0;
     };
+    // What both formats open with: most results are neither, and are told by this alone.
+    if !text.starts_with(FORMATS_START) {
+        return 0;
+    }
     if genuine_preview(text, policy, untrusted).is_some() {
         return PREVIEW | REFERS;
     }
@@ -101,5 +108,32 @@ pub(crate) fn named_artifact(
         genuine_preview(text, policy, untrusted).map(|p| (p.id.into_owned(), p.original_chars))
     } else {
         parse_stub(text).flatten().map(|id| (id, 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::preview::render_counted;
+    use crate::artifact::stub::{stub_text, unkept_stub_text};
+
+    #[test]
+    fn every_format_the_stack_writes_opens_as_the_mark_expects() {
+        let id = "art_0123456789abcdef0123456789abcdef";
+        let written = [
+            render_counted(id, "some long text", 14, 4, 100),
+            stub_text(Some("tool"), 14, Some(id)),
+            stub_text(None, 14, None),
+            unkept_stub_text(Some("tool"), 14),
+        ];
+        for text in written {
+            assert!(text.starts_with(FORMATS_START), "{text}");
+        }
+        // And what opens otherwise is plain text, told without parsing.
+        let m = Message::tool_result("c", "t", "{\"context\":1}");
+        assert_eq!(
+            mark(&m, &ContextPolicy::default(), &Untrusted::default()),
+            0
+        );
     }
 }

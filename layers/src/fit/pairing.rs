@@ -116,6 +116,7 @@ pub(crate) struct Pairs {
 impl Pairs {
     /// Feeds message `i` of `messages` (every message before it was fed); `false` when
     /// `flaw` asked to stop.
+    #[inline]
     fn step(
         &mut self,
         messages: &[Message],
@@ -168,6 +169,7 @@ impl Pairs {
 
     /// Feeds message `i` (every message before it was fed), noting only whether anything
     /// is wrong; after the first flaw it does nothing.
+    #[inline]
     pub(crate) fn feed(&mut self, messages: &[Message], i: usize) {
         if !self.flawed {
             self.flawed = !self.step(messages, i, &mut |_| false);

@@ -9,7 +9,7 @@ use crate::artifact::{
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::pairing::Pairs;
-use crate::fit::turns::Layout;
+use crate::fit::turns::{Filling, Layout};
 use crate::fit::{Cut, Cuts};
 use crate::model::ChatRequest;
 use crate::model::PreparationReport;
@@ -346,9 +346,18 @@ impl Plan {
             out.inputs_freed = clear_inputs(&mut messages, actions, cleared_calls);
         }
         let mut longs = self.longs;
+        refs.sort_unstable_by_key(|r| r.index);
+        if self.report.removed_messages == 0 {
+            // Nothing dropped (a request that fits): every index stands as it is.
+            debug_assert!(actions.iter().all(|a| *a != Action::Drop));
+            longs.retain(|l| actions[l.index] == Action::Keep);
+            out.messages = messages;
+            out.refs = refs;
+            out.longs = longs;
+            return out;
+        }
         longs.retain(|l| actions[l.index] == Action::Keep);
         // Indices in the fitted request: each minus the messages dropped before it.
-        refs.sort_unstable_by_key(|r| r.index);
         let mut dropped = 0;
         let (mut r, mut l) = (0, 0);
         for (i, a) in actions.iter().enumerate() {
@@ -556,7 +565,9 @@ pub(crate) fn plan(
     let mut original_tokens = 0;
     let mut pairs = Pairs::default();
     let mut claims = false;
+    let mut filling = Filling::new(layout);
     for (i, m) in msgs.iter().enumerate() {
+        filling.feed(layout, i, m);
         // Measured first, checked for pairing after: the ids the check compares are in the
         // cache then (measuring counts them), where checking first loaded each from memory.
         'measure: {
@@ -608,13 +619,13 @@ pub(crate) fn plan(
             pairs.feed(msgs, i);
         }
     }
+    filling.finish(layout, msgs.len());
     if checks.claims && claims {
         return Ok(Planned::Claims);
     }
     if checks.pairing && !pairs.pair_up(msgs) {
         return Ok(Planned::Unpaired);
     }
-    layout.fill(msgs);
     clear_order.clear();
     // The results that may be cleared are found only when clearing may happen: a request
     // that fits as it is (the usual case) never reads its results' names and ids again.
@@ -903,7 +914,8 @@ fn input_references(
 ) -> Vec<Reference> {
     let mut out = Vec::new();
     for (i, &mark) in m.marks.iter().enumerate() {
-        if actions[i] != Action::Keep {
+        // The mark says it first, without a call for each of 10,000 messages.
+        if mark & REFERS == 0 || actions[i] != Action::Keep {
             continue;
         }
         if let Some((id, chars)) = named_artifact(&m.req.messages[i], mark, policy, m.untrusted) {

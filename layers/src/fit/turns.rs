@@ -87,36 +87,87 @@ impl Layout {
 
     /// [`Layout::of`] into this layout's lists, reusing their memory.
     pub(crate) fn fill(&mut self, messages: &[Message]) {
-        let (turns, units) = (&mut self.turns, &mut self.units);
-        turns.clear();
-        units.clear();
-        self.head_end = crate::model::leading_system_end(messages);
-        let mut i = self.head_end;
-        while i < messages.len() {
-            let start = i;
-            let has_request = messages[i].is_user_request();
-            if has_request {
-                i += 1;
+        let mut filling = Filling::new(self);
+        for (i, m) in messages.iter().enumerate() {
+            filling.feed(self, i, m);
+        }
+        filling.finish(self, messages.len());
+    }
+}
+
+/// A [`Layout`] made one message at a time, in order: [`Layout::fill`] is made of it, and
+/// the planner feeds it each message while it measures it, where a pass of its own read
+/// all 10,000 again.
+pub(crate) struct Filling {
+    /// Still among the leading system messages.
+    head: bool,
+    /// The open turn: where it starts, whether it opens with a request, its first unit.
+    turn: Option<(usize, bool, usize)>,
+    /// The open unit: where it starts, and whether it is a round (a call and its results).
+    unit: Option<(usize, bool)>,
+}
+
+impl Filling {
+    /// Starts `layout` again, empty.
+    pub(crate) fn new(layout: &mut Layout) -> Self {
+        layout.head_end = 0;
+        layout.turns.clear();
+        layout.units.clear();
+        Self {
+            head: true,
+            turn: None,
+            unit: None,
+        }
+    }
+
+    /// Message `i` (every message before it was fed).
+    #[inline]
+    pub(crate) fn feed(&mut self, layout: &mut Layout, i: usize, m: &Message) {
+        if self.head {
+            if m.role == crate::Role::System {
+                layout.head_end = i + 1;
+                return;
             }
-            let first_unit = units.len();
-            while i < messages.len() && !messages[i].is_user_request() {
-                let unit_start = i;
-                let is_round = messages[i].has_tool_calls();
-                i += 1;
-                if is_round {
-                    while i < messages.len() && messages[i].is_tool_result() {
-                        i += 1;
-                    }
-                }
-                units.push(Unit {
-                    range: Span::new(unit_start..i),
-                    is_round,
-                });
-            }
-            turns.push(Turn {
-                range: Span::new(start..i),
+            self.head = false;
+        }
+        if m.is_user_request() {
+            self.close_turn(layout, i);
+            self.turn = Some((i, true, layout.units.len()));
+            return;
+        }
+        // A round goes on while its results follow it.
+        if matches!(self.unit, Some((_, true))) && m.is_tool_result() {
+            return;
+        }
+        self.close_unit(layout, i);
+        if self.turn.is_none() {
+            self.turn = Some((i, false, layout.units.len()));
+        }
+        self.unit = Some((i, m.has_tool_calls()));
+    }
+
+    /// Ends the layout of `len` messages.
+    pub(crate) fn finish(mut self, layout: &mut Layout, len: usize) {
+        self.close_turn(layout, len);
+    }
+
+    #[inline]
+    fn close_unit(&mut self, layout: &mut Layout, end: usize) {
+        if let Some((start, is_round)) = self.unit.take() {
+            layout.units.push(Unit {
+                range: Span::new(start..end),
+                is_round,
+            });
+        }
+    }
+
+    fn close_turn(&mut self, layout: &mut Layout, end: usize) {
+        self.close_unit(layout, end);
+        if let Some((start, has_request, first_unit)) = self.turn.take() {
+            layout.turns.push(Turn {
+                range: Span::new(start..end),
                 has_request,
-                units: Span::new(first_unit..units.len()),
+                units: Span::new(first_unit..layout.units.len()),
             });
         }
     }
@@ -167,6 +218,76 @@ mod tests {
         assert_eq!(layout.head_end, 0);
         assert_eq!(layout.turns.len(), 2);
         assert!(!layout.turns[0].has_request);
+    }
+
+    /// The layout as it was made before it could be fed: nested walks over the messages.
+    fn walked(messages: &[Message]) -> Layout {
+        let mut layout = Layout {
+            head_end: crate::model::leading_system_end(messages),
+            ..Layout::default()
+        };
+        let (turns, units) = (&mut layout.turns, &mut layout.units);
+        let mut i = layout.head_end;
+        while i < messages.len() {
+            let start = i;
+            let has_request = messages[i].is_user_request();
+            if has_request {
+                i += 1;
+            }
+            let first_unit = units.len();
+            while i < messages.len() && !messages[i].is_user_request() {
+                let unit_start = i;
+                let is_round = messages[i].has_tool_calls();
+                i += 1;
+                if is_round {
+                    while i < messages.len() && messages[i].is_tool_result() {
+                        i += 1;
+                    }
+                }
+                units.push(Unit {
+                    range: Span::new(unit_start..i),
+                    is_round,
+                });
+            }
+            turns.push(Turn {
+                range: Span::new(start..i),
+                has_request,
+                units: Span::new(first_unit..units.len()),
+            });
+        }
+        layout
+    }
+
+    /// Any sequence of the roles and shapes that lay a transcript out.
+    fn transcript() -> impl proptest::strategy::Strategy<Value = Vec<Message>> {
+        use proptest::prelude::*;
+        let message = prop_oneof![
+            Just(Message::system("s")),
+            Just(Message::user("u")),
+            Just(Message::assistant("a")),
+            Just(Message::assistant_tool_calls(
+                "",
+                vec![ToolCall::new("c", "t", json!({}))]
+            )),
+            Just(Message::tool_result("c", "t", "r")),
+            Just(Message::new(crate::Role::Tool, "no id")),
+            // Anthropic's results come with role user.
+            Just(Message::user("r").with_tool_call_id("c")),
+        ];
+        proptest::collection::vec(message, 0..16)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn the_fed_layout_is_the_walked_one(t in transcript()) {
+            proptest::prop_assert_eq!(Layout::of(&t), walked(&t));
+            // Filled again over an earlier layout, nothing of it is left.
+            let mut again = walked(&[Message::user("old"), Message::assistant("old")]);
+            again.fill(&t);
+            proptest::prop_assert_eq!(again, walked(&t));
+        }
     }
 
     #[test]

@@ -90,19 +90,16 @@ impl Scan<'_> {
     /// A string with no escape: its characters and two quotes. A control character or a
     /// backslash answers `None` (invalid, or spelt otherwise when written again).
     fn string(&mut self) -> Option<usize> {
-        self.at += 1;
-        let mut chars = 2;
-        loop {
-            let b = self.peek()?;
-            self.at += 1;
-            match b {
-                b'"' => return Some(chars),
-                b'\\' | 0x00..=0x1f => return None,
-                // Continuation bytes of UTF-8 start no character (the text is a `str`).
-                0x80..=0xbf => {}
-                _ => chars += 1,
-            }
+        let start = self.at + 1;
+        // The first byte JSON writes escaped, found eight at a time: it must be the quote
+        // that closes the string.
+        let end = crate::json::next_escape(self.text, start)?;
+        if self.text[end] != b'"' {
+            return None;
         }
+        self.at = end + 1;
+        // Continuation bytes of UTF-8 start no character (the text is a `str`).
+        Some(2 + bytecount::num_chars(&self.text[start..end]))
     }
 
     /// `[` items `]`: the brackets, each item, and `", "` between items.
