@@ -9,7 +9,7 @@ use crate::artifact::{
 };
 use crate::error::{ContextLimitError, LimitBreakdown};
 use crate::fit::pairing::Pairs;
-use crate::fit::turns::{Filling, Layout};
+use crate::fit::turns::Layout;
 use crate::fit::{Cut, Cuts};
 use crate::model::ChatRequest;
 use crate::model::PreparationReport;
@@ -490,7 +490,10 @@ struct Measured<'a> {
     /// does not hold: plain text to the plan.
     untrusted: &'a Untrusted,
     stages: Stages,
+    /// Its head always; its turns and units only when `laid_out` (the request may be over
+    /// its allowance, or a previous cut is to be found).
     layout: &'a Layout,
+    laid_out: bool,
     allowance: usize,
     prefix_tokens: usize,
     tool_tokens: usize,
@@ -565,9 +568,7 @@ pub(crate) fn plan(
     let mut original_tokens = 0;
     let mut pairs = Pairs::default();
     let mut claims = false;
-    let mut filling = Filling::new(layout);
     for (i, m) in msgs.iter().enumerate() {
-        filling.feed(layout, i, m);
         // Measured first, checked for pairing after: the ids the check compares are in the
         // cache then (measuring counts them), where checking first loaded each from memory.
         'measure: {
@@ -619,16 +620,24 @@ pub(crate) fn plan(
             pairs.feed(msgs, i);
         }
     }
-    filling.finish(layout, msgs.len());
     if checks.claims && claims {
         return Ok(Planned::Claims);
     }
     if checks.pairing && !pairs.pair_up(msgs) {
         return Ok(Planned::Unpaired);
     }
+    // The turns are laid out, and the results that may be cleared found, only when
+    // pruning or clearing may happen: a request that fits as it is (the usual case) is
+    // not read again for them. Until then the layout knows only where the head ends.
+    layout.turns.clear();
+    layout.units.clear();
+    layout.head_end = crate::model::leading_system_end(msgs);
+    let mut laid_out = false;
+    if budget.previous_cut.is_some() {
+        layout.fill(msgs);
+        laid_out = true;
+    }
     clear_order.clear();
-    // The results that may be cleared are found only when clearing may happen: a request
-    // that fits as it is (the usual case) never reads its results' names and ids again.
     let mut ordered = false;
     if stages.clears() && budget.previous_clear.is_some() {
         clearable(msgs, policy, marks, clear_order);
@@ -646,21 +655,28 @@ pub(crate) fn plan(
     let prefix_tokens = req.prefix.as_ref().map_or(0, |p| p.estimated_tokens());
     let tool_tokens = estimate_tool_tokens(&req.tools);
     let prune_target = budget.calibrate(policy.prune_target(budget.model_window));
+    // The most the request can cost before anything is dropped, but for its messages.
+    let fixed_at_most = prefix_tokens + tool_tokens + read_artifact_tool_tokens();
     // Plan first, then size: a new long result costs at least its unescaped preview, and
     // only those the plan keeps are read to size their preview exactly. When that makes
     // one dearer, plan again with it sized (a kept result stays sized, so this ends).
-    // The most the request can cost before anything is dropped, but for its messages.
-    let fixed_at_most = prefix_tokens + tool_tokens + read_artifact_tool_tokens();
     loop {
-        if stages.clears() && !ordered && fixed_at_most + sent.iter().sum::<usize>() > allowance {
-            clearable(msgs, policy, marks, clear_order);
-            ordered = true;
+        if fixed_at_most + sent.iter().sum::<usize>() > allowance {
+            if !laid_out {
+                layout.fill(msgs);
+                laid_out = true;
+            }
+            if stages.clears() && !ordered {
+                clearable(msgs, policy, marks, clear_order);
+                ordered = true;
+            }
         }
         let measured = Measured {
             req,
             untrusted,
             stages,
             layout,
+            laid_out,
             allowance,
             prefix_tokens,
             tool_tokens,
@@ -780,6 +796,7 @@ fn decide(
     }
 
     if total > allowance {
+        debug_assert!(m.laid_out, "over the allowance with the turns not laid out");
         let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
             if stages.clears() {
                 clear_until_fit(m, policy, actions, &mut clears, cost, total);

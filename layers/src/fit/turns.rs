@@ -95,10 +95,9 @@ impl Layout {
     }
 }
 
-/// A [`Layout`] made one message at a time, in order: [`Layout::fill`] is made of it, and
-/// the planner feeds it each message while it measures it, where a pass of its own read
-/// all 10,000 again.
-pub(crate) struct Filling {
+/// A [`Layout`] made one message at a time, in order ([`Layout::fill`] is made of it): one
+/// state and a step, rather than nested walks, so that it can be fed from another pass.
+struct Filling {
     /// Still among the leading system messages.
     head: bool,
     /// The open turn: where it starts, whether it opens with a request, its first unit.
@@ -109,7 +108,7 @@ pub(crate) struct Filling {
 
 impl Filling {
     /// Starts `layout` again, empty.
-    pub(crate) fn new(layout: &mut Layout) -> Self {
+    fn new(layout: &mut Layout) -> Self {
         layout.head_end = 0;
         layout.turns.clear();
         layout.units.clear();
@@ -122,7 +121,7 @@ impl Filling {
 
     /// Message `i` (every message before it was fed).
     #[inline]
-    pub(crate) fn feed(&mut self, layout: &mut Layout, i: usize, m: &Message) {
+    fn feed(&mut self, layout: &mut Layout, i: usize, m: &Message) {
         if self.head {
             if m.role == crate::Role::System {
                 layout.head_end = i + 1;
@@ -147,7 +146,7 @@ impl Filling {
     }
 
     /// Ends the layout of `len` messages.
-    pub(crate) fn finish(mut self, layout: &mut Layout, len: usize) {
+    fn finish(mut self, layout: &mut Layout, len: usize) {
         self.close_turn(layout, len);
     }
 
