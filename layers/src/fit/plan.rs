@@ -346,35 +346,32 @@ impl Plan {
             out.inputs_freed = clear_inputs(&mut messages, actions, cleared_calls);
         }
         let mut longs = self.longs;
-        refs.sort_unstable_by_key(|r| r.index);
-        if self.report.removed_messages == 0 {
-            // Nothing dropped (a request that fits): every index stands as it is.
-            debug_assert!(actions.iter().all(|a| *a != Action::Drop));
-            longs.retain(|l| actions[l.index] == Action::Keep);
-            out.messages = messages;
-            out.refs = refs;
-            out.longs = longs;
-            return out;
-        }
         longs.retain(|l| actions[l.index] == Action::Keep);
-        // Indices in the fitted request: each minus the messages dropped before it.
-        let mut dropped = 0;
-        let (mut r, mut l) = (0, 0);
-        for (i, a) in actions.iter().enumerate() {
-            while r < refs.len() && refs[r].index == i {
-                refs[r].index -= dropped;
-                r += 1;
+        refs.sort_unstable_by_key(|r| r.index);
+        // A plan that drops nothing (a request that fits) leaves every index as it is.
+        debug_assert!(
+            self.report.removed_messages > 0 || actions.iter().all(|a| *a != Action::Drop)
+        );
+        if self.report.removed_messages > 0 {
+            // Indices in the fitted request: each minus the messages dropped before it.
+            let mut dropped = 0;
+            let (mut r, mut l) = (0, 0);
+            for (i, a) in actions.iter().enumerate() {
+                while r < refs.len() && refs[r].index == i {
+                    refs[r].index -= dropped;
+                    r += 1;
+                }
+                while l < longs.len() && longs[l].index == i {
+                    longs[l].index -= dropped;
+                    l += 1;
+                }
+                if *a == Action::Drop {
+                    dropped += 1;
+                }
             }
-            while l < longs.len() && longs[l].index == i {
-                longs[l].index -= dropped;
-                l += 1;
-            }
-            if *a == Action::Drop {
-                dropped += 1;
-            }
+            let mut actions = actions.iter();
+            messages.retain(|_| actions.next() != Some(&Action::Drop));
         }
-        let mut actions = actions.iter();
-        messages.retain(|_| actions.next() != Some(&Action::Drop));
         out.messages = messages;
         out.refs = refs;
         out.longs = longs;

@@ -87,86 +87,36 @@ impl Layout {
 
     /// [`Layout::of`] into this layout's lists, reusing their memory.
     pub(crate) fn fill(&mut self, messages: &[Message]) {
-        let mut filling = Filling::new(self);
-        for (i, m) in messages.iter().enumerate() {
-            filling.feed(self, i, m);
-        }
-        filling.finish(self, messages.len());
-    }
-}
-
-/// A [`Layout`] made one message at a time, in order ([`Layout::fill`] is made of it): one
-/// state and a step, rather than nested walks, so that it can be fed from another pass.
-struct Filling {
-    /// Still among the leading system messages.
-    head: bool,
-    /// The open turn: where it starts, whether it opens with a request, its first unit.
-    turn: Option<(usize, bool, usize)>,
-    /// The open unit: where it starts, and whether it is a round (a call and its results).
-    unit: Option<(usize, bool)>,
-}
-
-impl Filling {
-    /// Starts `layout` again, empty.
-    fn new(layout: &mut Layout) -> Self {
-        layout.head_end = 0;
-        layout.turns.clear();
-        layout.units.clear();
-        Self {
-            head: true,
-            turn: None,
-            unit: None,
-        }
-    }
-
-    /// Message `i` (every message before it was fed).
-    #[inline]
-    fn feed(&mut self, layout: &mut Layout, i: usize, m: &Message) {
-        if self.head {
-            if m.role == crate::Role::System {
-                layout.head_end = i + 1;
-                return;
+        let (turns, units) = (&mut self.turns, &mut self.units);
+        turns.clear();
+        units.clear();
+        self.head_end = crate::model::leading_system_end(messages);
+        let mut i = self.head_end;
+        while i < messages.len() {
+            let start = i;
+            let has_request = messages[i].is_user_request();
+            if has_request {
+                i += 1;
             }
-            self.head = false;
-        }
-        if m.is_user_request() {
-            self.close_turn(layout, i);
-            self.turn = Some((i, true, layout.units.len()));
-            return;
-        }
-        // A round goes on while its results follow it.
-        if matches!(self.unit, Some((_, true))) && m.is_tool_result() {
-            return;
-        }
-        self.close_unit(layout, i);
-        if self.turn.is_none() {
-            self.turn = Some((i, false, layout.units.len()));
-        }
-        self.unit = Some((i, m.has_tool_calls()));
-    }
-
-    /// Ends the layout of `len` messages.
-    fn finish(mut self, layout: &mut Layout, len: usize) {
-        self.close_turn(layout, len);
-    }
-
-    #[inline]
-    fn close_unit(&mut self, layout: &mut Layout, end: usize) {
-        if let Some((start, is_round)) = self.unit.take() {
-            layout.units.push(Unit {
-                range: Span::new(start..end),
-                is_round,
-            });
-        }
-    }
-
-    fn close_turn(&mut self, layout: &mut Layout, end: usize) {
-        self.close_unit(layout, end);
-        if let Some((start, has_request, first_unit)) = self.turn.take() {
-            layout.turns.push(Turn {
-                range: Span::new(start..end),
+            let first_unit = units.len();
+            while i < messages.len() && !messages[i].is_user_request() {
+                let unit_start = i;
+                let is_round = messages[i].has_tool_calls();
+                i += 1;
+                if is_round {
+                    while i < messages.len() && messages[i].is_tool_result() {
+                        i += 1;
+                    }
+                }
+                units.push(Unit {
+                    range: Span::new(unit_start..i),
+                    is_round,
+                });
+            }
+            turns.push(Turn {
+                range: Span::new(start..i),
                 has_request,
-                units: Span::new(first_unit..layout.units.len()),
+                units: Span::new(first_unit..units.len()),
             });
         }
     }
@@ -219,44 +169,6 @@ mod tests {
         assert!(!layout.turns[0].has_request);
     }
 
-    /// The layout as it was made before it could be fed: nested walks over the messages.
-    fn walked(messages: &[Message]) -> Layout {
-        let mut layout = Layout {
-            head_end: crate::model::leading_system_end(messages),
-            ..Layout::default()
-        };
-        let (turns, units) = (&mut layout.turns, &mut layout.units);
-        let mut i = layout.head_end;
-        while i < messages.len() {
-            let start = i;
-            let has_request = messages[i].is_user_request();
-            if has_request {
-                i += 1;
-            }
-            let first_unit = units.len();
-            while i < messages.len() && !messages[i].is_user_request() {
-                let unit_start = i;
-                let is_round = messages[i].has_tool_calls();
-                i += 1;
-                if is_round {
-                    while i < messages.len() && messages[i].is_tool_result() {
-                        i += 1;
-                    }
-                }
-                units.push(Unit {
-                    range: Span::new(unit_start..i),
-                    is_round,
-                });
-            }
-            turns.push(Turn {
-                range: Span::new(start..i),
-                has_request,
-                units: Span::new(first_unit..units.len()),
-            });
-        }
-        layout
-    }
-
     /// Any sequence of the roles and shapes that lay a transcript out.
     fn transcript() -> impl proptest::strategy::Strategy<Value = Vec<Message>> {
         use proptest::prelude::*;
@@ -280,12 +192,48 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
 
         #[test]
-        fn the_fed_layout_is_the_walked_one(t in transcript()) {
-            proptest::prop_assert_eq!(Layout::of(&t), walked(&t));
+        fn the_layout_is_what_its_rules_say(t in transcript()) {
+            let layout = Layout::of(&t);
+            proptest::prop_assert_eq!(layout.head_end, crate::model::leading_system_end(&t));
+            // The turns cover everything after the head, in order, with no gap.
+            let mut next = layout.head_end;
+            let mut next_unit = 0;
+            for turn in &layout.turns {
+                let range = turn.range.range();
+                proptest::prop_assert_eq!(range.start, next);
+                proptest::prop_assert!(range.start < range.end);
+                next = range.end;
+                // A turn opens with a request when it has one, and holds no other.
+                proptest::prop_assert_eq!(turn.has_request, t[range.start].is_user_request());
+                let body = range.start + usize::from(turn.has_request)..range.end;
+                proptest::prop_assert!(t[body.clone()].iter().all(|m| !m.is_user_request()));
+                // Its units cover the rest of it, in order, with no gap.
+                let units = turn.units.range();
+                proptest::prop_assert_eq!(units.start, next_unit);
+                next_unit = units.end;
+                let mut at = body.start;
+                for unit in &layout.units[units] {
+                    let r = unit.range.range();
+                    proptest::prop_assert_eq!(r.start, at);
+                    at = r.end;
+                    // A round is a call and every result right after it; anything else
+                    // is one message.
+                    proptest::prop_assert_eq!(unit.is_round, t[r.start].has_tool_calls());
+                    if unit.is_round {
+                        proptest::prop_assert!(t[r.start + 1..r.end].iter().all(Message::is_tool_result));
+                        proptest::prop_assert!(r.end == body.end || !t[r.end].is_tool_result());
+                    } else {
+                        proptest::prop_assert_eq!(r.len(), 1);
+                    }
+                }
+                proptest::prop_assert_eq!(at, body.end);
+            }
+            proptest::prop_assert_eq!(next, t.len());
+            proptest::prop_assert_eq!(next_unit, layout.units.len());
             // Filled again over an earlier layout, nothing of it is left.
-            let mut again = walked(&[Message::user("old"), Message::assistant("old")]);
+            let mut again = Layout::of(&[Message::user("old"), Message::assistant("old")]);
             again.fill(&t);
-            proptest::prop_assert_eq!(again, walked(&t));
+            proptest::prop_assert_eq!(again, layout);
         }
     }
 
