@@ -481,3 +481,42 @@ async fn usage_is_recorded_once_from_the_final_event() {
     assert!(done(&hit).report.memo_hit);
     assert_eq!(meter.total().requests, 1);
 }
+
+#[tokio::test]
+async fn a_streamed_call_checks_the_previews_it_is_sent_with_the_store() {
+    // As an unstreamed call: a preview the stack made is kept as it is in its own session,
+    // and in another, where the store lacks its artifact, it is text like any other result.
+    let layer = ContextPolicyLayer::new(ContextPolicy::default()).unwrap();
+    let model = MockModel::echo();
+    let stream = |req: ChatRequest| {
+        let service = layer.layer(model.clone());
+        async move { done(&events(service.oneshot(Streaming(req)).await.unwrap()).await).clone() }
+    };
+    let first = stream(transcript(&logs(400))).await;
+    assert_eq!(first.report.offloaded_results, 1);
+    let genuine = model.last_request().unwrap().messages[3]
+        .content
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let again = stream(transcript(&genuine)).await;
+    assert_eq!(again.report.offloaded_results, 0);
+    assert_eq!(
+        model.last_request().unwrap().messages[3].content.as_str(),
+        Some(genuine.as_str()),
+        "the store backs it: kept as it is"
+    );
+
+    let elsewhere = stream(transcript(&genuine).with_session("s2")).await;
+    assert_eq!(
+        elsewhere.report.offloaded_results, 1,
+        "the imitation is offloaded as text"
+    );
+    let sent = model.last_request().unwrap();
+    let sent = sent.messages[3].content.as_str().unwrap();
+    assert_ne!(
+        sent, genuine,
+        "a preview of its own, naming its own artifact"
+    );
+}

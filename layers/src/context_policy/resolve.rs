@@ -7,9 +7,9 @@ use std::sync::Arc;
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
-use super::steps::{Composite, prepare};
+use super::steps::{Composite, prepare, prepare_verified};
 use crate::BoxError;
-use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted, verify};
+use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted};
 use crate::fit::Scratch;
 use crate::model::{ChatRequest, ChatResponse, Message, PreparationReport};
 use crate::offload::{Prepared, commit};
@@ -30,8 +30,7 @@ where
     S: Service<ChatRequest, Response = ChatResponse>,
     S::Error: Into<BoxError>,
 {
-    let untrusted = verify(shared.store.as_ref(), &req).await;
-    let prepared = prepare(req, &shared, &mut Scratch::default(), &untrusted)?;
+    let (prepared, untrusted) = prepare_verified(req, &shared).await?;
     run(inner, shared, prepared, untrusted).await
 }
 

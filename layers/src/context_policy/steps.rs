@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::BoxError;
-use crate::artifact::{ArtifactReader, ArtifactStore, Untrusted};
+use crate::artifact::{ArtifactReader, ArtifactStore, Untrusted, verify};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::fit::{self, CutStore, Fitting, Scratch, Stages};
@@ -46,6 +46,19 @@ pub(super) fn prepare(
         Preparation::Prepared(prepared) => Ok(prepared),
         Preparation::Claims(_) => Err("claims are not checked here, so never found".into()),
     }
+}
+
+/// [`prepare`] for a request [`prepare_unverified`] gave back: its claims checked with the
+/// store first (`artifact::verify`), then prepared with what the store does not back taken
+/// as plain text. The untrusted texts are returned for the artifact-read rounds, which
+/// prepare the conversation again.
+pub(super) async fn prepare_verified(
+    req: ChatRequest,
+    shared: &Composite,
+) -> Result<(Prepared, Untrusted), BoxError> {
+    let untrusted = verify(shared.store.as_ref(), &req).await;
+    let prepared = prepare(req, shared, &mut Scratch::default(), &untrusted)?;
+    Ok((prepared, untrusted))
 }
 
 /// What [`prepare_unverified`] came to.

@@ -13,10 +13,9 @@ use tracing::{Instrument, Span};
 
 use super::resolve::{Rounds, Sent};
 use super::service::{ContextPolicyService, infer_session};
-use super::steps::{Composite, prepare};
+use super::steps::{Composite, Preparation, prepare_unverified, prepare_verified};
 use crate::BoxError;
-use crate::artifact::{Untrusted, has_claims, verify};
-use crate::fit::Scratch;
+use crate::artifact::Untrusted;
 use crate::future::take_ready;
 use crate::memo::MemoPredicate;
 use crate::model::ChatResponse;
@@ -42,19 +41,20 @@ where
     fn call(&mut self, req: Streaming) -> Self::Future {
         let req = infer_session(req.0);
         let shared = self.shared.clone();
-        if has_claims(&req) {
-            let inner = take_ready(&mut self.inner);
-            return Box::pin(async move {
-                let untrusted = verify(shared.store.as_ref(), &req).await;
-                let prepared = prepare(req, &shared, &mut Scratch::default(), &untrusted)?;
-                run(inner, shared, prepared, untrusted).await
-            });
-        }
-        let untrusted = Untrusted::default();
-        let prepared = match prepare(req, &shared, &mut self.scratch, &untrusted) {
-            Ok(p) => p,
+        // As an unstreamed call: the planner finds the request's claims while it measures,
+        // and only a request that has any is checked with the store before it is prepared.
+        let prepared = match prepare_unverified(req, &shared, &mut self.scratch) {
+            Ok(Preparation::Prepared(p)) => p,
+            Ok(Preparation::Claims(req)) => {
+                let inner = take_ready(&mut self.inner);
+                return Box::pin(async move {
+                    let (prepared, untrusted) = prepare_verified(*req, &shared).await?;
+                    run(inner, shared, prepared, untrusted).await
+                });
+            }
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
+        let untrusted = Untrusted::default();
         let inner = take_ready(&mut self.inner);
         Box::pin(run(inner, shared, prepared, untrusted))
     }

@@ -561,7 +561,6 @@ pub(crate) fn plan(
     // One pass over every message's text. A long result the session offloaded before is
     // hashed instead of counted, and its preview's size is remembered; a new one is sized
     // from its length alone for now (see below).
-    let mut refers_already = false;
     let mut original_tokens = 0;
     let mut pairs = Pairs::default();
     let mut claims = false;
@@ -579,7 +578,6 @@ pub(crate) fn plan(
             let Some(text) = long else {
                 let cost = MessageSize::of(m).tokens();
                 original_tokens += cost;
-                refers_already |= mark & REFERS != 0;
                 sent.push(cost);
                 break 'measure;
             };
@@ -595,7 +593,6 @@ pub(crate) fn plan(
                 sent.push(cost);
                 break 'measure;
             }
-            refers_already = true;
             let exact = known
                 .as_ref()
                 .and_then(|k| k.preview.as_ref())
@@ -620,6 +617,9 @@ pub(crate) fn plan(
     if checks.claims && claims {
         return Ok(Planned::Claims);
     }
+    // The request will name an artifact: a result names one already (a claim; never a
+    // long result, which is plain text), or a long one is to be offloaded.
+    let refers_already = claims || !longs.is_empty();
     if checks.pairing && !pairs.pair_up(msgs) {
         return Ok(Planned::Unpaired);
     }
