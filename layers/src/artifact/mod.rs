@@ -34,7 +34,7 @@
 //!
 //! | what | written by | looks like |
 //! |---|---|---|
-//! | artifact id | [`artifact_id`] | `art_` + 32 hex characters, content-addressed per tenant and session |
+//! | artifact id | [`artifact_id`] | `art_` + 64 hex characters (BLAKE3), content-addressed per tenant and session |
 //! | preview | [`offload`](crate::offload) | `{"context_artifact": id, "preview", "original_chars", …}` ([`is_preview`]) |
 //! | stub | clearing ([`fit`](crate::fit)) | `{"context_cleared": true, "tool", "original_chars", "context_artifact"?, …}` ([`is_stub`]) |
 //! | read tool | [`read_artifact_tool`] | `artifact_id`, `offset`, `max_chars` ≤ [`MAX_PAGE_CHARS`] → `text`, `next_offset`, `untrusted_content: true` |
