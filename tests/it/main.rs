@@ -1,0 +1,61 @@
+//! The integration tests of `llm-context`, in one binary (one link, not thirty): each
+//! module is one area, built when the features it needs are on.
+
+mod support;
+
+#[macro_use]
+mod artifact_contract;
+#[macro_use]
+mod contract;
+
+mod agent_example;
+#[cfg(feature = "anthropic")]
+mod anthropic;
+#[cfg(feature = "anthropic")]
+mod anthropic_stream;
+#[cfg(feature = "cli")]
+mod cli;
+#[cfg(all(feature = "cli", feature = "openai", feature = "redis"))]
+mod cli_redis;
+#[cfg(all(feature = "cli", feature = "openai", feature = "anthropic"))]
+mod cli_send;
+#[cfg(all(feature = "cli", feature = "openai", feature = "anthropic"))]
+mod cli_send_stream;
+#[cfg(all(feature = "cli", feature = "simulate"))]
+mod cli_simulate;
+mod durable_memory;
+mod durable_redis;
+mod durable_sqlite;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+mod hardening_clients;
+#[cfg(feature = "openai")]
+mod openai;
+#[cfg(feature = "openai")]
+mod openai_stream;
+#[cfg(all(feature = "otel", feature = "serve"))]
+mod otlp;
+mod prefix;
+mod redis_artifacts;
+#[cfg(feature = "redis")]
+mod redis_budget;
+#[cfg(all(feature = "redis", feature = "openai"))]
+mod redis_flight;
+mod redis_memo;
+mod redis_outage;
+mod redis_start;
+#[cfg(feature = "openai")]
+mod retry;
+#[cfg(feature = "serve")]
+mod serve;
+#[cfg(feature = "serve")]
+mod serve_artifacts;
+#[cfg(all(feature = "cli", feature = "serve"))]
+mod serve_cli;
+#[cfg(feature = "serve")]
+mod serve_messages;
+#[cfg(feature = "serve")]
+mod serve_redis;
+#[cfg(feature = "serve")]
+mod trace_tree;
+mod usage;
+mod wire_rules;

@@ -1,0 +1,220 @@
+//! The model's reads of offloaded results are answered inside `llm_context::serve`, with
+//! and without streaming, and the client never sees the artifact tool; with replicas on
+//! one real Redis, what one offloaded the other reads.
+
+use crate::support::proxy::{json_of, openai, serving};
+use crate::support::redis::{redis_url, unique_prefix};
+use llm_context::ArtifactStore;
+use llm_context::redis::{RedisOptions, RedisStores};
+use llm_context::serve::Proxy;
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+/// A large, realistic tool result: JSON log lines with quotes and non-ASCII, ~40 KB.
+fn logs() -> String {
+    (0..400)
+        .map(|i| format!("{{\"level\":\"error\",\"i\":{i},\"msg\":\"connexion refusée — 接続拒否 \\\"db-{i}\\\"\"}}\n"))
+        .collect()
+}
+
+/// The id of the first preview of an offloaded result in a request sent upstream.
+fn preview_id(body: &Value) -> Option<String> {
+    let text = body["messages"].to_string();
+    let at = text.find("art_")?;
+    let id: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    Some(id)
+}
+
+/// A provider that reads the first artifact it is shown, then answers with the start of
+/// what it read; streamed when asked.
+fn reader(req: &Request) -> ResponseTemplate {
+    let body: Value = serde_json::from_slice(&req.body).unwrap();
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    let message = if last["role"] == "tool" && last["tool_call_id"] == "call_read" {
+        let page: Value = serde_json::from_str(last["content"].as_str().unwrap()).unwrap();
+        let read: String = page["text"].as_str().unwrap().chars().take(60).collect();
+        json!({"role": "assistant", "content": format!("Gelesen: {read}")})
+    } else if let Some(id) = preview_id(&body) {
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_read", "type": "function",
+               "function": {"name": "read_context_artifact",
+                            "arguments": json!({"artifact_id": id}).to_string()}}]})
+    } else {
+        json!({"role": "assistant", "content": "keine Vorschau"})
+    };
+    let finish = if message["tool_calls"].is_null() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    if body["stream"] != json!(true) {
+        return ResponseTemplate::new(200).set_body_json(json!({
+            "id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}));
+    }
+    let mut delta = message.clone();
+    if let Some(calls) = delta["tool_calls"].as_array_mut() {
+        calls[0]["index"] = json!(0);
+    }
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let sse = format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        chunk(delta, Value::Null),
+        chunk(json!({}), json!(finish))
+    );
+    ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream")
+}
+
+async fn provider() -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(reader)
+        .mount(&server)
+        .await;
+    server
+}
+
+/// A turn of an agent whose last tool result is large, as the client sends it.
+fn turn(stream: bool) -> Value {
+    json!({"model": "gpt-5.4", "stream": stream, "messages": [
+        {"role": "system", "content": "Du bist ein SRE-Agent."},
+        {"role": "user", "content": "Warum fällt die API aus?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_logs", "type": "function",
+            "function": {"name": "fetch_logs", "arguments": "{\"unit\":\"api\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_logs", "content": logs()},
+        {"role": "user", "content": "Lies die Logs."}
+    ], "tools": [{"type": "function", "function": {"name": "fetch_logs",
+        "parameters": {"type": "object", "properties": {"unit": {"type": "string"}}}}}]})
+}
+
+async fn ask(url: &str, body: &Value) -> reqwest::Response {
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("x-llm-context-session", "agent-7")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r
+}
+
+/// The text a client got, streamed or not; panics if it saw a tool call.
+async fn answer_text(r: reqwest::Response, stream: bool) -> String {
+    if !stream {
+        let body = json_of(r).await;
+        assert!(
+            body["choices"][0]["message"]["tool_calls"].is_null(),
+            "{body}"
+        );
+        return body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    }
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("read_context_artifact"), "{text}");
+    assert!(!text.contains("tool_calls"), "{text}");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_models_artifact_reads_are_answered_inside_the_server() {
+    for stream in [false, true] {
+        let upstream = provider().await;
+        let proxy = Proxy::builder()
+            .openai(openai(&upstream.uri()))
+            .build()
+            .unwrap();
+        let url = serving(proxy).await;
+        let r = ask(&url, &turn(stream)).await;
+        assert_eq!(r.headers()["x-llm-context-offloaded"], "1");
+        let text = answer_text(r, stream).await;
+        // The model read the original result, which the client never had to send twice.
+        let start: String = logs().chars().take(60).collect();
+        assert_eq!(text, format!("Gelesen: {start}"), "stream: {stream}");
+        let sent = upstream.received_requests().await.unwrap();
+        assert_eq!(sent.len(), 2, "the offloaded turn, then the answered read");
+        let first: Value = serde_json::from_slice(&sent[0].body).unwrap();
+        assert!(
+            first.to_string().len() < logs().len(),
+            "the result went upstream as a preview"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_artifact_offloaded_through_one_replica_is_read_through_the_other() {
+    let prefix = unique_prefix("serve-artifacts");
+    let stores = || async {
+        let options = RedisOptions::default().with_key_prefix(prefix.clone());
+        RedisStores::connect_with(&redis_url(), options)
+            .await
+            .unwrap()
+    };
+    // Replica a's provider answers without reading: a offloads, and nothing reads.
+    let plain = crate::support::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-5.4",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Moment."},
+                         "finish_reason": "stop"}]})),
+    )
+    .await;
+    let a = Proxy::builder()
+        .redis(stores().await)
+        .openai(openai(&plain.uri()))
+        .build()
+        .unwrap();
+    let a = serving(a).await;
+    ask(&a, &turn(false)).await;
+    let sent: Value =
+        serde_json::from_slice(&plain.received_requests().await.unwrap()[0].body).unwrap();
+    let id = preview_id(&sent).expect("a sent a preview");
+
+    // The artifact is in the shared store, under the request's tenant and session, for
+    // any replica to read.
+    let shared = stores().await.artifacts;
+    let stored = shared
+        .get(&Default::default(), "agent-7", &id)
+        .await
+        .unwrap()
+        .expect("a's artifact is in Redis");
+    assert_eq!(&*stored.text, logs());
+
+    // Replica b serves the next turn, and its model reads the artifact.
+    let upstream = provider().await;
+    let b = Proxy::builder()
+        .redis(stores().await)
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let b = serving(b).await;
+    let text = answer_text(ask(&b, &turn(false)).await, false).await;
+    let start: String = logs().chars().take(60).collect();
+    assert_eq!(text, format!("Gelesen: {start}"));
+    let read: Value =
+        serde_json::from_slice(&upstream.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(
+        preview_id(&read).as_deref(),
+        Some(id.as_str()),
+        "one id for one result"
+    );
+}

@@ -1,4 +1,0 @@
-//! Helpers of the streaming tests.
-#![allow(dead_code)]
-
-pub(crate) mod server;
