@@ -11,7 +11,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::catalog::Provider;
+use crate::error::{ProviderError, ProviderErrorKind};
 use crate::redact::{Redactor, TEXT_LIMIT};
 use crate::transport::{
     DEFAULT_MAX_RESPONSE_BYTES, HttpRequest, HttpResponse, ReqwestTransport, TransportError,

@@ -40,24 +40,7 @@ use crate::redact::{Redactor, SHORT_LIMIT, TEXT_LIMIT};
 /// The most characters of an unparsed error body kept in a [`ProviderError`].
 pub const RAW_BODY_LIMIT: usize = TEXT_LIMIT;
 
-/// Which API answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Provider {
-    /// OpenAI Chat Completions or a compatible server.
-    OpenAi,
-    /// Anthropic Messages.
-    Anthropic,
-}
-
-impl fmt::Display for Provider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Provider::OpenAi => "openai",
-            Provider::Anthropic => "anthropic",
-        })
-    }
-}
+use crate::catalog::Provider;
 
 /// What went wrong, by what the caller can do about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

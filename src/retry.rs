@@ -197,7 +197,8 @@ policy!(Streaming, ChatStream, ProviderError, provider);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{Provider, ProviderErrorKind};
+    use crate::catalog::Provider;
+    use crate::error::ProviderErrorKind;
     use llm_context_layers::Message;
 
     fn err(kind: ProviderErrorKind, retry_after: Option<u64>) -> ProviderError {

@@ -14,8 +14,9 @@ use llm_context_layers::{ChatRequest, FinishReason};
 use serde_json::Value;
 use tower::Service;
 
+use crate::catalog::Provider;
 use crate::client::{Reading, log_request, transport_error};
-use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::error::{ProviderError, ProviderErrorKind};
 use crate::redact::TEXT_LIMIT;
 use crate::transport::{HttpRequest, HttpStreamResponse, TransportError};
 

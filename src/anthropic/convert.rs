@@ -7,8 +7,9 @@ use super::types::{
     MessageResponse, ResponseBlock, ResponseUsage, TextBlockParam, ToolChoice, ToolParam,
     ToolResultContent,
 };
+use crate::catalog::Provider;
 use crate::client::unsupported;
-use crate::error::{Provider, ProviderError};
+use crate::error::ProviderError;
 use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, FinishReason,

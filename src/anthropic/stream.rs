@@ -13,8 +13,9 @@ use serde_json::{Map, Value};
 
 use super::convert::{finish_reason, usage};
 use super::types::{CacheCreation, MessageResponse, ResponseUsage};
+use crate::catalog::Provider;
 use crate::client::Reading;
-use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::error::{ProviderError, ProviderErrorKind};
 use crate::sse::{Decoder, Ending, bad_event, error_event};
 
 /// Every event's fields, flat: each event fills the ones it has. Its `type` and a

@@ -10,8 +10,9 @@ use llm_context::ConfigError;
 use llm_context::Scope;
 use llm_context::anthropic::AnthropicBuilder;
 use llm_context::budget::{Budget, BudgetLayer};
+use llm_context::catalog::Provider;
 use llm_context::openai::OpenAiBuilder;
-use llm_context::serve::{Provider, Proxy, check_listen, parse_digest, tenant_label};
+use llm_context::serve::{Proxy, check_listen, parse_digest, tenant_label};
 use serde::Deserialize;
 
 use super::{Exit, input};

@@ -10,11 +10,12 @@ use tower::Service;
 use super::convert;
 use super::stream::OpenAiDecoder;
 use super::types::CreateChatCompletionResponse;
+use crate::catalog::Provider;
 pub use crate::client::ResponseFuture;
 use crate::client::{
     ConfigError, Reading, Settings, base_url, exchange, log_request, poll_transport, post_json,
 };
-use crate::error::{Provider, ProviderError};
+use crate::error::ProviderError;
 use crate::sse;
 pub use crate::sse::StreamFuture;
 use crate::transport::{

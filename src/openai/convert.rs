@@ -9,8 +9,9 @@ use super::types::{
     FunctionObject, ImageUrl, MessageToolCall, RequestMessage, TextContent, TextPart, Tool,
     UserContent, UserPart,
 };
+use crate::catalog::Provider;
 use crate::client::unsupported;
-use crate::error::{Provider, ProviderError, ProviderErrorKind};
+use crate::error::{ProviderError, ProviderErrorKind};
 use llm_context_layers::{
     ChatRequest, ChatResponse, Content, ContentPart, FinishReason, Message, Reasoning, Role,
     ToolCall, ToolSpec, Usage,

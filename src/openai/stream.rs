@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 
 use super::convert::{finish_reason, usage};
 use super::types::CompletionUsage;
+use crate::catalog::Provider;
 use crate::client::Reading;
-use crate::error::{Provider, ProviderError};
+use crate::error::ProviderError;
 use crate::sse::{Decoder, Ending, bad_event, error_event};
 
 /// What every chunk carries that this client reads: nothing else of it is kept, so a

@@ -86,45 +86,46 @@
 //!   it a child of the client's span, so the agent's trace holds what the proxy did.
 //!
 
-mod anthropic_wire;
+mod chat_completions;
+mod failures;
+mod format;
+mod handler;
+mod keys;
+mod messages;
 mod metrics;
-mod openai_wire;
 mod request_span;
 mod timing;
+mod upstreams;
+
+pub use keys::{check_listen, key_digest, parse_digest, tenant_label};
 
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use futures_util::StreamExt;
-use serde_json::{Value, json};
-use tokio::sync::OwnedSemaphorePermit;
-use tower::util::BoxCloneSyncService;
-use tower::{ServiceBuilder, ServiceExt};
-use tracing::Instrument;
+use tower::ServiceBuilder;
 
+use self::chat_completions::ChatCompletions;
+use self::format::Format;
+use self::handler::endpoint;
+use self::keys::Tenant;
+use self::messages::Messages;
+use self::upstreams::{Table, Upstream};
 use crate::attempt::AttemptSpanLayer;
-use crate::budget::{BudgetExceeded, BudgetKey, BudgetLayer, Limit, Window, rfc3339};
-pub use crate::catalog::Provider;
-use crate::error::ProviderError;
+use crate::budget::BudgetLayer;
+use crate::catalog::Provider;
 use crate::memo::{LocalMemoStore, MemoLayer, MemoStore};
-use crate::openai::body::request_from_str;
 use crate::redis::RedisStores;
 use crate::retry::RetryPolicy;
-use crate::stream::{ChatStream, StreamEvent, Streaming};
-use crate::trace::{GenAiSpanLayer, store_call};
+use crate::stream::{ChatStream, Streaming};
+use crate::trace::GenAiSpanLayer;
 use crate::{
-    Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy,
-    ContextPolicyLayer, OpenAi, PolicyError, PreparationReport, Scope,
+    Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer,
+    OpenAi, PolicyError, Scope,
 };
 use llm_context_layers::ArtifactStore;
 
@@ -142,68 +143,25 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 /// The header that names a request's session.
 pub const SESSION_HEADER: &str = "x-llm-context-session";
 
-type Plain = BoxCloneSyncService<ChatRequest, ChatResponse, BoxError>;
-type Streamed = BoxCloneSyncService<Streaming, ChatStream, BoxError>;
+/// The stacks of one policy, one per provider.
+type Stacks = Table<Upstream>;
 
-/// One upstream's stack, for both kinds of call.
-#[derive(Clone)]
-struct Upstream {
-    plain: Plain,
-    streamed: Streamed,
-}
-
-impl Upstream {
-    /// One stack, boxed once for each kind of call.
-    fn new<S>(stack: S) -> Self
-    where
-        S: tower::Service<ChatRequest, Response = ChatResponse, Error = BoxError>
-            + tower::Service<Streaming, Response = ChatStream, Error = BoxError>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        <S as tower::Service<ChatRequest>>::Future: Send + 'static,
-        <S as tower::Service<Streaming>>::Future: Send + 'static,
-    {
-        Self {
-            plain: BoxCloneSyncService::new(stack.clone()),
-            streamed: BoxCloneSyncService::new(stack),
-        }
-    }
-}
-
-/// The stacks of one policy, one per upstream.
-#[derive(Clone)]
-struct Stacks {
-    openai: Option<Upstream>,
-    anthropic: Option<Upstream>,
-}
-
-/// Who a client key belongs to, and which policy's stacks serve it.
-#[derive(Clone, Debug)]
-struct Tenant {
-    scope: Scope,
-    /// As DESIGN names tenants, in the metrics and the logs: "org", or "org:domain".
-    label: String,
-    stacks: usize,
-}
-
-struct Shared {
-    max_body_bytes: usize,
+pub(crate) struct Shared {
+    pub(crate) max_body_bytes: usize,
     /// One permit per request in flight, held to the end of its stream.
-    in_flight: Arc<tokio::sync::Semaphore>,
-    catalog: Arc<Catalog>,
+    pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
+    pub(crate) catalog: Arc<Catalog>,
     /// The default policy's stacks first, then one per tenant with its own policy.
-    stacks: Vec<Stacks>,
+    pub(crate) stacks: Vec<Stacks>,
     /// The key table, by SHA-256 of the key; `None`: single-tenant, no key asked for.
-    keys: Option<HashMap<[u8; 32], Tenant>>,
+    pub(crate) keys: Option<HashMap<[u8; 32], Tenant>>,
     /// Model-name prefixes to providers, longest first; they win over the catalog.
-    routes: Vec<(String, Provider)>,
-    metrics: metrics::Metrics,
+    pub(crate) routes: Vec<(String, Provider)>,
+    pub(crate) metrics: metrics::Metrics,
     /// Pinged by `/readyz`.
-    redis: Option<RedisStores>,
+    pub(crate) redis: Option<RedisStores>,
     /// Read by `/metrics` for each tenant's budget use.
-    budgets: Option<BudgetLayer>,
+    pub(crate) budgets: Option<BudgetLayer>,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -216,8 +174,13 @@ pub struct Proxy {
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxy")
-            .field("openai", &self.shared.stacks[0].openai.is_some())
-            .field("anthropic", &self.shared.stacks[0].anthropic.is_some())
+            .field(
+                "providers",
+                &self.shared.stacks[0]
+                    .iter()
+                    .map(|(p, _)| p)
+                    .collect::<Vec<_>>(),
+            )
             .field(
                 "tenants",
                 &self.shared.keys.as_ref().map_or(0, HashMap::len),
@@ -233,8 +196,8 @@ pub struct ProxyBuilder {
     upstream_timeout: Duration,
     policy: ContextPolicy,
     catalog: Option<Arc<Catalog>>,
-    openai: Option<OpenAi>,
-    anthropic: Option<Anthropic>,
+    /// The providers' clients, each boxed once; the stacks are built in front of them.
+    upstreams: Table<Upstream>,
     memo: Option<Arc<dyn MemoStore>>,
     keys: Vec<([u8; 32], Scope, Option<ContextPolicy>)>,
     routes: Vec<(String, Provider)>,
@@ -250,8 +213,10 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("max_concurrency", &self.max_concurrency)
             .field("upstream_timeout", &self.upstream_timeout)
             .field("policy", &self.policy)
-            .field("openai", &self.openai.is_some())
-            .field("anthropic", &self.anthropic.is_some())
+            .field(
+                "providers",
+                &self.upstreams.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            )
             .field("memo", &self.memo.is_some())
             .field("keys", &self.keys.len())
             .field("routes", &self.routes)
@@ -272,10 +237,10 @@ impl Proxy {
         let limit = DefaultBodyLimit::max(self.shared.max_body_bytes);
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics_text))
-            .route("/v1/chat/completions", post(chat_completions))
-            .route("/v1/messages", post(messages))
+            .route("/readyz", get(handler::readyz))
+            .route("/metrics", get(handler::metrics_text))
+            .route(ChatCompletions::ROUTE, post(endpoint::<ChatCompletions>))
+            .route(Messages::ROUTE, post(endpoint::<Messages>))
             .layer(limit)
             .with_state(self.shared)
     }
@@ -335,8 +300,7 @@ impl Default for ProxyBuilder {
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             policy: ContextPolicy::default(),
             catalog: None,
-            openai: None,
-            anthropic: None,
+            upstreams: Table::default(),
             memo: None,
             keys: Vec::new(),
             routes: Vec::new(),
@@ -385,15 +349,34 @@ impl ProxyBuilder {
         self
     }
 
-    /// The OpenAI(-compatible) upstream.
-    pub fn openai(mut self, client: OpenAi) -> Self {
-        self.openai = Some(client);
-        self
+    /// The OpenAI(-compatible) upstream: `upstream(Provider::OpenAi, client)`.
+    pub fn openai(self, client: OpenAi) -> Self {
+        self.upstream(Provider::OpenAi, boxed_errors(client))
     }
 
-    /// The Anthropic upstream.
-    pub fn anthropic(mut self, client: Anthropic) -> Self {
-        self.anthropic = Some(client);
+    /// The Anthropic upstream: `upstream(Provider::Anthropic, client)`.
+    pub fn anthropic(self, client: Anthropic) -> Self {
+        self.upstream(Provider::Anthropic, boxed_errors(client))
+    }
+
+    /// The client that calls `provider`, replacing one set before (its errors boxed, as
+    /// a tower stack's are; a [`ProviderError`](crate::ProviderError) among them keeps its
+    /// status and message in the answer): the models the routes
+    /// or the catalog give to `provider` go to it, through the whole stack. A model whose
+    /// provider has no client is answered 400, naming the provider; it never goes to
+    /// another provider.
+    pub fn upstream<C>(mut self, provider: Provider, client: C) -> Self
+    where
+        C: tower::Service<ChatRequest, Response = ChatResponse, Error = BoxError>
+            + tower::Service<Streaming, Response = ChatStream, Error = BoxError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <C as tower::Service<ChatRequest>>::Future: Send + 'static,
+        <C as tower::Service<Streaming>>::Future: Send + 'static,
+    {
+        self.upstreams.insert(provider, Upstream::new(client));
         self
     }
 
@@ -505,16 +488,8 @@ impl ProxyBuilder {
                     // Per attempt: a retry gets the whole time again.
                     .timeout(timeout)
             };
-            Ok(Stacks {
-                openai: self
-                    .openai
-                    .clone()
-                    .map(|c| Upstream::new(stack().service(c))),
-                anthropic: self
-                    .anthropic
-                    .clone()
-                    .map(|c| Upstream::new(stack().service(c))),
-            })
+            self.upstreams
+                .map(|client| Ok(Upstream::new(stack().service(client.clone()))))
         };
         let mut stacks = vec![stacks_for(self.policy.clone())?];
         let keys = if self.keys.is_empty() {
@@ -557,565 +532,7 @@ impl ProxyBuilder {
     }
 }
 
-/// A tenant as the metrics, the logs and the config's `[budgets]` name it: `org`, or
-/// `org:domain`; `-` for a scope without an organisation.
-pub fn tenant_label(scope: &Scope) -> String {
-    match (&scope.org, &scope.domain) {
-        (Some(org), Some(domain)) => format!("{org}:{domain}"),
-        (Some(org), None) => org.clone(),
-        _ => "-".to_owned(),
-    }
-}
-
-/// The SHA-256 digest of a client key, as the key table holds it.
-pub fn key_digest(key: &str) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(key.as_bytes()).into()
-}
-
-/// A digest written as 64 hex digits (the config's `sha256`), or what is wrong with it.
-pub fn parse_digest(hex: &str) -> Result<[u8; 32], String> {
-    let hex = hex.trim();
-    if hex.len() != 64 || !hex.is_ascii() {
-        return Err(format!(
-            "a key digest must be 64 hex digits (SHA-256), not {} characters",
-            hex.chars().count()
-        ));
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-            .map_err(|_| format!("a key digest must be hex digits: {hex:?}"))?;
-    }
-    Ok(out)
-}
-
-/// Refuses an address other than loopback: a server without a key table serves whoever
-/// reaches it, on the operator's upstream keys.
-pub fn check_listen(addr: SocketAddr) -> Result<(), String> {
-    if addr.ip().is_loopback() {
-        Ok(())
-    } else {
-        Err(format!(
-            "refusing to listen on {addr}: without a key table the server is single-tenant and \
-             serves only loopback (127.0.0.1 or ::1)"
-        ))
-    }
-}
-
-impl Shared {
-    /// The upstream of `stacks` that serves `model`: the config's routes, else the
-    /// catalog's provider, else by its name; or why there is none (the provider's key
-    /// is not set here).
-    fn upstream(&self, stacks: usize, model: &str) -> Result<&Upstream, String> {
-        let routed = self
-            .routes
-            .iter()
-            .find(|(prefix, _)| model.starts_with(prefix.as_str()))
-            .map(|(_, p)| *p);
-        let provider = routed
-            .or_else(|| self.catalog.get(model).and_then(|m| m.provider))
-            .unwrap_or(if model.starts_with("claude-") {
-                Provider::Anthropic
-            } else {
-                Provider::OpenAi
-            });
-        let stacks = &self.stacks[stacks];
-        let (upstream, name) = match provider {
-            Provider::Anthropic => (&stacks.anthropic, "Anthropic"),
-            _ => (&stacks.openai, "OpenAI"),
-        };
-        upstream.as_ref().ok_or_else(|| {
-            format!("the model {model:?} is served by {name}, which this server has no key for")
-        })
-    }
-
-    /// The tenant of a request's key, `Ok(None)` when there is no key table, or the 401
-    /// message.
-    fn tenant(&self, headers: &HeaderMap) -> Result<Option<&Tenant>, &'static str> {
-        let Some(keys) = &self.keys else {
-            return Ok(None);
-        };
-        let key = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
-            .ok_or("an API key is required (Authorization: Bearer, or x-api-key)")?;
-        keys.get(&key_digest(key.trim()))
-            .map(Some)
-            .ok_or("the API key is not known to this server")
-    }
-}
-
-/// The wire format of a route: what it reads, and how it writes answers and errors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    /// `POST /v1/chat/completions`.
-    OpenAi,
-    /// `POST /v1/messages`.
-    Anthropic,
-}
-
-async fn chat_completions(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    counted(&shared, Format::OpenAi, &headers, body).await
-}
-
-async fn messages(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    counted(&shared, Format::Anthropic, &headers, body).await
-}
-
-/// `/readyz`: `ready`, or `degraded` while Redis does not answer. Degraded is still 200:
-/// every request is served (from the upstream, without the shared memo), and taking
-/// every replica out of the load balancer because Redis is away would turn an outage of
-/// the cache into one of the service.
-async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
-    let Some(redis) = &shared.redis else {
-        return axum::Json(
-            json!({"status": "ready", "stores": {"memo": "local", "artifacts": "local"}}),
-        )
-        .into_response();
-    };
-    let ping = tokio::time::timeout(Duration::from_secs(1), redis.ping()).await;
-    let body = match ping {
-        Ok(Ok(())) => json!({"status": "ready", "stores": {"redis": "ok"}}),
-        Ok(Err(e)) => json!({"status": "degraded", "stores": {"redis": e.to_string()}}),
-        Err(_) => json!({"status": "degraded", "stores": {"redis": "no answer within 1 s"}}),
-    };
-    axum::Json(body).into_response()
-}
-
-/// `/metrics`, in the OpenMetrics text format Prometheus scrapes.
-async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
-    if let (Some(budgets), Some(keys)) = (&shared.budgets, &shared.keys) {
-        record_budgets(&shared.metrics, budgets, keys.values()).await;
-    }
-    let mut out = Response::new(Body::from(shared.metrics.encode()));
-    out.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    out
-}
-
-/// Each tenant's budget use in its current windows (a session's window is per session,
-/// so not a tenant's figure); a store that does not answer leaves the last figures.
-async fn record_budgets<'a>(
-    metrics: &metrics::Metrics,
-    budgets: &BudgetLayer,
-    tenants: impl Iterator<Item = &'a Tenant>,
-) {
-    let now = SystemTime::now();
-    for tenant in tenants {
-        let limits: Vec<Limit> = budgets
-            .limits_for(&tenant.scope)
-            .iter()
-            .filter(|l| l.window != Window::Session)
-            .copied()
-            .collect();
-        if limits.is_empty() {
-            continue;
-        }
-        let key = BudgetKey::new(&tenant.scope, "");
-        let Ok(used) = budgets.store().used(&key, &limits, now).await else {
-            continue;
-        };
-        for (limit, used) in limits.iter().zip(used) {
-            metrics.budget(&tenant.label, limit.name(), used, limit.max);
-        }
-    }
-}
-
-/// One call, counted in the metrics once its headers are ready.
-async fn counted(
-    shared: &Shared,
-    format: Format,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = std::time::Instant::now();
-    let route = match format {
-        Format::OpenAi => "/v1/chat/completions",
-        Format::Anthropic => "/v1/messages",
-    };
-    // The root of the request's spans (to its headers: a stream's GenAI span outlives it).
-    let span = request_span::open(route, headers);
-    // Looked up once: the handler serves under it, the metrics and the log name it.
-    let tenant = shared.tenant(headers);
-    let tally = Arc::new(timing::Tally::default());
-    let handled = timing::scoped(tally.clone(), handle(shared, format, tenant, headers, body));
-    let response = handled.instrument(span.clone()).await;
-    let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
-    let took = started.elapsed();
-    let outcome = response.extensions().get::<metrics::Outcome>();
-    let status = response.status().as_u16();
-    request_span::close(&span, status, tenant);
-    let upstream = tally.upstream();
-    shared
-        .metrics
-        .record(route, status, tenant, took, upstream, outcome);
-    let (before, after, memo_hit) = outcome.and_then(|o| o.report).unwrap_or_default();
-    // One structured line per request (to its headers): what an operator greps for.
-    tracing::info!(
-        event = "serve_request",
-        route,
-        status,
-        tenant,
-        millis = took.as_secs_f64() * 1e3,
-        upstream_millis = upstream.map(|u| u.as_secs_f64() * 1e3),
-        before_tokens = before,
-        after_tokens = after,
-        memo_hit,
-        upstream_error = outcome.and_then(|o| o.upstream_error.as_deref()),
-        "request answered"
-    );
-    response
-}
-
-/// One call, in either format: read, route, run through the stack, answer.
-async fn handle(
-    shared: &Shared,
-    format: Format,
-    tenant: Result<Option<&Tenant>, &'static str>,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    // Shed, not queued: a queue behind calls of seconds each only makes every client late.
-    let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
-        let message = "the server is at its concurrency limit: retry shortly";
-        let mut out = error(format, StatusCode::SERVICE_UNAVAILABLE, message);
-        out.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return out;
-    };
-    let tenant = match tenant {
-        Ok(tenant) => tenant,
-        Err(why) => return error(format, StatusCode::UNAUTHORIZED, why),
-    };
-    let body = match body {
-        Ok(body) => body,
-        // Over the body limit (413), or a body that could not be read.
-        Err(rejection) => return error(format, rejection.status(), &rejection.body_text()),
-    };
-    let (mut req, stream, include_usage) = match read(format, &body) {
-        Ok(read) => read,
-        Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
-    };
-    if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
-        req = req.with_session(session);
-    }
-    if let Some(tenant) = tenant {
-        req = req.with_scope(tenant.scope.clone());
-    }
-    if let Some(redis) = &shared.redis {
-        load_cuts(redis, &mut req).await;
-    }
-    let stacks = tenant.map_or(0, |t| t.stacks);
-    let upstream = match shared.upstream(stacks, &req.model) {
-        Ok(u) => u.clone(),
-        Err(why) => return error(format, StatusCode::BAD_REQUEST, &why),
-    };
-    let model = req.model.clone();
-    if stream {
-        return match upstream.streamed.oneshot(Streaming(req)).await {
-            Ok(stream) => {
-                let report = stream.report().cloned();
-                let mut out = match format {
-                    Format::OpenAi => sse(stream, model, created(), include_usage, permit),
-                    Format::Anthropic => anthropic_sse(stream, model, permit),
-                };
-                if let Some(report) = report {
-                    report_headers(&mut out, &report);
-                }
-                out
-            }
-            Err(e) => failure(format, &e),
-        };
-    }
-    match upstream.plain.oneshot(req).await {
-        Ok(response) => {
-            let body = match format {
-                Format::OpenAi => openai_wire::completion(&response, &model, created()),
-                Format::Anthropic => anthropic_wire::message(&response, &model),
-            };
-            let mut out = axum::Json(body).into_response();
-            report_headers(&mut out, &response.report);
-            out
-        }
-        Err(e) => failure(format, &e),
-    }
-}
-
-/// The request in a body of `format`, whether it asks for a stream, and whether a
-/// Chat Completions stream should end with usage; or why the body cannot be read.
-fn read(format: Format, body: &[u8]) -> Result<(ChatRequest, bool, bool), String> {
-    let not_json = |e: &dyn std::fmt::Display| format!("the body is not JSON: {e}");
-    match format {
-        // Straight from the text into the model, in one pass: a JSON tree of a
-        // megabyte-long transcript first would cost more than preparing it.
-        Format::OpenAi => {
-            let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
-            let (req, _) = request_from_str(text).map_err(|e| {
-                if e.is_syntax() {
-                    not_json(&e)
-                } else {
-                    e.to_string()
-                }
-            })?;
-            let extra = &req.params.extra;
-            let stream = extra.get("stream") == Some(&Value::Bool(true));
-            let include_usage = extra
-                .get("stream_options")
-                .and_then(|o| o.get("include_usage"))
-                == Some(&Value::Bool(true));
-            Ok((req, stream, include_usage))
-        }
-        Format::Anthropic => {
-            let body: Value = serde_json::from_slice(body).map_err(|e| not_json(&e))?;
-            let req = anthropic_wire::request(&body)?;
-            Ok((req, body["stream"] == json!(true), false))
-        }
-    }
-}
-
-/// Brings the request's session's cuts from Redis, so that this replica cuts where the
-/// last one did. The session is inferred here when the request names none, as the
-/// context layer would (it then keeps this one). Redis slow or away costs only the shared
-/// cut, never the request: it waits at most 100 ms.
-async fn load_cuts(redis: &RedisStores, req: &mut ChatRequest) {
-    req.infer_session();
-    let load = redis.cuts.load(&req.scope, &req.session);
-    if let Err(error) = store_call("cuts.load", Duration::from_millis(100), load).await {
-        tracing::debug!(event = "cuts_not_loaded", %error, "the replica keeps its own cut");
-    }
-}
-
-/// Now, in seconds since the epoch (a completion's `created`).
-fn created() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// The stream as the Messages API's server-sent events. A failure after the stream
-/// began is an `error` event, and the stream ends without `message_stop`.
-fn anthropic_sse(stream: ChatStream, model: String, permit: OwnedSemaphorePermit) -> Response {
-    let mut events = anthropic_wire::Events::new(model);
-    let body = stream.flat_map(move |item| {
-        // The stream holds its place in the concurrency limit to its end.
-        let _held = &permit;
-        let lines: Vec<Result<Bytes, std::convert::Infallible>> = match item {
-            Ok(event) => events
-                .on(&event)
-                .into_iter()
-                .map(|(name, data)| Ok(Bytes::from(format!("event: {name}\ndata: {data}\n\n"))))
-                .collect(),
-            Err(e) => {
-                let status = classify(&e);
-                let data = anthropic_body(&e, status);
-                vec![Ok(Bytes::from(format!("event: error\ndata: {data}\n\n")))]
-            }
-        };
-        futures_util::stream::iter(lines)
-    });
-    event_stream(Body::from_stream(body))
-}
-
-/// A `text/event-stream` response.
-fn event_stream(body: Body) -> Response {
-    let mut response = Response::new(body);
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
-}
-
-/// The stream as server-sent `chat.completion.chunk` events, then `[DONE]`. A failure
-/// after the stream began is an `error` event, and the stream ends without `[DONE]`.
-fn sse(
-    stream: ChatStream,
-    model: String,
-    created: u64,
-    include_usage: bool,
-    permit: OwnedSemaphorePermit,
-) -> Response {
-    let events = stream.flat_map(move |item| {
-        // The stream holds its place in the concurrency limit to its end.
-        let _held = &permit;
-        let lines: Vec<Result<Bytes, std::convert::Infallible>> = match item {
-            Ok(event) => {
-                let done = matches!(event, StreamEvent::Done(_));
-                let mut out: Vec<_> = openai_wire::chunks(&event, &model, created, include_usage)
-                    .into_iter()
-                    .map(|c| Ok(Bytes::from(format!("data: {c}\n\n"))))
-                    .collect();
-                if done {
-                    out.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
-                }
-                out
-            }
-            Err(e) => vec![Ok(Bytes::from(format!("data: {}\n\n", error_body(&e))))],
-        };
-        futures_util::stream::iter(lines)
-    });
-    event_stream(Body::from_stream(events))
-}
-
-/// The report of a prepared request, as headers, and for the metrics.
-fn report_headers(out: &mut Response, r: &PreparationReport) {
-    out.extensions_mut().insert(metrics::Outcome {
-        report: Some((r.before_tokens, r.after_tokens, r.memo_hit)),
-        upstream_error: None,
-    });
-    let h = out.headers_mut();
-    let numbers = [
-        ("x-llm-context-before-tokens", r.before_tokens),
-        ("x-llm-context-after-tokens", r.after_tokens),
-        ("x-llm-context-removed-messages", r.removed_messages),
-        ("x-llm-context-cleared", r.cleared_observations),
-        ("x-llm-context-offloaded", r.offloaded_results),
-    ];
-    for (name, n) in numbers {
-        h.insert(name, HeaderValue::from(n as u64));
-    }
-    let memo = if r.memo_hit { "hit" } else { "miss" };
-    h.insert("x-llm-context-memo", HeaderValue::from_static(memo));
-}
-
-/// An error in the format's own shape.
-fn error(format: Format, status: StatusCode, message: &str) -> Response {
-    let body = match format {
-        Format::OpenAi => {
-            // OpenAI's own 401 names its code.
-            let code = (status == StatusCode::UNAUTHORIZED).then_some("invalid_api_key");
-            json!({"error": {"type": openai_error_type(status), "message": message,
-                             "param": null, "code": code}})
-        }
-        Format::Anthropic => {
-            anthropic_wire::error(anthropic_wire::error_type(status.as_u16()), message)
-        }
-    };
-    (status, axum::Json(body)).into_response()
-}
-
-/// OpenAI's error type for a status this server answers itself.
-fn openai_error_type(status: StatusCode) -> &'static str {
-    if status.is_server_error() {
-        "server_error"
-    } else {
-        "invalid_request_error"
-    }
-}
-
-/// The body of a failure in OpenAI's shape: the context-limit shape, or the provider's
-/// error.
-fn error_body(e: &BoxError) -> Value {
-    if let Some(b) = find::<BudgetExceeded>(e) {
-        return json!({
-            "error": {"type": "insufficient_quota", "code": "budget_exceeded",
-                      "message": b.to_string(), "param": null},
-            "llm_context": {"limit": b.limit, "used": b.used, "requested": b.requested,
-                            "max": b.max, "resets_at": b.resets_at.map(rfc3339)},
-        });
-    }
-    if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
-        return json!({
-            "error": {"type": "invalid_request_error", "code": "context_length_exceeded",
-                      "message": limit.to_string(), "param": "messages"},
-            "llm_context": {"needed_tokens": limit.needed_tokens, "allowance": limit.allowance,
-                            "breakdown": limit.breakdown},
-        });
-    }
-    if let Some(p) = find_provider_error(e) {
-        return json!({"error": {"type": p.error_type().unwrap_or("upstream_error"),
-                                "message": p.message, "param": null, "code": p.code()}});
-    }
-    json!({"error": {"type": "server_error", "message": e.to_string(), "param": null, "code": null}})
-}
-
-/// The body of a failure in Anthropic's shape: the provider's error type when it gave
-/// one, else the type of `status`.
-fn anthropic_body(e: &BoxError, status: StatusCode) -> Value {
-    let kind = anthropic_wire::error_type(status.as_u16());
-    if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
-        return anthropic_wire::error(kind, &limit.to_string());
-    }
-    if let Some(b) = find::<BudgetExceeded>(e) {
-        return anthropic_wire::error(kind, &b.to_string());
-    }
-    if let Some(p) = find_provider_error(e) {
-        return anthropic_wire::error(p.error_type().unwrap_or(kind), &p.message);
-    }
-    anthropic_wire::error(kind, &e.to_string())
-}
-
-fn find_provider_error(e: &BoxError) -> Option<&ProviderError> {
-    find::<ProviderError>(e)
-}
-
-/// The first error of type `T` in `e`'s chain of sources.
-fn find<T: std::error::Error + 'static>(e: &BoxError) -> Option<&T> {
-    crate::error::find_source(&**e)
-}
-
-/// The status of a failure: 400 for a request that cannot fit (nothing was sent), the
-/// provider's own status for its errors (502 when it gave none), else 500.
-fn classify(e: &BoxError) -> StatusCode {
-    if find::<BudgetExceeded>(e).is_some() {
-        StatusCode::TOO_MANY_REQUESTS
-    } else if e.downcast_ref::<ContextLimitError>().is_some()
-        || e.downcast_ref::<crate::PairingError>().is_some()
-    {
-        StatusCode::BAD_REQUEST
-    } else if find::<tower::timeout::error::Elapsed>(e).is_some() {
-        StatusCode::GATEWAY_TIMEOUT
-    } else if let Some(p) = find_provider_error(e) {
-        // The provider's error status; a success it sent that could not be read (or no
-        // status at all: a timeout, a reset) is a bad gateway, never a 200.
-        p.status
-            .filter(|s| *s >= 400)
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .unwrap_or(StatusCode::BAD_GATEWAY)
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR
-    }
-}
-
-/// A failure before any answer, in the format's shape.
-fn failure(format: Format, e: &BoxError) -> Response {
-    let status = classify(e);
-    let body = match format {
-        Format::OpenAi => error_body(e),
-        Format::Anthropic => anthropic_body(e, status),
-    };
-    let mut out = (status, axum::Json(body)).into_response();
-    // A budget's window that resets: when to ask again.
-    if let Some(at) = find::<BudgetExceeded>(e).and_then(|b| b.resets_at) {
-        let secs = at
-            .duration_since(SystemTime::now())
-            .map_or(0, |d| d.as_secs() + 1);
-        out.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    let kind = if find::<tower::timeout::error::Elapsed>(e).is_some() {
-        Some("timeout".to_owned())
-    } else {
-        find_provider_error(e).map(|p| format!("{:?}", p.kind))
-    };
-    out.extensions_mut().insert(metrics::Outcome {
-        report: None,
-        upstream_error: kind,
-    });
-    out
+/// A provider client whose errors are boxed, as the stack's layers box theirs.
+fn boxed_errors<C>(client: C) -> tower::util::MapErr<C, fn(crate::ProviderError) -> BoxError> {
+    tower::util::MapErr::new(client, BoxError::from)
 }

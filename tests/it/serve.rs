@@ -10,7 +10,8 @@ use crate::support::proxy::{STREAMED_TEXT, json_of, openai, openai_stream, servi
 use crate::support::schema::{Root, assert_valid, validator};
 use crate::support::stream_server::{Reply, start};
 use llm_context::budget::{Budget, BudgetLayer};
-use llm_context::serve::{Provider, Proxy, check_listen, key_digest, parse_digest};
+use llm_context::catalog::Provider;
+use llm_context::serve::{Proxy, check_listen, key_digest, parse_digest};
 use llm_context::{Anthropic, ContextPolicy, Scope};
 use serde_json::{Value, json};
 use wiremock::ResponseTemplate;
@@ -222,7 +223,10 @@ async fn an_openai_client_reaches_claude() {
     assert_eq!(response.status(), 400);
     let v = json_of(response).await;
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("OpenAI"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the provider openai"),
         "{v}"
     );
 }
@@ -483,9 +487,17 @@ async fn a_route_wins_over_the_catalog() {
     let r = post(&url, &body("claude-local-7b", false), None).await;
     assert_eq!(r.status(), 200);
     assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
-    // Without the route, `claude-…` goes to Anthropic, which has no key here.
-    let r = post(&url, &body("claude-sonnet-4-6", false), None).await;
-    assert_eq!(r.status(), 400);
+    // Without the route, `claude-…` belongs to Anthropic, which has no upstream here:
+    // a 400 naming it, and nothing falls through to the one upstream there is.
+    for stream in [false, true] {
+        let r = post(&url, &body("claude-sonnet-4-6", stream), None).await;
+        assert_eq!(r.status(), 400);
+        let v = json_of(r).await;
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("the provider anthropic"), "{v}");
+        assert!(message.contains("claude-sonnet-4-6"), "{v}");
+    }
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -50,15 +50,40 @@ use crate::model::Usage;
 
 pub use file::CatalogError;
 
-/// Which API a model is served by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Who serves a model and answers its calls: the catalog's `provider`, the proxy's
+/// routes, and the provider named in a [`ProviderError`](https://docs.rs/llm-context/latest/llm_context/error/struct.ProviderError.html).
+///
+/// Written (and read) in lower case: `"openai"`, `"anthropic"`.
+///
+/// ```
+/// use llm_context_layers::catalog::Provider;
+/// assert_eq!(Provider::Anthropic.to_string(), "anthropic");
+/// assert_eq!(Provider::OpenAi.as_str(), "openai");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Provider {
-    /// OpenAI Chat Completions, or any compatible server.
+    /// OpenAI, or any server compatible with its APIs.
     OpenAi,
-    /// Anthropic Messages.
+    /// Anthropic.
     Anthropic,
+}
+
+impl Provider {
+    /// Its name in lower case, as configs and metrics write it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+        }
+    }
+}
+
+impl std::fmt::Display for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Prices in USD per million tokens.

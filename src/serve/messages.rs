@@ -6,7 +6,7 @@
 //! dropped silently: a content block kind other than text, image, tool use and result,
 //! thinking and redacted thinking (documents, server tools' blocks), and a tool without
 //! an `input_schema` (Anthropic's server tools). `cache_control` markers are not kept:
-//! the stack sets its own breakpoints (DESIGN § Cache economics).
+//! the stack sets its own breakpoints (see `crate::prefix`).
 
 use std::collections::HashMap;
 
@@ -16,6 +16,15 @@ use llm_context_layers::{
     Reasoning, Role, ToolCall, ToolSpec, Usage,
 };
 use serde_json::{Value, json};
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+
+use super::failures::find;
+use super::format::{EventWriter, Format, Read, StreamOptions};
+use crate::budget::BudgetExceeded;
+use crate::error::ProviderError;
+use crate::{BoxError, ContextLimitError};
 
 /// Top-level fields read into the neutral request; every other one is carried in
 /// `params.extra` and passed on where the upstream takes it (`thinking`, `metadata`,
@@ -34,7 +43,7 @@ const READ: &[&str] = &[
 ];
 
 /// The neutral request for a Messages body, or what is wrong with it.
-pub(crate) fn request(body: &Value) -> Result<ChatRequest, String> {
+fn request(body: &Value) -> Result<ChatRequest, String> {
     let obj = body
         .as_object()
         .ok_or("the body must be a JSON object (a Messages request)")?;
@@ -344,7 +353,7 @@ fn blocks(r: &ChatResponse) -> Vec<Value> {
 }
 
 /// A whole `message` for `r`, asked of `model`.
-pub(crate) fn message(r: &ChatResponse, model: &str) -> Value {
+fn message(r: &ChatResponse, model: &str) -> Value {
     let model = r
         .provider_fields
         .get("model")
@@ -381,7 +390,7 @@ pub(crate) struct Events {
 }
 
 impl Events {
-    pub(crate) fn new(model: String) -> Self {
+    fn new(model: String) -> Self {
         Self {
             model,
             started: false,
@@ -391,7 +400,7 @@ impl Events {
     }
 
     /// The `(event name, data)` pairs for one event.
-    pub(crate) fn on(&mut self, event: &StreamEvent) -> Vec<(&'static str, Value)> {
+    fn on(&mut self, event: &StreamEvent) -> Vec<(&'static str, Value)> {
         let mut out = Vec::new();
         if !self.started {
             self.started = true;
@@ -512,7 +521,7 @@ impl Events {
 }
 
 /// Anthropic's error type for an HTTP status.
-pub(crate) fn error_type(status: u16) -> &'static str {
+fn error_type(status: u16) -> &'static str {
     match status {
         400 | 422 => "invalid_request_error",
         401 => "authentication_error",
@@ -527,6 +536,68 @@ pub(crate) fn error_type(status: u16) -> &'static str {
 }
 
 /// An error in Anthropic's shape.
-pub(crate) fn error(kind: &str, message: &str) -> Value {
+fn error(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+/// `POST /v1/messages`: Anthropic Messages.
+pub(crate) struct Messages;
+
+impl Format for Messages {
+    const ROUTE: &'static str = "/v1/messages";
+    type Events = Events;
+
+    fn read(body: &[u8]) -> Result<Read, String> {
+        let body: Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let request = request(&body)?;
+        Ok(Read {
+            request,
+            stream: body["stream"] == json!(true),
+            // A Messages stream always carries its usage (`message_delta`).
+            include_usage: true,
+        })
+    }
+
+    fn answer(response: &ChatResponse, model: &str) -> Value {
+        message(response, model)
+    }
+
+    fn events(model: String, _options: &StreamOptions) -> Events {
+        Events::new(model)
+    }
+
+    fn error(status: StatusCode, message: &str) -> Value {
+        error(error_type(status.as_u16()), message)
+    }
+
+    /// The provider's error type when it gave one, else the type of `status`.
+    fn failure(e: &BoxError, status: StatusCode) -> Value {
+        let kind = error_type(status.as_u16());
+        if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
+            return error(kind, &limit.to_string());
+        }
+        if let Some(b) = find::<BudgetExceeded>(e) {
+            return error(kind, &b.to_string());
+        }
+        if let Some(p) = find::<ProviderError>(e) {
+            return error(p.error_type().unwrap_or(kind), &p.message);
+        }
+        error(kind, &e.to_string())
+    }
+}
+
+impl EventWriter for Events {
+    fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
+        self.on(event)
+            .into_iter()
+            .map(|(name, data)| Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+            .collect()
+    }
+
+    /// An `error` event; the stream then ends without `message_stop`.
+    fn failed(&mut self, e: &BoxError, status: StatusCode) -> Bytes {
+        let data = Messages::failure(e, status);
+        Bytes::from(format!("event: error\ndata: {data}\n\n"))
+    }
 }

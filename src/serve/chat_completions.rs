@@ -1,0 +1,238 @@
+//! The Chat Completions format as the proxy serves it: the request read from the body
+//! (`openai::body`), neutral answers written back as a whole `chat.completion` or as
+//! `chat.completion.chunk` events, and OpenAI's error shape.
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
+use llm_context_layers::{ChatResponse, FinishReason, Reasoning, Usage};
+use serde_json::{Value, json};
+
+use super::failures::find;
+use super::format::{EventWriter, Format, Read, StreamOptions};
+use crate::budget::{BudgetExceeded, rfc3339};
+use crate::error::ProviderError;
+use crate::openai::body::{message_to_wire, request_from_str};
+use crate::{BoxError, ContextLimitError};
+
+/// OpenAI's `finish_reason` for the neutral one.
+fn finish(reason: &FinishReason) -> Value {
+    match reason {
+        FinishReason::Stop => json!("stop"),
+        FinishReason::Length => json!("length"),
+        FinishReason::ToolCalls => json!("tool_calls"),
+        FinishReason::ContentFilter => json!("content_filter"),
+        FinishReason::Other(other) => json!(other),
+        _ => json!("stop"),
+    }
+}
+
+/// OpenAI counts cached and written prompt tokens inside `prompt_tokens`.
+fn usage(u: &Usage) -> Value {
+    let prompt = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": prompt + u.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cache_read_tokens},
+    })
+}
+
+/// The response's `id` and `model` as the provider gave them, else made up from `model`.
+fn id_and_model(r: &ChatResponse, model: &str) -> (Value, Value) {
+    let id = r
+        .provider_fields
+        .get("id")
+        .cloned()
+        .unwrap_or_else(|| json!("chatcmpl-llm-context"));
+    let model = r
+        .provider_fields
+        .get("model")
+        .cloned()
+        .unwrap_or_else(|| json!(model));
+    (id, model)
+}
+
+/// A whole `chat.completion` for `r`, asked of `model`.
+fn completion(r: &ChatResponse, model: &str, created: u64) -> Value {
+    let mut message = message_to_wire(&r.message);
+    // The response schema requires both, null when there is none.
+    for key in ["content", "refusal"] {
+        if message.get(key).is_none() {
+            message[key] = Value::Null;
+        }
+    }
+    // The reasoning of an OpenAI-compatible server, where such clients read it.
+    let reasoning: String = r
+        .message
+        .reasoning()
+        .iter()
+        .map(Reasoning::counted_text)
+        .collect();
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = json!(reasoning);
+    }
+    let (id, model) = id_and_model(r, model);
+    json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": null,
+                     "finish_reason": finish(&r.finish_reason)}],
+        "usage": usage(&r.usage),
+    })
+}
+
+/// The `chat.completion.chunk` for one event, if it has one (`Usage` has none: the usage
+/// goes into the last chunk, as `include_usage` asks), and the chunks that end the
+/// stream for `Done`: the finish reason, and the usage when the client asked for it.
+fn chunks(event: &StreamEvent, model: &str, created: u64, include_usage: bool) -> Vec<Value> {
+    let chunk = |delta: Value, finish_reason: Value| {
+        json!({
+            "id": "chatcmpl-llm-context", "object": "chat.completion.chunk",
+            "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null,
+                         "finish_reason": finish_reason}],
+        })
+    };
+    match event {
+        StreamEvent::Text(text) => vec![chunk(json!({"content": text}), Value::Null)],
+        StreamEvent::Reasoning {
+            delta: ReasoningDelta::Thinking(text) | ReasoningDelta::Text(text),
+            ..
+        } => vec![chunk(json!({"reasoning_content": text}), Value::Null)],
+        StreamEvent::ToolCall(d) => {
+            let mut call = json!({"index": d.index, "function": {"arguments": d.arguments}});
+            if let Some(id) = &d.id {
+                call["id"] = json!(id);
+                call["type"] = json!("function");
+            }
+            if let Some(name) = &d.name {
+                call["function"]["name"] = json!(name);
+            }
+            vec![chunk(json!({"tool_calls": [call]}), Value::Null)]
+        }
+        StreamEvent::Done(r) => {
+            let mut out = vec![chunk(json!({}), finish(&r.finish_reason))];
+            if include_usage {
+                out.push(json!({
+                    "id": "chatcmpl-llm-context", "object": "chat.completion.chunk",
+                    "created": created, "model": model, "choices": [],
+                    "usage": usage(&r.usage),
+                }));
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// `POST /v1/chat/completions`: OpenAI Chat Completions.
+pub(crate) struct ChatCompletions;
+
+impl Format for ChatCompletions {
+    const ROUTE: &'static str = "/v1/chat/completions";
+    type Events = Chunks;
+
+    fn read(body: &[u8]) -> Result<Read, String> {
+        let not_json = |e: &dyn std::fmt::Display| format!("the body is not JSON: {e}");
+        // Straight from the text into the model, in one pass: a JSON tree of a
+        // megabyte-long transcript first would cost more than preparing it.
+        let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
+        let (request, _) = request_from_str(text).map_err(|e| {
+            if e.is_syntax() {
+                not_json(&e)
+            } else {
+                e.to_string()
+            }
+        })?;
+        let extra = &request.params.extra;
+        let stream = extra.get("stream") == Some(&Value::Bool(true));
+        let include_usage = extra
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            == Some(&Value::Bool(true));
+        Ok(Read {
+            request,
+            stream,
+            include_usage,
+        })
+    }
+
+    fn answer(response: &ChatResponse, model: &str) -> Value {
+        completion(response, model, super::handler::created())
+    }
+
+    fn events(model: String, options: &StreamOptions) -> Chunks {
+        Chunks {
+            model,
+            created: options.created,
+            include_usage: options.include_usage,
+        }
+    }
+
+    fn error(status: StatusCode, message: &str) -> Value {
+        // OpenAI's own 401 names its code.
+        let code = (status == StatusCode::UNAUTHORIZED).then_some("invalid_api_key");
+        let kind = if status.is_server_error() {
+            "server_error"
+        } else {
+            "invalid_request_error"
+        };
+        json!({"error": {"type": kind, "message": message, "param": null, "code": code}})
+    }
+
+    fn failure(e: &BoxError, _status: StatusCode) -> Value {
+        if let Some(b) = find::<BudgetExceeded>(e) {
+            return json!({
+                "error": {"type": "insufficient_quota", "code": "budget_exceeded",
+                          "message": b.to_string(), "param": null},
+                "llm_context": {"limit": b.limit, "used": b.used, "requested": b.requested,
+                                "max": b.max, "resets_at": b.resets_at.map(rfc3339)},
+            });
+        }
+        if let Some(limit) = e.downcast_ref::<ContextLimitError>() {
+            return json!({
+                "error": {"type": "invalid_request_error", "code": "context_length_exceeded",
+                          "message": limit.to_string(), "param": "messages"},
+                "llm_context": {"needed_tokens": limit.needed_tokens,
+                                "allowance": limit.allowance, "breakdown": limit.breakdown},
+            });
+        }
+        if let Some(p) = find::<ProviderError>(e) {
+            return json!({"error": {"type": p.error_type().unwrap_or("upstream_error"),
+                                    "message": p.message, "param": null, "code": p.code()}});
+        }
+        json!({"error": {"type": "server_error", "message": e.to_string(), "param": null,
+                         "code": null}})
+    }
+}
+
+/// A stream as `chat.completion.chunk` events, then `[DONE]`. A failure after the stream
+/// began is an `error` event, and the stream ends without `[DONE]`.
+pub(crate) struct Chunks {
+    model: String,
+    created: u64,
+    include_usage: bool,
+}
+
+impl EventWriter for Chunks {
+    fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
+        let mut out: Vec<Bytes> = chunks(event, &self.model, self.created, self.include_usage)
+            .into_iter()
+            .map(|c| Bytes::from(format!("data: {c}\n\n")))
+            .collect();
+        if matches!(event, StreamEvent::Done(_)) {
+            out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        }
+        out
+    }
+
+    fn failed(&mut self, error: &BoxError, status: StatusCode) -> Bytes {
+        Bytes::from(format!(
+            "data: {}\n\n",
+            ChatCompletions::failure(error, status)
+        ))
+    }
+}

@@ -1,0 +1,65 @@
+//! What the proxy asks of a wire format: one implementation per format, one generic
+//! handler for all of them (`handler::endpoint`), so that a format is one module and one
+//! route, and no handler matches on which format it serves.
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use crate::stream::StreamEvent;
+use crate::{BoxError, ChatRequest, ChatResponse};
+
+/// A request read from a client's body.
+pub(crate) struct Read {
+    /// The request, in the neutral model.
+    pub(crate) request: ChatRequest,
+    /// Whether the client asked for a stream.
+    pub(crate) stream: bool,
+    /// Whether a stream should end with the usage (Chat Completions'
+    /// `stream_options.include_usage`; formats that always send it say `true`).
+    pub(crate) include_usage: bool,
+}
+
+/// One wire format as the proxy serves it: how a body is read, and how answers, stream
+/// events and errors are written back.
+pub(crate) trait Format: Send + Sync + 'static {
+    /// The route it is served on.
+    const ROUTE: &'static str;
+
+    /// The writer of one stream's events.
+    type Events: EventWriter;
+
+    /// The request in a body, or why it cannot be read (answered 400).
+    fn read(body: &[u8]) -> Result<Read, String>;
+
+    /// A whole answer.
+    fn answer(response: &ChatResponse, model: &str) -> Value;
+
+    /// A writer for one stream's events.
+    fn events(model: String, read: &StreamOptions) -> Self::Events;
+
+    /// The body of an error the server answers itself (401, 413, 503, …).
+    fn error(status: StatusCode, message: &str) -> Value;
+
+    /// The body of a failure of the stack or the upstream, answered with `status`.
+    fn failure(error: &BoxError, status: StatusCode) -> Value;
+}
+
+/// What a stream's writer needs to know of the request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StreamOptions {
+    /// See [`Read::include_usage`].
+    pub(crate) include_usage: bool,
+    /// The answer's `created` time, in seconds since the epoch.
+    pub(crate) created: u64,
+}
+
+/// Writes one stream's events as server-sent event frames.
+pub(crate) trait EventWriter: Send + 'static {
+    /// The frames for one event (none, one or several).
+    fn event(&mut self, event: &StreamEvent) -> Vec<Bytes>;
+
+    /// The frame that ends a stream which failed after it began, answered as `status`
+    /// would have been.
+    fn failed(&mut self, error: &BoxError, status: StatusCode) -> Bytes;
+}

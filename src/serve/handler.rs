@@ -1,0 +1,279 @@
+//! The one handler every format's route is served by: read, route, run through the stack,
+//! answer, in the format's own shape (`F: Format`).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio::sync::OwnedSemaphorePermit;
+use tower::ServiceExt;
+use tracing::Instrument;
+
+use super::failures::{self, classify};
+use super::format::{EventWriter, Format, Read, StreamOptions};
+use super::keys::Tenant;
+use super::upstreams::{no_upstream, provider_of};
+use super::{SESSION_HEADER, Shared, metrics, request_span, timing};
+use crate::budget::{BudgetKey, BudgetLayer, Limit, Window};
+use crate::redis::RedisStores;
+use crate::stream::{ChatStream, Streaming};
+use crate::trace::store_call;
+use crate::{ChatRequest, PreparationReport};
+
+/// `POST F::ROUTE`.
+pub(crate) async fn endpoint<F: Format>(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    counted::<F>(&shared, &headers, body).await
+}
+
+/// One call, counted in the metrics once its headers are ready.
+async fn counted<F: Format>(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = std::time::Instant::now();
+    let route = F::ROUTE;
+    // The root of the request's spans (to its headers: a stream's GenAI span outlives it).
+    let span = request_span::open(route, headers);
+    // Looked up once: the handler serves under it, the metrics and the log name it.
+    let tenant = super::keys::tenant(shared.keys.as_ref(), headers);
+    let tally = Arc::new(timing::Tally::default());
+    let handled = timing::scoped(tally.clone(), handle::<F>(shared, tenant, headers, body));
+    let response = handled.instrument(span.clone()).await;
+    let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
+    let took = started.elapsed();
+    let outcome = response.extensions().get::<metrics::Outcome>();
+    let status = response.status().as_u16();
+    request_span::close(&span, status, tenant);
+    let upstream = tally.upstream();
+    shared
+        .metrics
+        .record(route, status, tenant, took, upstream, outcome);
+    let (before, after, memo_hit) = outcome.and_then(|o| o.report).unwrap_or_default();
+    // One structured line per request (to its headers): what an operator greps for.
+    tracing::info!(
+        event = "serve_request",
+        route,
+        status,
+        tenant,
+        millis = took.as_secs_f64() * 1e3,
+        upstream_millis = upstream.map(|u| u.as_secs_f64() * 1e3),
+        before_tokens = before,
+        after_tokens = after,
+        memo_hit,
+        upstream_error = outcome.and_then(|o| o.upstream_error.as_deref()),
+        "request answered"
+    );
+    response
+}
+
+/// One call: read, route, run through the stack, answer.
+async fn handle<F: Format>(
+    shared: &Shared,
+    tenant: Result<Option<&Tenant>, &'static str>,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    // Shed, not queued: a queue behind calls of seconds each only makes every client late.
+    let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
+        let message = "the server is at its concurrency limit: retry shortly";
+        let mut out = failures::error::<F>(StatusCode::SERVICE_UNAVAILABLE, message);
+        out.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return out;
+    };
+    let tenant = match tenant {
+        Ok(tenant) => tenant,
+        Err(why) => return failures::error::<F>(StatusCode::UNAUTHORIZED, why),
+    };
+    let body = match body {
+        Ok(body) => body,
+        // Over the body limit (413), or a body that could not be read.
+        Err(rejection) => return failures::error::<F>(rejection.status(), &rejection.body_text()),
+    };
+    let Read {
+        request: mut req,
+        stream,
+        include_usage,
+    } = match F::read(&body) {
+        Ok(read) => read,
+        Err(why) => return failures::error::<F>(StatusCode::BAD_REQUEST, &why),
+    };
+    if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+        req = req.with_session(session);
+    }
+    if let Some(tenant) = tenant {
+        req = req.with_scope(tenant.scope.clone());
+    }
+    if let Some(redis) = &shared.redis {
+        load_cuts(redis, &mut req).await;
+    }
+    let provider = provider_of(&shared.routes, &shared.catalog, &req.model);
+    let stacks = &shared.stacks[tenant.map_or(0, |t| t.stacks)];
+    let Some(upstream) = stacks.get(provider).cloned() else {
+        let why = no_upstream(&req.model, provider);
+        return failures::error::<F>(StatusCode::BAD_REQUEST, &why);
+    };
+    let model = req.model.clone();
+    if stream {
+        return match upstream.oneshot(Streaming(req)).await {
+            Ok(stream) => {
+                let report = stream.report().cloned();
+                let options = StreamOptions {
+                    include_usage,
+                    created: created(),
+                };
+                let mut out = sse(F::events(model, &options), stream, permit);
+                if let Some(report) = report {
+                    report_headers(&mut out, &report);
+                }
+                out
+            }
+            Err(e) => failures::failure::<F>(&e),
+        };
+    }
+    match upstream.oneshot(req).await {
+        Ok(response) => {
+            let mut out = axum::Json(F::answer(&response, &model)).into_response();
+            report_headers(&mut out, &response.report);
+            out
+        }
+        Err(e) => failures::failure::<F>(&e),
+    }
+}
+
+/// A stream as server-sent events written by `events`. The stream holds its place in the
+/// concurrency limit (`permit`) to its end.
+fn sse<W: EventWriter>(
+    mut events: W,
+    stream: ChatStream,
+    permit: OwnedSemaphorePermit,
+) -> Response {
+    let body = stream.flat_map(move |item| {
+        let _held = &permit;
+        let frames: Vec<Result<Bytes, std::convert::Infallible>> = match item {
+            Ok(event) => events.event(&event).into_iter().map(Ok).collect(),
+            Err(e) => vec![Ok(events.failed(&e, classify(&e)))],
+        };
+        futures_util::stream::iter(frames)
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// The report of a prepared request, as headers, and for the metrics.
+fn report_headers(out: &mut Response, r: &PreparationReport) {
+    out.extensions_mut().insert(metrics::Outcome {
+        report: Some((r.before_tokens, r.after_tokens, r.memo_hit)),
+        upstream_error: None,
+    });
+    let h = out.headers_mut();
+    let numbers = [
+        ("x-llm-context-before-tokens", r.before_tokens),
+        ("x-llm-context-after-tokens", r.after_tokens),
+        ("x-llm-context-removed-messages", r.removed_messages),
+        ("x-llm-context-cleared", r.cleared_observations),
+        ("x-llm-context-offloaded", r.offloaded_results),
+    ];
+    for (name, n) in numbers {
+        h.insert(name, HeaderValue::from(n as u64));
+    }
+    let memo = if r.memo_hit { "hit" } else { "miss" };
+    h.insert("x-llm-context-memo", HeaderValue::from_static(memo));
+}
+
+/// Brings the request's session's cuts from Redis, so that this replica cuts where the
+/// last one did. The session is inferred here when the request names none, as the
+/// context layer would (it then keeps this one). Redis slow or away costs only the shared
+/// cut, never the request: it waits at most 100 ms.
+async fn load_cuts(redis: &RedisStores, req: &mut ChatRequest) {
+    req.infer_session();
+    let load = redis.cuts.load(&req.scope, &req.session);
+    if let Err(error) = store_call("cuts.load", Duration::from_millis(100), load).await {
+        tracing::debug!(event = "cuts_not_loaded", %error, "the replica keeps its own cut");
+    }
+}
+
+/// Now, in seconds since the epoch (a completion's `created`).
+pub(crate) fn created() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `/readyz`: `ready`, or `degraded` while Redis does not answer. Degraded is still 200:
+/// every request is served (from the upstream, without the shared memo), and taking
+/// every replica out of the load balancer because Redis is away would turn an outage of
+/// the cache into one of the service.
+pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    let Some(redis) = &shared.redis else {
+        return axum::Json(
+            json!({"status": "ready", "stores": {"memo": "local", "artifacts": "local"}}),
+        )
+        .into_response();
+    };
+    let ping = tokio::time::timeout(Duration::from_secs(1), redis.ping()).await;
+    let body = match ping {
+        Ok(Ok(())) => json!({"status": "ready", "stores": {"redis": "ok"}}),
+        Ok(Err(e)) => json!({"status": "degraded", "stores": {"redis": e.to_string()}}),
+        Err(_) => json!({"status": "degraded", "stores": {"redis": "no answer within 1 s"}}),
+    };
+    axum::Json(body).into_response()
+}
+
+/// `/metrics`, in the OpenMetrics text format Prometheus scrapes.
+pub(crate) async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
+    if let (Some(budgets), Some(keys)) = (&shared.budgets, &shared.keys) {
+        record_budgets(&shared.metrics, budgets, keys.values()).await;
+    }
+    let mut out = Response::new(Body::from(shared.metrics.encode()));
+    out.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    out
+}
+
+/// Each tenant's budget use in its current windows (a session's window is per session,
+/// so not a tenant's figure); a store that does not answer leaves the last figures.
+async fn record_budgets<'a>(
+    metrics: &metrics::Metrics,
+    budgets: &BudgetLayer,
+    tenants: impl Iterator<Item = &'a Tenant>,
+) {
+    let now = SystemTime::now();
+    for tenant in tenants {
+        let limits: Vec<Limit> = budgets
+            .limits_for(&tenant.scope)
+            .iter()
+            .filter(|l| l.window != Window::Session)
+            .copied()
+            .collect();
+        if limits.is_empty() {
+            continue;
+        }
+        let key = BudgetKey::new(&tenant.scope, "");
+        let Ok(used) = budgets.store().used(&key, &limits, now).await else {
+            continue;
+        };
+        for (limit, used) in limits.iter().zip(used) {
+            metrics.budget(&tenant.label, limit.name(), used, limit.max);
+        }
+    }
+}

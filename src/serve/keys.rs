@@ -1,0 +1,85 @@
+//! Client keys and tenants: the key table is held by SHA-256 digest, and a tenant is
+//! named in metrics, logs and budgets by its label.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use axum::http::{HeaderMap, header};
+
+use crate::Scope;
+
+/// Who a client key belongs to, and which policy's stacks serve it.
+#[derive(Clone, Debug)]
+pub(crate) struct Tenant {
+    pub(crate) scope: Scope,
+    /// As the metrics and the logs name it: "org", or "org:domain".
+    pub(crate) label: String,
+    /// The index of its policy's stacks.
+    pub(crate) stacks: usize,
+}
+
+/// The tenant of a request's key, `Ok(None)` when there is no key table, or the 401
+/// message.
+pub(crate) fn tenant<'a>(
+    keys: Option<&'a HashMap<[u8; 32], Tenant>>,
+    headers: &HeaderMap,
+) -> Result<Option<&'a Tenant>, &'static str> {
+    let Some(keys) = keys else {
+        return Ok(None);
+    };
+    let key = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .ok_or("an API key is required (Authorization: Bearer, or x-api-key)")?;
+    keys.get(&key_digest(key.trim()))
+        .map(Some)
+        .ok_or("the API key is not known to this server")
+}
+
+/// A tenant as the metrics, the logs and the config's `[budgets]` name it: `org`, or
+/// `org:domain`; `-` for a scope without an organisation.
+pub fn tenant_label(scope: &Scope) -> String {
+    match (&scope.org, &scope.domain) {
+        (Some(org), Some(domain)) => format!("{org}:{domain}"),
+        (Some(org), None) => org.clone(),
+        _ => "-".to_owned(),
+    }
+}
+
+/// The SHA-256 digest of a client key, as the key table holds it.
+pub fn key_digest(key: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes()).into()
+}
+
+/// A digest written as 64 hex digits (the config's `sha256`), or what is wrong with it.
+pub fn parse_digest(hex: &str) -> Result<[u8; 32], String> {
+    let hex = hex.trim();
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(format!(
+            "a key digest must be 64 hex digits (SHA-256), not {} characters",
+            hex.chars().count()
+        ));
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|_| format!("a key digest must be hex digits: {hex:?}"))?;
+    }
+    Ok(out)
+}
+
+/// Refuses an address other than loopback: a server without a key table serves whoever
+/// reaches it, on the operator's upstream keys.
+pub fn check_listen(addr: SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!(
+            "refusing to listen on {addr}: without a key table the server is single-tenant and \
+             serves only loopback (127.0.0.1 or ::1)"
+        ))
+    }
+}
