@@ -27,6 +27,8 @@
 //! `redis`), Redis stores shared by many replicas (`redis`), the OpenAI request body
 //! mapping (`openai::body`), catalog files ([`load_catalog`], [`load_policy`]) and the
 //! `llm-context` command-line tool.
+//!
+//! The [`guide`] explains each part, with examples.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -79,6 +81,69 @@ pub mod simulate;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
+
+/// Guides: how each part works, with examples (doctested).
+pub mod guide {
+    #![doc = include_str!("docs/guide.md")]
+
+    pub mod artifacts {
+        #![doc = include_str!("docs/artifacts.md")]
+    }
+    pub mod memo {
+        #![doc = include_str!("docs/memo.md")]
+    }
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub mod replicas {
+        #![doc = include_str!("docs/replicas.md")]
+    }
+    pub mod counting {
+        #![doc = include_str!("docs/counting.md")]
+    }
+    pub mod caching {
+        #![doc = include_str!("docs/caching.md")]
+    }
+    #[cfg(all(feature = "cli", feature = "simulate"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "cli", feature = "simulate"))))]
+    pub mod choosing_a_policy {
+        #![doc = include_str!("docs/choosing_a_policy.md")]
+    }
+    pub mod streaming {
+        #![doc = include_str!("docs/streaming.md")]
+    }
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "openai", feature = "anthropic"))))]
+    pub mod providers {
+        #![doc = include_str!("docs/providers.md")]
+    }
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub mod durable {
+        #![doc = include_str!("docs/durable.md")]
+    }
+    pub mod budgets {
+        #![doc = include_str!("docs/budgets.md")]
+    }
+    pub mod tracing {
+        #![doc = include_str!("docs/tracing.md")]
+    }
+    #[cfg(feature = "cli")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
+    pub mod cli {
+        #![doc = include_str!("docs/cli.md")]
+    }
+    #[cfg(feature = "serve")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+    pub mod proxy {
+        #![doc = include_str!("docs/proxy.md")]
+    }
+    pub mod reliability {
+        #![doc = include_str!("docs/reliability.md")]
+    }
+    pub mod layout {
+        #![doc = include_str!("docs/layout.md")]
+    }
+}
 
 // The README's examples are compiled as doctests, so they cannot rot.
 #[cfg(doctest)]

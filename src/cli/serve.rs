@@ -55,7 +55,7 @@ pub(crate) struct ServeArgs {
     upstream_timeout: u64,
 }
 
-/// The config file (DESIGN § The proxy).
+/// The config file of `--config` (described in the proxy guide, `llm_context::guide::proxy`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
