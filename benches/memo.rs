@@ -74,7 +74,7 @@ fn transcript(messages: usize) -> ChatRequest {
 
 fn policy() -> ContextPolicyLayer {
     // A window the transcripts fit: a hit is measured, not pruning.
-    ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(200_000)).unwrap()
+    ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(200_000)).unwrap()
 }
 
 fn memo_stack(

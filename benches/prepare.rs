@@ -60,16 +60,16 @@ const TURNS: [usize; 2] = [200, 2_000];
 /// The default policy (offload on, `tool_result_max_chars` 6,000) with a `max_tokens`
 /// that prunes to the floor, or one that prunes nothing.
 fn policy(tight: bool) -> ContextPolicy {
-    ContextPolicy::default().with_max_tokens(if tight { 12_000 } else { 100_000_000 })
+    ContextPolicy::default().with_max_context_tokens(if tight { 12_000 } else { 100_000_000 })
 }
 
 /// The ASCII variant's policies, unchanged: its loose one does not offload either.
 fn ascii_policy(tight: bool) -> ContextPolicy {
     if tight {
-        ContextPolicy::default().with_max_tokens(12_000)
+        ContextPolicy::default().with_max_context_tokens(12_000)
     } else {
         ContextPolicy::default()
-            .with_max_tokens(100_000_000)
+            .with_max_context_tokens(100_000_000)
             .with_tool_result_max_chars(100_000)
     }
 }

@@ -158,10 +158,11 @@ fn events_bare(bencher: divan::Bencher<'_, '_>, n: usize) {
 fn events_stack(bencher: divan::Bencher<'_, '_>, n: usize) {
     let model = Model::new(n);
     let memo = MemoLayer::new(Arc::new(LocalMemoStore::default()));
-    let mut stack = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(100_000))
-        .unwrap()
-        .with_memo(memo)
-        .layer(model);
+    let mut stack =
+        ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(100_000))
+            .unwrap()
+            .with_memo(memo)
+            .layer(model);
     // The memo's store timeouts need tokio's timer; the in-memory store never waits.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -187,7 +188,7 @@ fn transcript() -> ChatRequest {
 }
 
 fn loose() -> ContextPolicy {
-    ContextPolicy::default().with_max_tokens(100_000_000)
+    ContextPolicy::default().with_max_context_tokens(100_000_000)
 }
 
 #[divan::bench(sample_size = 1)]

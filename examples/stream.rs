@@ -84,7 +84,7 @@ async fn main() -> Result<(), BoxError> {
     let session = "incident-4412";
     let meter = UsageMeter::new();
     let policy = ContextPolicy::default()
-        .with_max_tokens(12_000)
+        .with_max_context_tokens(12_000)
         .with_tool_result_max_chars(2_000);
     let stack = ServiceBuilder::new()
         .layer(

@@ -33,7 +33,7 @@ pub fn load_catalog(path: impl AsRef<Path>) -> Result<Catalog, CatalogError> {
 ///
 /// ```no_run
 /// let policy = llm_context::load_policy("policy.toml")?;
-/// println!("{:?}", policy.max_tokens);
+/// println!("{:?}", policy.max_context_tokens);
 /// # Ok::<(), llm_context::PolicyError>(())
 /// ```
 pub fn load_policy(path: impl AsRef<Path>) -> Result<ContextPolicy, PolicyError> {

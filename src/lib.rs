@@ -7,7 +7,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::BoxError> {
 //! let model = ServiceBuilder::new()
-//!     .context_policy(ContextPolicy::default().with_max_tokens(16_000))?
+//!     .context_policy(ContextPolicy::default().with_max_context_tokens(16_000))?
 //!     .service(MockModel::echo());
 //! let reply = model.oneshot(ChatRequest::new("mock", vec![Message::user("hello")])).await?;
 //! assert_eq!(reply.report.removed_messages, 0);

@@ -25,7 +25,7 @@
 //! prefix listing) and [`ArtifactStore`](llm_context_layers::ArtifactStore) (bounded per
 //! session, least recently used out first, never what the session's latest request
 //! refers to), so the artifacts a record's summary names survive a restart with it. It passes the same contract tests as the in-memory backends of
-//! [`llm_context_layers::durable`] and `llm_context::redis::RedisStore` (feature `redis`),
+//! [`llm_context_layers::durable`] and `llm_context::redis::RedisDurableStore` (feature `redis`),
 //! the backend for many replicas sharing state.
 
 use std::path::{Path, PathBuf};

@@ -77,13 +77,13 @@ async fn open_stores(spec: Option<&str>) -> Result<Stores, String> {
     }
     #[cfg(feature = "redis")]
     if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-        use llm_context::redis::{RedisOptions, RedisStore, RedisStores};
+        use llm_context::redis::{RedisDurableStore, RedisOptions, RedisStores};
         // Artifacts expire a while after their session's last use; a durable record
         // names them for longer, so keep them for a month and as many as on disk.
         let options = RedisOptions::default()
             .with_artifact_ttl(std::time::Duration::from_secs(30 * 24 * 3600))
             .with_max_artifacts_per_session(ARTIFACTS_PER_SESSION);
-        let contexts = RedisStore::connect_with(spec, options.clone())
+        let contexts = RedisDurableStore::connect_with(spec, options.clone())
             .await
             .map_err(|e| format!("--store: {e}"))?;
         let shared = RedisStores::connect_with(spec, options)

@@ -177,7 +177,7 @@ pub(crate) async fn run(
 ) -> Result<Stats, BoxError> {
     let scope = scope();
     let policy = ContextPolicy::default()
-        .with_max_tokens(settings.max_tokens)
+        .with_max_context_tokens(settings.max_tokens)
         .with_reserve_tokens(1_000)
         .with_preserve_recent(2);
     let calls = Arc::new(AtomicUsize::new(0));
@@ -253,7 +253,7 @@ pub(crate) async fn run(
                 r.after_tokens,
                 r.prompt_allowance,
                 r.removed_messages,
-                r.cleared_observations
+                r.cleared_results
             ));
             let tool_calls = reply.message.tool_calls.clone();
             record.messages.push(reply.message);

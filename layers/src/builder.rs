@@ -6,7 +6,7 @@
 //! use tower::ServiceBuilder;
 //!
 //! # fn main() -> Result<(), llm_context_layers::PolicyError> {
-//! let policy = ContextPolicy::default().with_max_tokens(16_000);
+//! let policy = ContextPolicy::default().with_max_context_tokens(16_000);
 //! let _model = ServiceBuilder::new()
 //!     .prune(policy.clone())?
 //!     .clear(policy)?

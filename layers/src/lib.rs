@@ -7,7 +7,7 @@
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context_layers::BoxError> {
-//! let policy = ContextPolicy::default().with_max_tokens(8_000).with_reserve_tokens(1_000);
+//! let policy = ContextPolicy::default().with_max_context_tokens(8_000).with_reserve_tokens(1_000);
 //! let model = ServiceBuilder::new()
 //!     .context_policy(policy)?          // prune → clear → (offload → prefix → memo)
 //!     .service(MockModel::echo());      // any Service<ChatRequest, Response = ChatResponse>
@@ -40,7 +40,7 @@ mod macros;
 pub mod calibration;
 pub mod catalog;
 mod error;
-mod future;
+pub mod future;
 pub mod hash;
 pub mod json;
 mod model;

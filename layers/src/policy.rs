@@ -3,17 +3,20 @@
 //! ```
 //! use llm_context_layers::ContextPolicy;
 //!
-//! let policy = ContextPolicy::default().with_max_tokens(16_000).with_reserve_tokens(2_000);
+//! let policy = ContextPolicy::default().with_max_context_tokens(16_000).with_reserve_tokens(2_000);
 //! assert_eq!(policy.prompt_allowance(None), 14_000);
 //! policy.validate().unwrap();
 //!
-//! // Unset max_tokens falls back to the model's window, then to 32,000.
-//! assert_eq!(ContextPolicy::default().effective_max_tokens(Some(200_000)), 200_000);
-//! assert_eq!(ContextPolicy::default().effective_max_tokens(None), 32_000);
+//! // Unset max_context_tokens falls back to the model's window, then to 32,000.
+//! assert_eq!(ContextPolicy::default().effective_max_context_tokens(Some(200_000)), 200_000);
+//! assert_eq!(ContextPolicy::default().effective_max_context_tokens(None), 32_000);
 //!
 //! // Policies are files too; unknown fields are refused.
-//! let p = ContextPolicy::from_toml("max_tokens = 8000\npreserve_recent = 3").unwrap();
+//! let p = ContextPolicy::from_toml("max_context_tokens = 8000\npreserve_recent = 3").unwrap();
 //! assert_eq!(p.preserve_recent, 3);
+//! // `max_tokens`, the field's name before 0.1.0, still loads.
+//! let old = ContextPolicy::from_toml("max_tokens = 8000").unwrap();
+//! assert_eq!(old.max_context_tokens, Some(8_000));
 //! assert!(ContextPolicy::from_json(r#"{"max_tokenz": 1}"#).is_err());
 //! ```
 
@@ -21,8 +24,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-/// The default ceiling when neither `max_tokens` nor the model's window is known.
-pub const DEFAULT_MAX_TOKENS: usize = 32_000;
+/// The default ceiling when neither `max_context_tokens` nor the model's window is known.
+pub const DEFAULT_MAX_CONTEXT_TOKENS: usize = 32_000;
 
 /// What the model gets to see.
 ///
@@ -36,11 +39,12 @@ pub const DEFAULT_MAX_TOKENS: usize = 32_000;
 #[non_exhaustive]
 pub struct ContextPolicy {
     /// Total context ceiling, including the reserved output. `None`: the model's context
-    /// window, otherwise 32,000.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<usize>,
+    /// window, otherwise [`DEFAULT_MAX_CONTEXT_TOKENS`]. Policy files may still call it
+    /// `max_tokens`, its name before 0.1.0.
+    #[serde(alias = "max_tokens", skip_serializing_if = "Option::is_none")]
+    pub max_context_tokens: Option<usize>,
     /// The model's context window, when known (the `--window` of the CLI). Used when
-    /// `max_tokens` is unset.
+    /// `max_context_tokens` is unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_window: Option<usize>,
     /// Tokens withheld from the prompt for the model's output. This does not change the
@@ -103,7 +107,7 @@ pub struct ContextPolicy {
 impl Default for ContextPolicy {
     fn default() -> Self {
         Self {
-            max_tokens: None,
+            max_context_tokens: None,
             context_window: None,
             reserve_tokens: 2_048,
             preserve_recent: 2,
@@ -157,9 +161,9 @@ impl PolicyError {
 }
 
 impl ContextPolicy {
-    /// Sets `max_tokens`.
-    pub fn with_max_tokens(mut self, n: usize) -> Self {
-        self.max_tokens = Some(n);
+    /// Sets `max_context_tokens`.
+    pub fn with_max_context_tokens(mut self, n: usize) -> Self {
+        self.max_context_tokens = Some(n);
         self
     }
 
@@ -261,26 +265,26 @@ impl ContextPolicy {
         self.preserve_tool_results.unwrap_or(self.preserve_recent)
     }
 
-    /// The ceiling: `max_tokens`, else the policy's `context_window`, else `model_window`
+    /// The ceiling: `max_context_tokens`, else the policy's `context_window`, else `model_window`
     /// (the model's window from a catalog), else 32,000.
-    pub fn effective_max_tokens(&self, model_window: Option<usize>) -> usize {
-        self.max_tokens
+    pub fn effective_max_context_tokens(&self, model_window: Option<usize>) -> usize {
+        self.max_context_tokens
             .or(self.context_window)
             .or(model_window)
-            .unwrap_or(DEFAULT_MAX_TOKENS)
+            .unwrap_or(DEFAULT_MAX_CONTEXT_TOKENS)
     }
 
     /// The prompt allowance: the ceiling minus `reserve_tokens` (0 if the reserve is
     /// larger; [`validate`](Self::validate) refuses such a policy).
     pub fn prompt_allowance(&self, model_window: Option<usize>) -> usize {
-        self.effective_max_tokens(model_window)
+        self.effective_max_context_tokens(model_window)
             .saturating_sub(self.reserve_tokens)
     }
 
     /// Checks every field; the error names the first field that cannot work.
     pub fn validate(&self) -> Result<(), PolicyError> {
         let counts: [(&'static str, Option<usize>); 10] = [
-            ("max_tokens", self.max_tokens),
+            ("max_context_tokens", self.max_context_tokens),
             ("context_window", self.context_window),
             ("reserve_tokens", Some(self.reserve_tokens)),
             ("preserve_recent", Some(self.preserve_recent)),
@@ -302,11 +306,11 @@ impl ContextPolicy {
                 "must be at least 1",
             ));
         }
-        if let Some(max) = self.max_tokens
+        if let Some(max) = self.max_context_tokens
             && max <= self.reserve_tokens
         {
             return Err(PolicyError::invalid(
-                "max_tokens",
+                "max_context_tokens",
                 format!(
                     "({max}) must be greater than reserve_tokens ({}), or no prompt fits",
                     self.reserve_tokens
@@ -324,13 +328,13 @@ impl ContextPolicy {
                 ),
             ));
         }
-        if let (Some(lw), Some(max)) = (self.low_water_tokens, self.max_tokens)
+        if let (Some(lw), Some(max)) = (self.low_water_tokens, self.max_context_tokens)
             && lw >= max.saturating_sub(self.reserve_tokens)
         {
             return Err(PolicyError::invalid(
                 "low_water_tokens",
                 format!(
-                    "({lw}) must be below the prompt allowance, max_tokens - reserve_tokens ({}), or pruning makes no room",
+                    "({lw}) must be below the prompt allowance, max_context_tokens - reserve_tokens ({}), or pruning makes no room",
                     max.saturating_sub(self.reserve_tokens)
                 ),
             ));
@@ -350,7 +354,7 @@ impl ContextPolicy {
     /// Checks the policy against a model window learned at run time (a window at or below
     /// the reserve is an error, never a silent default).
     pub fn validate_window(&self, model_window: usize) -> Result<(), PolicyError> {
-        if self.max_tokens.is_none()
+        if self.max_context_tokens.is_none()
             && self.context_window.is_none()
             && model_window <= self.reserve_tokens
         {
@@ -393,7 +397,7 @@ mod tests {
     #[test]
     fn defaults_are_protolinks() {
         let p = ContextPolicy::default();
-        assert_eq!(p.max_tokens, None);
+        assert_eq!(p.max_context_tokens, None);
         assert_eq!(p.reserve_tokens, 2_048);
         assert_eq!(p.preserve_recent, 2);
         assert_eq!(p.protected_tool_results(), 2);
@@ -406,7 +410,12 @@ mod tests {
 
     #[test]
     fn the_low_water_mark_reads_from_toml_and_stays_under_the_allowance() {
+        // `max_tokens`: the ceiling's name before 0.1.0, read still.
         let p = ContextPolicy::from_toml("max_tokens = 128000\nlow_water_tokens = 80000").unwrap();
+        assert_eq!(p.max_context_tokens, Some(128_000));
+        let json = ContextPolicy::from_json(r#"{"max_tokens": 128000, "low_water_tokens": 80000}"#);
+        assert_eq!(json.unwrap(), p);
+        assert!(p.to_toml().unwrap().contains("max_context_tokens = 128000"));
         assert_eq!(p.low_water_tokens, Some(80_000));
         assert_eq!(p.prune_target(None), 80_000);
         assert_eq!(ContextPolicy::default().prune_target(None), 32_000 - 2_048);
@@ -419,7 +428,10 @@ mod tests {
     #[test]
     fn validation_names_the_field() {
         let cases = [
-            (ContextPolicy::default().with_max_tokens(0), "max_tokens"),
+            (
+                ContextPolicy::default().with_max_context_tokens(0),
+                "max_context_tokens",
+            ),
             (
                 ContextPolicy::default().with_context_window(0),
                 "context_window",
@@ -429,8 +441,8 @@ mod tests {
                 "context_window",
             ),
             (
-                ContextPolicy::default().with_max_tokens(1_000),
-                "max_tokens",
+                ContextPolicy::default().with_max_context_tokens(1_000),
+                "max_context_tokens",
             ),
             (
                 ContextPolicy::default().with_preserve_recent(0),
@@ -462,14 +474,14 @@ mod tests {
             ),
             (
                 ContextPolicy::default()
-                    .with_max_tokens(10_000)
+                    .with_max_context_tokens(10_000)
                     .with_low_water_tokens(8_000),
                 "low_water_tokens",
             ),
         ];
         assert!(
             ContextPolicy::default()
-                .with_max_tokens(10_000)
+                .with_max_context_tokens(10_000)
                 .with_low_water_tokens(7_000)
                 .validate()
                 .is_ok()
@@ -486,7 +498,7 @@ mod tests {
     #[test]
     fn round_trips_json_and_toml() {
         let p = ContextPolicy::default()
-            .with_max_tokens(16_000)
+            .with_max_context_tokens(16_000)
             .with_never_clear("plan")
             .with_clear_before_prune(true);
         let json = serde_json::to_string(&p).unwrap();
@@ -495,7 +507,7 @@ mod tests {
         // TOML integers are i64: a larger count is an error, not a panic.
         assert!(
             ContextPolicy::default()
-                .with_max_tokens(usize::MAX)
+                .with_max_context_tokens(usize::MAX)
                 .to_toml()
                 .is_err()
         );

@@ -39,7 +39,7 @@ const OWN_HEADERS: &[&str] = &["x-api-key", "authorization", "anthropic-version"
 /// The `anthropic-version` header sent.
 pub const API_VERSION: &str = "2023-06-01";
 /// The output limit sent when the request sets none (the API requires one).
-pub const DEFAULT_MAX_TOKENS: u32 = 4_096;
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4_096;
 
 /// An Anthropic Messages client: a `Service<ChatRequest>`. See the [module docs](super).
 #[derive(Clone)]
@@ -178,7 +178,7 @@ impl Default for AnthropicBuilder {
         Self {
             settings: Settings::default(),
             auth_token: None,
-            default_max_tokens: DEFAULT_MAX_TOKENS,
+            default_max_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
         }
     }
 }
@@ -233,7 +233,7 @@ impl AnthropicBuilder {
     }
 
     /// The `max_tokens` sent when a request sets no output limit (default
-    /// [`DEFAULT_MAX_TOKENS`]).
+    /// [`DEFAULT_MAX_OUTPUT_TOKENS`]).
     pub fn default_max_tokens(mut self, n: u32) -> Self {
         self.default_max_tokens = n;
         self

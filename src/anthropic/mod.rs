@@ -55,6 +55,6 @@ pub mod types;
 
 pub use client::{
     API_KEY_VAR, API_VERSION, AUTH_TOKEN_VAR, Anthropic, AnthropicBuilder, BASE_URL_VAR,
-    DEFAULT_BASE_URL, DEFAULT_MAX_TOKENS, ResponseFuture, StreamFuture,
+    DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, ResponseFuture, StreamFuture,
 };
 pub use count::AnthropicTokenCounter;

@@ -134,7 +134,7 @@ pub(crate) fn render(
         n(report.removed_messages),
         n(report.pruned_turns),
         n(report.dropped_rounds),
-        n(report.cleared_observations),
+        n(report.cleared_results),
         n(report.offloaded_results)
     );
     if report.unkept_artifacts > 0 {

@@ -85,7 +85,9 @@ fn report_json(r: &PreparationReport) -> serde_json::Value {
         "before_tokens": r.before_tokens,
         "after_tokens": r.after_tokens,
         "removed_messages": r.removed_messages,
-        "cleared_observations": r.cleared_observations,
+        "cleared_results": r.cleared_results,
+        // The same count under its name before 0.1.0, which scripts read.
+        "cleared_observations": r.cleared_results,
         "offloaded_results": r.offloaded_results,
         "prompt_allowance": r.prompt_allowance,
         "cut_moved": r.cut_moved,

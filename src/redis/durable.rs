@@ -1,4 +1,4 @@
-//! [`RedisStore`]: context records and memory shared by every replica.
+//! [`RedisDurableStore`]: context records and memory shared by every replica.
 
 use std::sync::Arc;
 
@@ -88,10 +88,10 @@ return out
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::StoreError> {
 /// use llm_context::durable::{ContextRecord, ContextStore};
-/// use llm_context::redis::RedisStore;
+/// use llm_context::redis::RedisDurableStore;
 /// use llm_context::Scope;
 ///
-/// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?.with_namespace("agents");
+/// let store = RedisDurableStore::connect("redis://127.0.0.1:6379/").await?.with_namespace("agents");
 /// let record = ContextRecord::new();
 /// let version = store.save(&Scope::org("acme"), "root", &record).await?;
 /// assert_eq!(version, 1);
@@ -111,7 +111,7 @@ return out
 /// The listing script reads entry keys it builds itself, so it needs every key of a
 /// tenant on one node (a single Redis, or a primary with replicas; not Redis Cluster).
 #[derive(Clone)]
-pub struct RedisStore {
+pub struct RedisDurableStore {
     conn: ConnectionManager,
     namespace: String,
     secret: Option<Arc<str>>,
@@ -126,15 +126,15 @@ struct Scripts {
     range: Script,
 }
 
-impl std::fmt::Debug for RedisStore {
+impl std::fmt::Debug for RedisDurableStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStore")
+        f.debug_struct("RedisDurableStore")
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
 }
 
-impl RedisStore {
+impl RedisDurableStore {
     /// Connects to `url` (`redis://[user:password@]host[:port][/db]`) with
     /// [`RedisOptions::default`]'s timeouts: [`connect_with`](Self::connect_with).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -196,7 +196,7 @@ impl RedisStore {
 }
 
 #[async_trait]
-impl ContextStore for RedisStore {
+impl ContextStore for RedisDurableStore {
     async fn load(&self, scope: &Scope, id: &str) -> Result<Option<ContextRecord>, StoreError> {
         check_context_id(id)?;
         let mut conn = self.conn.clone();
@@ -273,7 +273,7 @@ fn entry(key: impl Into<String>, value: &[u8], expiry: &[u8]) -> Result<MemoryEn
 }
 
 #[async_trait]
-impl MemoryStore for RedisStore {
+impl MemoryStore for RedisDurableStore {
     async fn put(&self, scope: &Scope, entry: MemoryEntry) -> Result<(), StoreError> {
         let value = entry.encode_value();
         let expiry = entry

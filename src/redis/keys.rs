@@ -20,7 +20,7 @@
 //!                                               a session's ends in `session:{session}`
 //! ```
 //!
-//! Durable contexts and memory ([`RedisStore`](super::RedisStore)), under its
+//! Durable contexts and memory ([`RedisDurableStore`](super::RedisDurableStore)), under its
 //! namespace (default `llmctx`; a different default from the prefix above, kept so that
 //! stored data stays where it is):
 //!

@@ -36,7 +36,7 @@
 //! * [`RedisBudgetStore`] — budget counters, checked and reserved in one Lua script, so
 //!   replicas share a tenant's budget without overspending.
 //!
-//! [`RedisStore`] holds context records and memory for many replicas sharing state:
+//! [`RedisDurableStore`] holds context records and memory for many replicas sharing state:
 //! compare-and-set and listing are Lua scripts, listing reads a per-tenant sorted-set
 //! index (never `SCAN`). It implements [`ContextStore`](crate::durable::ContextStore) and
 //! [`MemoryStore`](crate::durable::MemoryStore) and passes the same contract tests as the
@@ -70,7 +70,7 @@ use serde::de::DeserializeOwned;
 pub use artifacts::{RedisArtifactStore, SessionUsage};
 pub use budgets::RedisBudgetStore;
 pub use cuts::RedisCutStore;
-pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisStore};
+pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisDurableStore};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
 

@@ -188,7 +188,7 @@ fn report_headers(out: &mut Response, r: &PreparationReport) {
         ("x-llm-context-before-tokens", r.before_tokens),
         ("x-llm-context-after-tokens", r.after_tokens),
         ("x-llm-context-removed-messages", r.removed_messages),
-        ("x-llm-context-cleared", r.cleared_observations),
+        ("x-llm-context-cleared", r.cleared_results),
         ("x-llm-context-offloaded", r.offloaded_results),
     ];
     for (name, n) in numbers {

@@ -8,7 +8,7 @@
 //!
 //! # #[tokio::main] async fn main() -> Result<(), llm_context::BoxError> {
 //! let proxy = Proxy::builder()
-//!     .policy(ContextPolicy::default().with_max_tokens(100_000))
+//!     .policy(ContextPolicy::default().with_max_context_tokens(100_000))
 //!     .openai(OpenAi::from_env()?)
 //!     .build()?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;

@@ -110,7 +110,7 @@ impl Candidate {
     /// what they are worth on Anthropic; OpenAI caches without them, so there it costs
     /// what `minimal` costs).
     pub fn comparison() -> Vec<Candidate> {
-        let minimal = ContextPolicy::default().with_max_tokens(100_000);
+        let minimal = ContextPolicy::default().with_max_context_tokens(100_000);
         vec![
             Candidate::new("minimal", minimal.clone()),
             Candidate::new(

@@ -52,7 +52,7 @@ fn stack(
     prefix_layer: PrefixLayer,
 ) -> impl Service<ChatRequest, Response = ChatResponse, Error = llm_context::BoxError> + Clone + use<>
 {
-    let policy = ContextPolicy::default().with_max_tokens(1_000_000);
+    let policy = ContextPolicy::default().with_max_context_tokens(1_000_000);
     ServiceBuilder::new()
         .layer(ContextPolicyLayer::new(policy).unwrap())
         .layer(prefix_layer)

@@ -75,6 +75,7 @@ fn json_output_has_the_contract_shape() {
             "before_tokens",
             "clear_moved",
             "cleared_observations",
+            "cleared_results",
             "cut_moved",
             "offloaded_results",
             "prompt_allowance",
@@ -84,7 +85,9 @@ fn json_output_has_the_contract_shape() {
     assert_eq!(report["prompt_allowance"], 2_500);
     // One run has no previous request: pruning at all moves the start of the history.
     assert_eq!(report["cut_moved"], true);
-    assert_eq!(report["clear_moved"], report["cleared_observations"] != 0);
+    assert_eq!(report["clear_moved"], report["cleared_results"] != 0);
+    // The count's name before 0.1.0 is written too, for the scripts that read it.
+    assert_eq!(report["cleared_observations"], report["cleared_results"]);
     assert!(report["after_tokens"].as_u64().unwrap() <= 2_500);
     assert!(report["removed_messages"].as_u64().unwrap() > 0);
     // The prepared request is an OpenAI body again, with what was not touched intact.

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use crate::contract::{Backend, tenant};
 use llm_context::durable::{ContextRecord, ContextStore, Memory};
-use llm_context::redis::RedisStore;
+use llm_context::redis::RedisDurableStore;
 use serde_json::json;
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").expect("REDIS_URL is not set: run `bash scripts/test.sh`")
 }
 
-async fn store() -> RedisStore {
-    RedisStore::connect(&redis_url())
+async fn store() -> RedisDurableStore {
+    RedisDurableStore::connect(&redis_url())
         .await
         .expect("cannot reach the Redis at REDIS_URL")
 }

@@ -48,7 +48,7 @@ fn stack(
     base: &str,
 ) -> impl Service<ChatRequest, Response = ChatResponse, Error = llm_context::BoxError> + Clone + use<>
 {
-    let policy = ContextPolicy::default().with_max_tokens(200_000);
+    let policy = ContextPolicy::default().with_max_context_tokens(200_000);
     ServiceBuilder::new()
         .layer(ContextPolicyLayer::new(policy).unwrap())
         .layer(PrefixLayer::new())

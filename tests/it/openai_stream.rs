@@ -256,7 +256,7 @@ async fn a_stream_dropped_through_the_stack_closes_the_connection_and_stores_not
     let memo = llm_context::memo::MemoLayer::new(std::sync::Arc::new(
         llm_context::memo::LocalMemoStore::default(),
     ));
-    let stack = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(100_000))
+    let stack = ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(100_000))
         .unwrap()
         .with_memo(memo)
         .layer(client(&server.url));
@@ -281,7 +281,7 @@ async fn a_stream_dropped_through_the_stack_closes_the_connection_and_stores_not
 #[tokio::test]
 async fn a_streamed_call_through_the_stack_carries_the_report() {
     let server = start(vec![Reply::events(sse(&answer()))]).await;
-    let policy = ContextPolicy::default().with_max_tokens(100_000);
+    let policy = ContextPolicy::default().with_max_context_tokens(100_000);
     let stack = ContextPolicyLayer::new(policy)
         .unwrap()
         .layer(client(&server.url));

@@ -16,7 +16,7 @@ const ALLOWANCE: usize = 12_000 - 1_000;
 
 fn policy() -> ContextPolicy {
     ContextPolicy::default()
-        .with_max_tokens(12_000)
+        .with_max_context_tokens(12_000)
         .with_reserve_tokens(1_000)
         .with_preserve_recent(1)
 }

@@ -29,7 +29,10 @@ async fn replica(
     .expect("the test Redis is reachable (run scripts/test.sh)");
     let provider = MockModel::echo();
     let stack = ServiceBuilder::new()
-        .layer(ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(8_000)).unwrap())
+        .layer(
+            ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(8_000))
+                .unwrap(),
+        )
         .layer(MemoLayer::new(Arc::new(stores.memo)))
         .service(provider.clone());
     (stack, provider)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use llm_context::durable::{ContextRecord, ContextStore};
 use llm_context::memo::MemoLayer;
 use llm_context::mock::MockModel;
-use llm_context::redis::{RedisOptions, RedisStore, RedisStores};
+use llm_context::redis::{RedisDurableStore, RedisOptions, RedisStores};
 use llm_context::{Artifact, ArtifactStore, ChatRequest, Message, Scope, StoreErrorKind};
 use tower::{Layer, ServiceExt};
 
@@ -88,7 +88,7 @@ async fn stores_built_while_redis_is_down_serve_degraded_and_recover() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_durable_store_built_while_redis_is_down_connects_when_it_is_back() {
     let port = crate::support::redis::free_port();
-    let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}/"))
+    let store = RedisDurableStore::connect(&format!("redis://127.0.0.1:{port}/"))
         .await
         .expect("an unreachable Redis is an outage, not an error")
         .with_namespace(crate::support::redis::unique_prefix("durable-down"));
@@ -160,7 +160,7 @@ async fn refused_credentials_fail_at_connect_typed_and_without_the_password() {
         assert!(err.to_string().contains("refused the credentials"), "{err}");
         assert!(!err.to_string().contains("wrong-pass"), "{err}");
         assert!(!err.to_string().contains("alice-pass"), "{err}");
-        let err = match RedisStore::connect(url).await {
+        let err = match RedisDurableStore::connect(url).await {
             Ok(_) => panic!("{url} was accepted"),
             Err(err) => err,
         };

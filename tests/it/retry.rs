@@ -86,7 +86,7 @@ async fn the_last_elapsed_error_comes_back_after_the_retries() {
 async fn a_context_limit_is_not_retried() {
     let model = MockModel::echo();
     let policy = ContextPolicy::default()
-        .with_max_tokens(1_000)
+        .with_max_context_tokens(1_000)
         .with_reserve_tokens(100);
     let mut req = ChatRequest::new("m", vec![Message::user("word ".repeat(5_000))]);
     let err = ServiceBuilder::new()

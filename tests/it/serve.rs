@@ -162,7 +162,7 @@ async fn a_request_that_cannot_fit_is_400_and_never_sent() {
         crate::support::servers::mock_post("/v1/chat/completions", ResponseTemplate::new(200))
             .await;
     let policy = ContextPolicy::default()
-        .with_max_tokens(2_000)
+        .with_max_context_tokens(2_000)
         .with_reserve_tokens(500);
     let proxy = Proxy::builder()
         .policy(policy)
@@ -384,7 +384,7 @@ async fn with_a_key_table_every_request_needs_a_known_key_and_gets_its_tenant() 
     )
     .await;
     let tight = ContextPolicy::default()
-        .with_max_tokens(2_000)
+        .with_max_context_tokens(2_000)
         .with_reserve_tokens(500);
     let proxy = Proxy::builder()
         .tenant(key_digest("sk-acme"), Scope::org("acme"), None)

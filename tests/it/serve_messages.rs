@@ -352,7 +352,7 @@ async fn errors_come_in_anthropics_shape() {
     let upstream =
         crate::support::servers::mock_post("/v1/messages", ResponseTemplate::new(200)).await;
     let policy = ContextPolicy::default()
-        .with_max_tokens(2_000)
+        .with_max_context_tokens(2_000)
         .with_reserve_tokens(500);
     let proxy = Proxy::builder()
         .policy(policy)

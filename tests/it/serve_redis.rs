@@ -121,7 +121,7 @@ async fn pruning_replica(prefix: String, upstream: &str) -> String {
         .await
         .unwrap();
     let policy = ContextPolicy::default()
-        .with_max_tokens(1_300)
+        .with_max_context_tokens(1_300)
         .with_reserve_tokens(100)
         .with_low_water_tokens(400);
     let proxy = Proxy::builder()

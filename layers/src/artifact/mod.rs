@@ -43,7 +43,7 @@
 //! never answers for another tenant or session, whatever id it is asked for. An unknown,
 //! evicted or other tenant's id is an error *result* the model can read, never a failed run.
 
-mod memory;
+mod local;
 mod preview;
 mod reference;
 mod store;
@@ -51,7 +51,7 @@ mod stub;
 mod tool;
 mod verify;
 
-pub use memory::{ArtifactLimits, LocalArtifactStore};
+pub use local::{ArtifactLimits, LocalArtifactStore};
 pub use preview::{
     ARTIFACT_ID_LEN, ARTIFACT_ID_PREFIX, OFFLOAD_INSTRUCTIONS, artifact_id, is_preview,
 };

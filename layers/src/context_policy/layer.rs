@@ -10,7 +10,7 @@ use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::fit::{CutStore, LocalCutStore};
 use crate::memo::{DefaultPredicate, MemoLayer};
-use crate::offload::OffloadMemory;
+use crate::offload::PreviewCache;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::prefix::PrefixLayer;
 
@@ -51,7 +51,7 @@ impl ContextPolicyLayer {
             shared: Arc::new(Composite {
                 reader: ArtifactReader::new(store.clone()),
                 store,
-                memory: OffloadMemory::default(),
+                memory: PreviewCache::default(),
                 policy,
                 prefix: PrefixLayer::new(),
                 catalog: Catalog::builtin(),
@@ -88,7 +88,7 @@ impl<P> ContextPolicyLayer<P> {
     /// # let _ = layer;
     /// ```
     pub fn with_offload_memory(self, bytes: usize) -> Self {
-        self.with_shared(|s| s.memory = OffloadMemory::new(bytes))
+        self.with_shared(|s| s.memory = PreviewCache::new(bytes))
     }
 
     /// Keeps artifacts in `store` (shared with other stacks, durable, …) instead of the
@@ -112,7 +112,7 @@ impl<P> ContextPolicyLayer<P> {
     }
 
     /// Takes context windows and cache minimums from `catalog` instead of the built-in
-    /// one. The model's window is the ceiling when the policy sets no `max_tokens` or
+    /// one. The model's window is the ceiling when the policy sets no `max_context_tokens` or
     /// `context_window`.
     pub fn with_catalog(self, catalog: Arc<Catalog>) -> Self {
         self.with_shared(|s| {

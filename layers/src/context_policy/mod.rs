@@ -6,7 +6,7 @@
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let policy = ContextPolicy::default().with_max_tokens(4_000).with_reserve_tokens(1_000);
+//! let policy = ContextPolicy::default().with_max_context_tokens(4_000).with_reserve_tokens(1_000);
 //! let model = ServiceBuilder::new()
 //!     .layer(ContextPolicyLayer::new(policy).unwrap())
 //!     .service(MockModel::echo());
@@ -38,7 +38,7 @@
 //!    [`with_memo`](ContextPolicyLayer::with_memo) (see [`memo`](crate::memo));
 //! 6. then the inner service.
 //!
-//! When the policy sets no `max_tokens` or `context_window`, the ceiling is the model's
+//! When the policy sets no `max_context_tokens` or `context_window`, the ceiling is the model's
 //! window from the [`catalog`](crate::catalog) (then 32,000).
 //!
 //! When nothing has to be stored the inner call is made straight away, with no
@@ -66,5 +66,3 @@ mod stream;
 pub use layer::{ContextPolicyLayer, DEFAULT_RESOLVE_ROUNDS};
 pub use service::ContextPolicyService;
 pub(crate) use service::infer_session;
-
-pub use crate::offload::ResponseFuture;

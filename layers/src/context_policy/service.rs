@@ -7,10 +7,10 @@ use super::steps::{Composite, Preparation, prepare_unverified};
 use crate::BoxError;
 use crate::artifact::Untrusted;
 use crate::fit::Scratch;
+use crate::future::ResponseFuture;
 use crate::future::{Learn, take_ready};
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
 use crate::model::{ChatRequest, ChatResponse};
-use crate::offload::ResponseFuture;
 
 /// The service of [`ContextPolicyLayer`](crate::ContextPolicyLayer): the preparation
 /// steps around the memo step around `S`.

@@ -8,7 +8,7 @@ use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::fit::{self, CutStore, Fitting, Scratch, Stages};
 use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
-use crate::offload::{OffloadMemory, Prepared, offload_request};
+use crate::offload::{Prepared, PreviewCache, offload_request};
 use crate::policy::ContextPolicy;
 use crate::prefix::PrefixLayer;
 
@@ -23,7 +23,7 @@ pub(crate) struct Composite {
     pub(crate) store: Arc<dyn ArtifactStore>,
     /// What each session offloaded before, so a transcript sent again is not offloaded
     /// again.
-    pub(crate) memory: OffloadMemory,
+    pub(crate) memory: PreviewCache,
     pub(crate) reader: ArtifactReader,
     pub(crate) auto_resolve: Option<usize>,
     /// Sessions' previous cuts, for cache-aware pruning.

@@ -14,7 +14,7 @@ super::fitting::fit_layer! {
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let policy = ContextPolicy::default()
-///     .with_max_tokens(500)
+///     .with_max_context_tokens(500)
 ///     .with_reserve_tokens(100)
 ///     .with_preserve_tool_results(1);
 /// let mut messages = vec![Message::user("audit the logs")];
@@ -25,7 +25,7 @@ super::fitting::fit_layer! {
 /// }
 /// let model = ClearLayer::new(policy).unwrap().layer(MockModel::echo());
 /// let reply = model.oneshot(ChatRequest::new("mock", messages)).await.unwrap();
-/// assert_eq!(reply.report.cleared_observations, 2);
+/// assert_eq!(reply.report.cleared_results, 2);
 /// assert_eq!(reply.report.removed_messages, 0);
 /// # }
 /// ```

@@ -33,7 +33,7 @@
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let policy = ContextPolicy::default().with_max_tokens(1_300).with_reserve_tokens(100);
+//! let policy = ContextPolicy::default().with_max_context_tokens(1_300).with_reserve_tokens(100);
 //! // Pruning the minimum moves the start of the history on every turn once it is full.
 //! let minimal = moves(policy.clone()).await;
 //! // Pruning to 400 tokens and keeping the cut moves it every few turns.

@@ -98,7 +98,7 @@ pub(crate) fn prepare(
             "tool calls and results did not pair up; repaired"
         );
     }
-    let changes = report.removed_messages > 0 || report.cleared_observations > 0;
+    let changes = report.removed_messages > 0 || report.cleared_results > 0;
     let messages = std::mem::take(&mut req.messages);
     let ctx = ApplyContext {
         scope: &req.scope,
@@ -116,7 +116,7 @@ pub(crate) fn prepare(
             before_tokens = report.before_tokens,
             after_tokens = report.after_tokens,
             removed_messages = report.removed_messages,
-            cleared_observations = report.cleared_observations,
+            cleared_results = report.cleared_results,
             pruned_turns = report.pruned_turns,
             dropped_rounds = report.dropped_rounds,
             prompt_allowance = report.prompt_allowance,
@@ -352,7 +352,7 @@ macro_rules! fit_layer {
         {
             type Response = $crate::ChatResponse;
             type Error = $crate::BoxError;
-            type Future = $crate::fit::ResponseFuture<S::Future>;
+            type Future = $crate::future::ResponseFuture<S::Future>;
 
             fn poll_ready(
                 &mut self,

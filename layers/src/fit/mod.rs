@@ -14,7 +14,7 @@
 //!     messages.push(Message::user(format!("question {i}: {}", "why? ".repeat(40))));
 //!     messages.push(Message::assistant(format!("answer {i}: {}", "because ".repeat(40))));
 //! }
-//! let policy = ContextPolicy::default().with_max_tokens(2_000).with_reserve_tokens(500);
+//! let policy = ContextPolicy::default().with_max_context_tokens(2_000).with_reserve_tokens(500);
 //! let model = PruneLayer::new(policy).unwrap().layer(MockModel::echo());
 //! let reply = model.oneshot(ChatRequest::new("mock", messages)).await.unwrap();
 //! assert!(reply.report.after_tokens <= 1_500);
@@ -34,7 +34,7 @@
 //!
 //! The plan is computed in one linear pass with a running total; nothing outside the
 //! layer depends on positions. Used alone, [`PruneLayer`] and [`ClearLayer`] plan with the
-//! same budget as the composite: the policy's `max_tokens`, else the model's window from
+//! same budget as the composite: the policy's `max_context_tokens`, else the model's window from
 //! the catalog ([`with_catalog`](PruneLayer::with_catalog)), divided by a
 //! [`Calibration`](crate::Calibration) factor when given
 //! ([`with_calibration`](PruneLayer::with_calibration)).
@@ -47,7 +47,6 @@ mod plan;
 mod prune;
 mod turns;
 
-pub use crate::future::ResponseFuture;
 pub use clear::{Clear, ClearLayer};
 pub use cut::{Cut, CutStore, Cuts, LocalCutStore};
 pub(crate) use fitting::{Fit, FitConfig, Fitting, budget, prepare};

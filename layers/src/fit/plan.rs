@@ -237,7 +237,7 @@ pub(crate) struct Applied {
     pub(crate) refs: Vec<Reference>,
     /// Texts of cleared results whose artifact the session stored before.
     pub(crate) kept: Vec<Kept>,
-    /// What the session's offload memory should learn.
+    /// What the session's preview cache should learn.
     pub(crate) made: Vec<(ContentKey, Remembered)>,
     /// The long results kept, by index in the fitted request.
     pub(crate) longs: Vec<Long>,
@@ -731,7 +731,7 @@ fn decide_with_tool(
         return decide(m, policy, tool_cost, out);
     }
     let plan = decide(m, policy, 0, out)?;
-    if may_add_tool && plan.report.cleared_observations > 0 {
+    if may_add_tool && plan.report.cleared_results > 0 {
         return decide(m, policy, tool_cost, out);
     }
     Ok(plan)
@@ -887,7 +887,7 @@ fn decide(
         match a {
             Action::Keep => {}
             Action::Drop => report.removed_messages += 1,
-            Action::Clear => report.cleared_observations += 1,
+            Action::Clear => report.cleared_results += 1,
         }
     }
     if report.removed_messages > 0 {
@@ -1180,7 +1180,7 @@ mod tests {
 
     fn plan_of(messages: Vec<Message>, scratch: &mut Scratch) {
         let req = ChatRequest::new("m", messages);
-        let policy = ContextPolicy::default().with_max_tokens(100_000_000);
+        let policy = ContextPolicy::default().with_max_context_tokens(100_000_000);
         plan(
             &req,
             &policy,

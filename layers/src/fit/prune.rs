@@ -12,7 +12,7 @@ super::fitting::fit_layer! {
 /// use tower::{Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let policy = ContextPolicy::default().with_max_tokens(300).with_reserve_tokens(100);
+/// let policy = ContextPolicy::default().with_max_context_tokens(300).with_reserve_tokens(100);
 /// let mut messages = vec![Message::system("Be brief.")];
 /// for i in 0..10 {
 ///     messages.push(Message::user(format!("question {i} {}", "detail ".repeat(20))));

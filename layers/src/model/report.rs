@@ -22,8 +22,10 @@ pub struct PreparationReport {
     pub after_tokens: usize,
     /// Messages removed (whole turns and whole tool rounds).
     pub removed_messages: usize,
-    /// Tool results replaced by a stub.
-    pub cleared_observations: usize,
+    /// Tool results replaced by a stub (`cleared_observations` before 0.1.0, a name still
+    /// read).
+    #[serde(alias = "cleared_observations")]
+    pub cleared_results: usize,
     /// Tool results replaced by a preview of an artifact.
     pub offloaded_results: usize,
     /// Of `offloaded_results`, those whose preview the session had made already (an
@@ -31,14 +33,14 @@ pub struct PreparationReport {
     /// not made again.
     #[serde(skip_serializing_if = "is_zero")]
     pub reused_previews: usize,
-    /// Of `cleared_observations`, those cleared with a stub naming no artifact because the
+    /// Of `cleared_results`, those cleared with a stub naming no artifact because the
     /// request's references would exceed
     /// [`ContextPolicy::max_artifact_bytes`](crate::ContextPolicy::max_artifact_bytes), or
     /// because the store could not keep their artifact: the stub says so, and no preview
     /// or stub points at nothing.
     #[serde(skip_serializing_if = "is_zero")]
     pub unkept_artifacts: usize,
-    /// `max_tokens - reserve_tokens`, in estimated tokens: divided by the
+    /// `max_context_tokens - reserve_tokens`, in estimated tokens: divided by the
     /// [calibration](crate::calibration) factor when the layer calibrates.
     pub prompt_allowance: usize,
     /// Whole user turns removed.
@@ -106,7 +108,7 @@ impl PreparationReport {
     pub fn changed(&self) -> bool {
         self.repaired > 0
             || self.removed_messages > 0
-            || self.cleared_observations > 0
+            || self.cleared_results > 0
             || self.offloaded_results > 0
             || self.folded_messages > 0
     }
@@ -156,7 +158,7 @@ impl PreparationReport {
     pub(crate) fn add_counts(&mut self, other: &PreparationReport) {
         self.removed_messages += other.removed_messages;
         self.repaired += other.repaired;
-        self.cleared_observations += other.cleared_observations;
+        self.cleared_results += other.cleared_results;
         self.offloaded_results += other.offloaded_results;
         self.reused_previews += other.reused_previews;
         self.unkept_artifacts += other.unkept_artifacts;

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::{OffloadMemory, Prepared};
+use super::{Prepared, PreviewCache};
 use crate::artifact::{Artifact, ArtifactStore, PREVIEW_START, unkept_stub_text};
 use crate::policy::ContextPolicy;
 use crate::tokens::{MessageSize, char_count};
@@ -16,7 +16,7 @@ use crate::tokens::{MessageSize, char_count};
 /// goes as it is (a later read tells the model the store is down).
 pub(crate) async fn commit(
     store: &dyn ArtifactStore,
-    memory: Option<&OffloadMemory>,
+    memory: Option<&PreviewCache>,
     policy: &ContextPolicy,
     prepared: &mut Prepared,
 ) {
@@ -109,7 +109,7 @@ fn unkeep(prepared: &mut Prepared, missing: &HashSet<String>) {
         report.after_tokens = report.after_tokens + after - before;
         if was_preview {
             report.offloaded_results = report.offloaded_results.saturating_sub(1);
-            report.cleared_observations += 1;
+            report.cleared_results += 1;
         }
         report.unkept_artifacts += 1;
         tracing::warn!(

@@ -3,10 +3,11 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
-use super::{OffloadMemory, Prepared, ResponseFuture, commit, offload_request};
+use super::{Prepared, PreviewCache, commit, offload_request};
 use crate::BoxError;
 use crate::artifact::{ArtifactStore, Untrusted, has_claims, read_artifact_tool_tokens, verify};
 use crate::fit::Applied;
+use crate::future::ResponseFuture;
 use crate::future::streamed;
 use crate::future::take_ready;
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
@@ -20,7 +21,7 @@ pub struct OffloadLayer {
     policy: ContextPolicy,
     store: Arc<dyn ArtifactStore>,
     /// What each session offloaded before (shared by every service of the layer).
-    memory: OffloadMemory,
+    memory: PreviewCache,
 }
 
 impl std::fmt::Debug for OffloadLayer {
@@ -39,7 +40,7 @@ impl OffloadLayer {
         Ok(Self {
             policy,
             store,
-            memory: OffloadMemory::default(),
+            memory: PreviewCache::default(),
         })
     }
 }

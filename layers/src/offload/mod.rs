@@ -74,14 +74,13 @@
 
 mod commit;
 mod layer;
-pub(crate) mod memory;
 mod prepare;
+pub(crate) mod previews;
 mod rewrite;
 
-pub use crate::future::ResponseFuture;
 pub(crate) use commit::commit;
 pub use layer::{Offload, OffloadLayer};
-pub(crate) use memory::{
-    ContentKey, OffloadMemory, Preview, Remembered, SessionMemory, content_key,
-};
 pub(crate) use prepare::{Prepared, offload_request};
+pub(crate) use previews::{
+    ContentKey, Preview, PreviewCache, Remembered, SessionMemory, content_key,
+};

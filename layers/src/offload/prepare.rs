@@ -20,7 +20,7 @@ pub(crate) struct Prepared {
     pub(crate) refs: Vec<Reference>,
     /// Texts whose artifact the session stored before, in case the store lost it.
     pub(crate) kept: Vec<Kept>,
-    /// What the session's offload memory learns once the store has the artifacts.
+    /// What the session's preview cache learns once the store has the artifacts.
     pub(crate) made: Vec<(ContentKey, Remembered)>,
     /// The estimated tokens of the offloaded results, before and after (already in
     /// `report` when a planner sized the request as offloaded).

@@ -9,7 +9,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let model = ServiceBuilder::new()
-//!     .layer(ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(8_000)).unwrap())
+//!     .layer(ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(8_000)).unwrap())
 //!     .service(MockModel::scripted([MockReply::text("The certificate expires on 2026-08-01.")]));
 //!
 //! let req = ChatRequest::new("mock", vec![Message::user("When does the cert expire?")]);

@@ -1,6 +1,6 @@
 //! When to fold, and how much the summarizer is shown.
 
-use crate::policy::{DEFAULT_MAX_TOKENS, PolicyError};
+use crate::policy::{DEFAULT_MAX_CONTEXT_TOKENS, PolicyError};
 
 /// How summary compaction behaves. Build with [`SummarizeConfig::new`] and the `with_*`
 /// setters; the layer and [`Compactor`](crate::durable::Compactor) validate it.
@@ -54,7 +54,7 @@ pub struct SummarizeConfig {
 
 impl Default for SummarizeConfig {
     fn default() -> Self {
-        Self::new(DEFAULT_MAX_TOKENS)
+        Self::new(DEFAULT_MAX_CONTEXT_TOKENS)
     }
 }
 

@@ -105,8 +105,6 @@ pub use prompt::{SUMMARIZER_INSTRUCTIONS, SUMMARIZER_NAME, is_summary_request, p
 pub use run::{MAX_SUMMARY_ATTEMPTS, Summarized};
 pub use service::Summarize;
 
-pub use crate::offload::ResponseFuture;
-
 pub(crate) use bound::{archive_overflow, fit_block, model_budget};
 pub(crate) use prompt::summary_request;
 pub(crate) use run::{ask, fold_block};

@@ -253,7 +253,7 @@ fn record(span: &Span, result: Result<&ChatResponse, &BoxError>, content: Option
     span.record("llm_context.before_tokens", int(r.before_tokens));
     span.record("llm_context.after_tokens", int(r.after_tokens));
     span.record("llm_context.removed_messages", int(r.removed_messages));
-    span.record("llm_context.cleared", int(r.cleared_observations));
+    span.record("llm_context.cleared", int(r.cleared_results));
     span.record("llm_context.offloaded", int(r.offloaded_results));
     span.record("llm_context.cut_moved", r.cut_moved);
     span.record("llm_context.memo_hit", r.memo_hit);

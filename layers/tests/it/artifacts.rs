@@ -403,7 +403,7 @@ async fn clearing_loses_nothing() {
         ));
     }
     let policy = ContextPolicy::default()
-        .with_max_tokens(1_500)
+        .with_max_context_tokens(1_500)
         .with_reserve_tokens(100)
         .with_preserve_tool_results(1);
     let req = ChatRequest::new("m", messages.clone()).with_session("s1");
@@ -411,7 +411,7 @@ async fn clearing_loses_nothing() {
     let reader = layer.artifact_reader();
     let model = MockModel::echo();
     let reply = layer.layer(model.clone()).oneshot(req).await.unwrap();
-    assert!(reply.report.cleared_observations > 0);
+    assert!(reply.report.cleared_results > 0);
     let sent = model.last_request().unwrap();
     assert!(sent.tools.contains(&read_artifact_tool()));
     for (orig, new) in messages.iter().zip(&sent.messages) {
@@ -735,7 +735,7 @@ async fn a_session_with_tools_never_toggles_them() {
     // is never thrown away.
     let policy = ContextPolicy::default()
         .with_tool_result_max_chars(1_000)
-        .with_max_tokens(3_000)
+        .with_max_context_tokens(3_000)
         .with_reserve_tokens(500)
         .with_preserve_recent(1);
     let search = ToolSpec::new("fetch", "Fetch a URL.", json!({"type": "object"}));

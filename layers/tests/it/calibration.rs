@@ -35,7 +35,7 @@ fn provider(
 /// allowance 2,800; each turn is about 170 estimated tokens.
 fn policy() -> ContextPolicy {
     ContextPolicy::default()
-        .with_max_tokens(3_000)
+        .with_max_context_tokens(3_000)
         .with_reserve_tokens(200)
 }
 

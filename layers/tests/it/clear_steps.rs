@@ -14,7 +14,7 @@ use tower::{Layer, Service, ServiceExt};
 /// all of it one tool result, so from the ninth turn on old results must be cleared.
 fn policy() -> ContextPolicy {
     ContextPolicy::default()
-        .with_max_tokens(6_000)
+        .with_max_context_tokens(6_000)
         .with_reserve_tokens(500)
         .with_clear_before_prune(true)
 }
@@ -73,7 +73,7 @@ async fn clearing_the_minimum_moves_the_cleared_region_every_turn() {
     let turns = converse(policy()).await;
     let first = turns
         .iter()
-        .position(|(_, r)| r.cleared_observations > 0)
+        .position(|(_, r)| r.cleared_results > 0)
         .expect("clearing starts");
     // From the first request that clears, each one clears one result more.
     for (i, (_, report)) in turns.iter().enumerate() {
@@ -95,7 +95,7 @@ async fn clearing_in_steps_keeps_the_region_and_each_request_extends_the_last() 
     for pair in turns.windows(2) {
         let ((before, _), (after, report)) = (&pair[0], &pair[1]);
         assert!(report.after_tokens <= report.prompt_allowance);
-        if report.cleared_observations > 0 && !report.clear_moved {
+        if report.cleared_results > 0 && !report.clear_moved {
             kept += 1;
             // Same region cleared: what was sent before is sent again, byte for byte,
             // so the provider reads it from its cache.
@@ -108,12 +108,9 @@ async fn clearing_in_steps_keeps_the_region_and_each_request_extends_the_last() 
 #[tokio::test]
 async fn a_step_clears_at_least_the_given_tokens() {
     let turns = converse(policy().with_clear_at_least_tokens(3_000)).await;
-    let (_, first) = turns
-        .iter()
-        .find(|(_, r)| r.cleared_observations > 0)
-        .unwrap();
+    let (_, first) = turns.iter().find(|(_, r)| r.cleared_results > 0).unwrap();
     // One result is about 600 tokens; a stub about 60: 3,000 tokens is 6 results.
-    assert!(first.cleared_observations >= 6, "{first:?}");
+    assert!(first.cleared_results >= 6, "{first:?}");
     assert!(
         first.before_tokens - first.after_tokens >= 3_000,
         "{first:?}"
@@ -126,14 +123,14 @@ async fn clear_tool_inputs_stubs_the_arguments_of_cleared_calls_only() {
     let plain = converse(policy()).await;
     let (sent, report) = turns.last().unwrap();
     let (_, plain_report) = plain.last().unwrap();
-    assert!(report.cleared_observations > 0);
+    assert!(report.cleared_results > 0);
     let cleared: Vec<&str> = sent
         .messages
         .iter()
         .filter(|m| m.is_tool_result() && m.text().contains("cleared"))
         .filter_map(|m| m.tool_call_id.as_deref())
         .collect();
-    assert_eq!(cleared.len(), report.cleared_observations);
+    assert_eq!(cleared.len(), report.cleared_results);
     for m in sent.messages.iter().filter(|m| m.has_tool_calls()) {
         let call = &m.tool_calls[0];
         if cleared.contains(&call.id.as_str()) {

@@ -23,7 +23,7 @@ fn agent(policy: ContextPolicy) -> (Agent, MockModel, Arc<dyn CutStore>) {
 /// allowance 1,200 tokens; a user turn is 82 tokens and the echo's answer about 88.
 fn policy() -> ContextPolicy {
     ContextPolicy::default()
-        .with_max_tokens(1_300)
+        .with_max_context_tokens(1_300)
         .with_reserve_tokens(100)
 }
 

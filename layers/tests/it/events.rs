@@ -18,7 +18,7 @@ async fn prepare(max_tokens: usize) {
         )));
     }
     let policy = ContextPolicy::default()
-        .with_max_tokens(max_tokens)
+        .with_max_context_tokens(max_tokens)
         .with_reserve_tokens(100);
     let stack = ContextPolicyLayer::new(policy)
         .unwrap()

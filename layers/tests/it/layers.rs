@@ -53,7 +53,7 @@ where
 #[tokio::test]
 async fn prune_drops_oldest_turns_and_keeps_system_and_recent() {
     let policy = ContextPolicy::default()
-        .with_max_tokens(600)
+        .with_max_context_tokens(600)
         .with_reserve_tokens(100);
     let mut messages = vec![Message::system("rules")];
     for t in 0..6 {
@@ -108,7 +108,7 @@ async fn inner_errors_pass_through() {
 #[tokio::test]
 async fn context_limit_makes_no_inner_call() {
     let policy = ContextPolicy::default()
-        .with_max_tokens(300)
+        .with_max_context_tokens(300)
         .with_reserve_tokens(100);
     let (mut service, mut handle): (_, Handle) =
         mock::spawn_layer(ContextPolicyLayer::new(policy).unwrap());
@@ -142,7 +142,7 @@ async fn clear_keeps_role_id_and_name_and_protects_the_newest() {
     // ~900 tokens against an allowance of 400: even three stubs leave it over, so the
     // layer clears all it may, and the newest result stays.
     let policy = ContextPolicy::default()
-        .with_max_tokens(500)
+        .with_max_context_tokens(500)
         .with_reserve_tokens(100)
         .with_preserve_tool_results(1);
     let messages = tool_turn("t", 4, 800);
@@ -172,13 +172,13 @@ async fn clear_keeps_role_id_and_name_and_protects_the_newest() {
         serde_json::from_str(results[0].content.as_str().unwrap()).unwrap();
     assert_eq!(stub["original_chars"], 800);
     assert_eq!(stub["tool"], "read_log");
-    assert_eq!(resp.report.cleared_observations, 3);
+    assert_eq!(resp.report.cleared_results, 3);
 }
 
 #[tokio::test]
 async fn clear_alone_never_fails() {
     let policy = ContextPolicy::default()
-        .with_max_tokens(200)
+        .with_max_context_tokens(200)
         .with_reserve_tokens(100);
     let messages = vec![Message::user("z".repeat(5_000))];
     let (seen, resp) = through(ClearLayer::new(policy).unwrap(), request(messages.clone()))
@@ -208,7 +208,7 @@ async fn never_clear_tools_and_unseen_results_are_kept() {
         messages.push(Message::tool_result(id, "search", "hit ".repeat(300)));
     }
     let policy = ContextPolicy::default()
-        .with_max_tokens(400)
+        .with_max_context_tokens(400)
         .with_reserve_tokens(100)
         .with_preserve_tool_results(1)
         .with_never_clear("plan");
@@ -238,7 +238,7 @@ async fn user_role_tool_results_keep_the_question_and_the_pairing() {
         messages.push(Message::user("r".repeat(400)).with_tool_call_id(&id));
     }
     let policy = ContextPolicy::default()
-        .with_max_tokens(500)
+        .with_max_context_tokens(500)
         .with_reserve_tokens(100);
     let (seen, resp) = through(
         ContextPolicyLayer::new(policy).unwrap(),
@@ -258,7 +258,7 @@ async fn one_long_agentic_turn_is_not_a_dead_end() {
     messages.pop(); // still working: no final answer yet
     let before = estimate_message_tokens(&messages);
     let policy = ContextPolicy::default()
-        .with_max_tokens(8_000)
+        .with_max_context_tokens(8_000)
         .with_reserve_tokens(1_000);
     let (seen, resp) = through(
         ContextPolicyLayer::new(policy).unwrap(),
@@ -267,7 +267,7 @@ async fn one_long_agentic_turn_is_not_a_dead_end() {
     .await
     .unwrap();
     assert!(before > 40_000);
-    assert!(resp.report.cleared_observations > 0, "cleared first");
+    assert!(resp.report.cleared_results > 0, "cleared first");
     assert!(resp.report.dropped_rounds > 0, "then dropped old rounds");
     assert!(estimate_message_tokens(&seen.messages) <= 7_000);
     assert_eq!(seen.messages[1], messages[1], "the user request stays");
@@ -284,7 +284,7 @@ async fn clearing_first_is_a_policy_choice() {
     messages.extend(tool_turn("mid", 1, 100));
     messages.extend(tool_turn("new", 1, 100));
     let base = ContextPolicy::default()
-        .with_max_tokens(900)
+        .with_max_context_tokens(900)
         .with_reserve_tokens(100)
         .with_preserve_tool_results(1);
     let (pruned, r1) = through(
@@ -294,7 +294,7 @@ async fn clearing_first_is_a_policy_choice() {
     .await
     .unwrap();
     assert_eq!(r1.report.pruned_turns, 1);
-    assert_eq!(r1.report.cleared_observations, 0);
+    assert_eq!(r1.report.cleared_results, 0);
     assert!(pruned.messages[0].text().starts_with("mid"));
 
     let (cleared, r2) = through(
@@ -307,7 +307,7 @@ async fn clearing_first_is_a_policy_choice() {
         r2.report.pruned_turns, 0,
         "clearing one old result was enough"
     );
-    assert_eq!(r2.report.cleared_observations, 1);
+    assert_eq!(r2.report.cleared_results, 1);
     assert_eq!(cleared.messages.len(), messages.len());
 }
 
@@ -325,7 +325,7 @@ async fn tools_and_prefix_count_in_the_allowance() {
         messages.push(Message::assistant("a".repeat(400)));
     }
     let policy = ContextPolicy::default()
-        .with_max_tokens(900)
+        .with_max_context_tokens(900)
         .with_reserve_tokens(100);
     let req = request(messages).with_tools(tools.clone());
     let (seen, resp) = through(ContextPolicyLayer::new(policy).unwrap(), req)
@@ -344,7 +344,7 @@ async fn tools_and_prefix_count_in_the_allowance() {
 #[tokio::test]
 async fn roles_are_never_rewritten() {
     let policy = ContextPolicy::default()
-        .with_max_tokens(400)
+        .with_max_context_tokens(400)
         .with_reserve_tokens(100);
     let mut messages = Vec::new();
     for t in 0..5 {
@@ -366,7 +366,7 @@ async fn a_configured_prefix_counts_in_the_allowance() {
     // 40,000 characters: 4 + 10,000 tokens of prefix against 12,000 - 1,000.
     let prefix = Arc::new(PrefixContext::new("p".repeat(40_000)));
     let policy = ContextPolicy::default()
-        .with_max_tokens(12_000)
+        .with_max_context_tokens(12_000)
         .with_reserve_tokens(1_000);
     let layer = ContextPolicyLayer::new(policy)
         .unwrap()

@@ -29,7 +29,10 @@ fn stack(
     store: Arc<dyn MemoStore>,
 ) -> impl Service<ChatRequest, Response = ChatResponse, Error = BoxError> + Clone {
     ServiceBuilder::new()
-        .layer(ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(8_000)).unwrap())
+        .layer(
+            ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(8_000))
+                .unwrap(),
+        )
         .layer(MemoLayer::new(store))
         .service(model)
 }

@@ -214,7 +214,7 @@ proptest! {
             broken.insert(1 + at.index(broken.len()), m);
         }
         let policy = if tight {
-            ContextPolicy::default().with_max_tokens(120).with_reserve_tokens(20).with_preserve_recent(1)
+            ContextPolicy::default().with_max_context_tokens(120).with_reserve_tokens(20).with_preserve_recent(1)
         } else {
             ContextPolicy::default()
         };

@@ -157,7 +157,7 @@ fn policy() -> impl Strategy<Value = ContextPolicy> {
             )| {
                 let reserve = 1 + allowance / (reserve_div * 4);
                 let policy = ContextPolicy::default()
-                    .with_max_tokens(allowance + reserve)
+                    .with_max_context_tokens(allowance + reserve)
                     .with_reserve_tokens(reserve)
                     .with_preserve_recent(preserve)
                     .with_preserve_tool_results(preserve_results)

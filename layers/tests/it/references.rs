@@ -73,7 +73,7 @@ async fn send(
 async fn past_the_byte_bound_the_oldest_go_as_stubs_in_steps_of_a_quarter() {
     // 2,000-byte artifacts, a 40,000-byte bound: a quarter is five results.
     let policy = ContextPolicy::default()
-        .with_max_tokens(10_000_000)
+        .with_max_context_tokens(10_000_000)
         .with_tool_result_max_chars(1_000)
         .with_max_artifact_bytes(40_000);
     let layer = ContextPolicyLayer::new(policy).unwrap();
@@ -91,7 +91,7 @@ async fn past_the_byte_bound_the_oldest_go_as_stubs_in_steps_of_a_quarter() {
         assert_eq!(cleared, (0..expected).collect::<Vec<_>>(), "n = {n}");
         assert_eq!(reply.report.unkept_artifacts, expected);
         assert_eq!(reply.report.offloaded_results, n - expected);
-        assert_eq!(reply.report.cleared_observations, expected);
+        assert_eq!(reply.report.cleared_results, expected);
         // The stub says why, and every preview left is readable.
         for (i, m) in sent
             .messages
@@ -139,9 +139,10 @@ async fn a_session_evicted_from_the_store_gets_its_artifacts_again() {
     let store = Arc::new(LocalArtifactStore::new(
         ArtifactLimits::default().with_sessions(1),
     ));
-    let layer = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(1_000_000))
-        .unwrap()
-        .with_artifact_store(store.clone());
+    let layer =
+        ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(1_000_000))
+            .unwrap()
+            .with_artifact_store(store.clone());
     let model = MockModel::echo();
     let mut service = layer.layer(model.clone());
     let messages = transcript(2, 8_000);
@@ -178,9 +179,10 @@ async fn an_artifact_the_store_cannot_keep_goes_as_a_stub_naming_none() {
     let store = Arc::new(LocalArtifactStore::new(
         ArtifactLimits::default().with_total_bytes(4_000),
     ));
-    let layer = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(1_000_000))
-        .unwrap()
-        .with_artifact_store(store.clone());
+    let layer =
+        ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(1_000_000))
+            .unwrap()
+            .with_artifact_store(store.clone());
     let model = MockModel::echo();
     let reply = layer
         .layer(model.clone())
@@ -198,7 +200,7 @@ async fn an_artifact_the_store_cannot_keep_goes_as_a_stub_naming_none() {
     assert_eq!(json_of(result)["original_chars"], 8_000);
     assert_eq!(reply.report.unkept_artifacts, 1);
     assert_eq!(reply.report.offloaded_results, 0);
-    assert_eq!(reply.report.cleared_observations, 1);
+    assert_eq!(reply.report.cleared_results, 1);
     // The report's estimate is of what was sent.
     assert_eq!(
         reply.report.after_tokens,

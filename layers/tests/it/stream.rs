@@ -73,7 +73,7 @@ fn done(events: &[StreamEvent]) -> &ChatResponse {
 #[tokio::test]
 async fn a_streamed_call_is_prepared_exactly_as_a_non_streamed_one() {
     let policy = ContextPolicy::default()
-        .with_max_tokens(3_000)
+        .with_max_context_tokens(3_000)
         .with_reserve_tokens(500)
         .with_tool_result_max_chars(2_000);
     let reply = "The deploy failed: the database refused connections (接続拒否).";
@@ -118,7 +118,7 @@ async fn a_streamed_call_is_prepared_exactly_as_a_non_streamed_one() {
 async fn a_request_that_cannot_fit_fails_before_anything_is_sent() {
     let model = MockModel::echo();
     let policy = ContextPolicy::default()
-        .with_max_tokens(2_000)
+        .with_max_context_tokens(2_000)
         .with_reserve_tokens(500);
     let huge = ChatRequest::new("mock", vec![Message::user("слово ".repeat(5_000))]);
     let err = ContextPolicyLayer::new(policy)
@@ -180,7 +180,7 @@ fn memo_stack(
     upstream: Upstream,
     store: Arc<dyn MemoStore>,
 ) -> impl Service<Streaming, Response = ChatStream, Error = BoxError> + Clone {
-    ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(8_000))
+    ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(8_000))
         .unwrap()
         .with_memo(MemoLayer::new(store))
         .layer(upstream)
@@ -415,7 +415,7 @@ async fn every_layer_streams_what_it_would_have_answered() {
     use llm_context_layers::{PrefixContext, PrefixLayer};
 
     let policy = ContextPolicy::default()
-        .with_max_tokens(6_000)
+        .with_max_context_tokens(6_000)
         .with_reserve_tokens(1_000)
         .with_tool_result_max_chars(1_500);
     let prune = || PruneLayer::new(policy.clone()).unwrap();
@@ -423,7 +423,7 @@ async fn every_layer_streams_what_it_would_have_answered() {
     assert!(r.report.removed_messages > 0, "prune removed turns");
     let clear = || ClearLayer::new(policy.clone()).unwrap();
     let r = streams_as_it_answers(clear, long_transcript()).await;
-    assert!(r.report.cleared_observations > 0, "clear cleared results");
+    assert!(r.report.cleared_results > 0, "clear cleared results");
     let offload = || {
         let store = ContextPolicyLayer::new(policy.clone())
             .unwrap()
@@ -446,7 +446,7 @@ async fn usage_is_recorded_once_from_the_final_event() {
 
     let meter = UsageMeter::new();
     let store: Arc<dyn MemoStore> = Arc::new(LocalMemoStore::default());
-    let policy = ContextPolicy::default().with_max_tokens(8_000);
+    let policy = ContextPolicy::default().with_max_context_tokens(8_000);
     let stack = tower::ServiceBuilder::new()
         .layer(UsageLayer::new(meter.clone()))
         .layer(

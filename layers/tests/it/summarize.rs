@@ -603,7 +603,7 @@ async fn outside_the_policy_layer_the_model_can_read_what_was_folded() {
             None => MockReply::text("no summary"),
         }
     });
-    let policy = ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(100_000))
+    let policy = ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(100_000))
         .unwrap()
         .with_auto_resolve();
     let summarize = SummarizeLayer::new(SummarizeConfig::new(1_000).with_keep_last(4))
@@ -743,7 +743,8 @@ async fn the_folds_a_summary_names_stay_readable_past_the_policys_artifact_count
     // summary's folded spans must be among what it names.
     let inner = model(|_| MockReply::text(summary("early questions")));
     let policy =
-        ContextPolicyLayer::new(ContextPolicy::default().with_max_tokens(1_000_000)).unwrap();
+        ContextPolicyLayer::new(ContextPolicy::default().with_max_context_tokens(1_000_000))
+            .unwrap();
     let store = policy.artifact_store();
     let summarize = SummarizeLayer::new(SummarizeConfig::new(150_000).with_keep_last(81))
         .unwrap()

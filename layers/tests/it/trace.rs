@@ -138,7 +138,7 @@ async fn a_refused_call_has_its_error_type_and_a_stream_is_recorded_at_its_end()
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     let policy = ContextPolicy::default()
-        .with_max_tokens(1_000)
+        .with_max_context_tokens(1_000)
         .with_reserve_tokens(100);
     let layer = ContextPolicyLayer::new(policy).unwrap();
     let agent = GenAiSpanLayer::new().layer(layer.layer(MockModel::echo()));

@@ -109,7 +109,7 @@ async fn run_loop(
     let backend = make(count, bytes).await;
     let store = backend.store.clone();
     let mut policy = ContextPolicy::default()
-        .with_max_tokens(max_tokens)
+        .with_max_context_tokens(max_tokens)
         .with_reserve_tokens(500)
         .with_preserve_recent(1)
         .with_tool_result_max_chars(150)

@@ -104,9 +104,9 @@ impl SessionMemory {
     }
 }
 
-/// The offload memory of every session a layer serves. Cloning shares it.
+/// The previews each session a layer serves was sent, by content: a result sent again gets the same preview. Cloning shares it.
 #[derive(Clone, Debug)]
-pub(crate) struct OffloadMemory {
+pub(crate) struct PreviewCache {
     inner: Arc<Mutex<Inner>>,
     max_bytes: usize,
 }
@@ -120,13 +120,13 @@ struct Inner {
 /// The default bound: 64 MiB of previews, about ten thousand of the default size.
 pub(crate) const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
 
-impl Default for OffloadMemory {
+impl Default for PreviewCache {
     fn default() -> Self {
         Self::new(DEFAULT_MEMORY_BYTES)
     }
 }
 
-impl OffloadMemory {
+impl PreviewCache {
     /// A memory of at most `max_bytes` of previews and ids (0: remembers nothing).
     pub(crate) fn new(max_bytes: usize) -> Self {
         Self {
@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_session_is_forgotten_past_the_bound() {
-        let memory = OffloadMemory::new(3_000);
+        let memory = PreviewCache::new(3_000);
         let s = Scope::org(1);
         memory.update(&s, "a", vec![(1, remembered("x", 1_000))], &HashSet::new());
         memory.update(&s, "b", vec![(2, remembered("y", 1_000))], &HashSet::new());
@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn what_the_store_lost_is_forgotten_and_a_snapshot_is_left_alone() {
-        let memory = OffloadMemory::new(1 << 20);
+        let memory = PreviewCache::new(1 << 20);
         let s = Scope::org(1);
         memory.update(
             &s,
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn a_zero_bound_remembers_nothing() {
-        let memory = OffloadMemory::new(0);
+        let memory = PreviewCache::new(0);
         let s = Scope::org(1);
         memory.update(&s, "a", vec![(1, remembered("x", 10))], &HashSet::new());
         assert!(memory.session(&s, "a").is_none());
