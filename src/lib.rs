@@ -24,9 +24,9 @@
 //! ([`openai::OpenAi`] and [`anthropic::Anthropic`], features `openai` and `anthropic`,
 //! both on by default) with typed [`error`]s and a [`retry`] policy, durable stores for
 //! the context records and memory of [`durable`] (`sqlite`, the embedded default, and
-//! `redis`), Redis stores shared by many replicas (`redis`), the OpenAI request body
-//! mapping (`openai::body`), catalog files ([`load_catalog`], [`load_policy`]) and the
-//! `llm-context` command-line tool.
+//! `redis`), Redis stores shared by many replicas (`redis`), the wire formats ([`wire`]:
+//! Chat Completions and Messages, both directions), catalog files ([`load_catalog`],
+//! [`load_policy`]) and the `llm-context` command-line tool.
 //!
 //! The [`guide`] explains each part, with examples.
 #![forbid(unsafe_code)]
@@ -36,17 +36,15 @@ pub use llm_context_layers::*;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod attempt;
 mod catalog_file;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod client;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod error;
-// The body mapping (`openai::body`) is what the command-line tool reads and writes, so
-// the module is there for the `cli` feature too; the client in it needs `openai`.
-#[cfg(any(feature = "openai", feature = "anthropic"))]
-pub mod attempt;
-#[cfg(any(feature = "openai", feature = "cli"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "cli"))))]
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod openai;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod redact;
@@ -60,6 +58,10 @@ pub mod transport;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
+// The Chat Completions body mapping is what the command-line tool reads and writes, so
+// `wire` is there for the `cli` feature too.
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "cli"))]
+pub mod wire;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::Anthropic;

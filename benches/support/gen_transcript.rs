@@ -11,7 +11,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use llm_context::openai::body::request_from_str;
+use llm_context::wire::chat_completions::body::request_from_str;
 use llm_context::{ChatRequest, Role, ToolSpec};
 use serde_json::json;
 

@@ -8,9 +8,6 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use tower::Service;
 
-use super::convert;
-use super::stream::AnthropicDecoder;
-use super::types::MessageResponse;
 use crate::catalog::Provider;
 pub use crate::client::ResponseFuture;
 use crate::client::{
@@ -22,6 +19,9 @@ pub use crate::sse::StreamFuture;
 use crate::transport::{
     HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
 };
+use crate::wire::messages::convert;
+use crate::wire::messages::stream::AnthropicDecoder;
+use crate::wire::messages::types::MessageResponse;
 use llm_context_layers::stream::{ChatStream, Streaming};
 use llm_context_layers::{ChatRequest, ChatResponse};
 

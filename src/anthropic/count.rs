@@ -4,12 +4,12 @@ use async_trait::async_trait;
 use tower::{Service, ServiceExt};
 
 use super::client::Anthropic;
-use super::convert::{Rendered, render};
-use super::types::{CountTokensRequest, CountTokensResponse};
 use crate::BoxError;
 use crate::catalog::Provider;
 use crate::client::exchange;
 use crate::transport::{HttpRequest, HttpResponse, ReqwestTransport, TransportError};
+use crate::wire::messages::convert::{Rendered, render};
+use crate::wire::messages::types::{CountTokensRequest, CountTokensResponse};
 use llm_context_layers::tokens::TokenCounter;
 use llm_context_layers::{CacheHints, Message, ToolSpec};
 

@@ -1,4 +1,5 @@
-//! The Anthropic Messages client.
+//! The Anthropic provider: its client and token counter, over the Messages format
+//! ([`wire::messages`](crate::wire::messages) holds the format itself).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -47,11 +48,7 @@
 //!   `/v1/messages/count_tokens` endpoint.
 
 mod client;
-// The simulator renders requests exactly as they are sent.
-pub(crate) mod convert;
 mod count;
-mod stream;
-pub mod types;
 
 pub use client::{
     API_KEY_VAR, API_VERSION, AUTH_TOKEN_VAR, Anthropic, AnthropicBuilder, BASE_URL_VAR,

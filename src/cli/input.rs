@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use llm_context::openai::body::{BodyContext, request_from_str};
+use llm_context::wire::chat_completions::body::{BodyContext, request_from_str};
 use llm_context::{ChatRequest, ContextPolicy, load_policy};
 
 use super::Exit;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use llm_context::mock::Capture;
-use llm_context::openai::body::write_body;
+use llm_context::wire::chat_completions::body::write_body;
 use llm_context::{ContextLimitError, ContextPolicyLayer, PreparationReport};
 use serde_json::json;
 use tower::{Layer, ServiceExt};

@@ -7,9 +7,6 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use tower::Service;
 
-use super::convert;
-use super::stream::OpenAiDecoder;
-use super::types::CreateChatCompletionResponse;
 use crate::catalog::Provider;
 pub use crate::client::ResponseFuture;
 use crate::client::{
@@ -21,6 +18,9 @@ pub use crate::sse::StreamFuture;
 use crate::transport::{
     HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
 };
+use crate::wire::chat_completions::convert;
+use crate::wire::chat_completions::stream::OpenAiDecoder;
+use crate::wire::chat_completions::types::CreateChatCompletionResponse;
 use llm_context_layers::stream::{ChatStream, Streaming};
 use llm_context_layers::{ChatRequest, ChatResponse};
 

@@ -1,7 +1,7 @@
-//! The OpenAI-compatible Chat Completions client.
+//! The OpenAI provider: its client, over the Chat Completions format
+//! ([`wire::chat_completions`](crate::wire::chat_completions) holds the format itself).
 //!
 //! ```no_run
-//! # #[cfg(feature = "openai")]
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), llm_context::BoxError> {
 //! use llm_context::openai::OpenAi;
 //! use llm_context::{ChatRequest, ContextPolicy, Message, ServiceBuilderExt};
@@ -15,7 +15,6 @@
 //!     .await?;
 //! println!("{} ({:?})", reply.message.text(), reply.usage);
 //! # Ok(()) }
-//! # #[cfg(not(feature = "openai"))] fn main() {}
 //! ```
 //!
 //! `POST {base}/chat/completions`, where the base URL includes `/v1` as in OpenAI's own
@@ -39,25 +38,9 @@
 //!   passed through; a `stream` field is dropped: a stream is asked for with a
 //!   [`Streaming`](crate::stream::Streaming) request, which sets `stream` and
 //!   `stream_options.include_usage` itself.
-//!
-//! [`body`] maps Chat Completions request bodies to and from
-//! [`ChatRequest`](crate::ChatRequest), keeping what it does not model; the command-line
-//! tool reads and writes bodies with it, so it is compiled with the `openai` or the `cli`
-//! feature, and the client with `openai` only.
 
-pub mod body;
-#[cfg(feature = "openai")]
 mod client;
-#[cfg(feature = "openai")]
-mod convert;
-#[cfg(feature = "openai")]
-mod stream;
-#[cfg(feature = "openai")]
-#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
-pub mod types;
 
-#[cfg(feature = "openai")]
-#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use client::{
     API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, ORG_ID_VAR, OpenAi, OpenAiBuilder, PROJECT_ID_VAR,
     ResponseFuture, StreamFuture,

@@ -86,12 +86,10 @@
 //!   it a child of the client's span, so the agent's trace holds what the proxy did.
 //!
 
-mod chat_completions;
-mod failures;
-mod format;
+pub(crate) mod failures;
+pub(crate) mod format;
 mod handler;
 mod keys;
-mod messages;
 mod metrics;
 mod request_span;
 mod timing;
@@ -109,11 +107,10 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
 
-use self::chat_completions::ChatCompletions;
 use self::format::Format;
+pub(crate) use self::handler::created;
 use self::handler::endpoint;
 use self::keys::Tenant;
-use self::messages::Messages;
 use self::upstreams::{Table, Upstream};
 use crate::attempt::AttemptSpanLayer;
 use crate::budget::BudgetLayer;
@@ -123,6 +120,8 @@ use crate::redis::RedisStores;
 use crate::retry::RetryPolicy;
 use crate::stream::{ChatStream, Streaming};
 use crate::trace::GenAiSpanLayer;
+use crate::wire::chat_completions::serve::ChatCompletions;
+use crate::wire::messages::serve::Messages;
 use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer,
     OpenAi, PolicyError, Scope,

@@ -9,9 +9,11 @@ use llm_context_layers::tokens::{IMAGE_TOKENS, OVERHEAD_TOKENS, char_count, json
 use llm_context_layers::{CacheTtl, ChatRequest};
 
 use super::cache::{Block, Chain, Tally, cumulative, ttl_duration};
-use crate::anthropic::convert::{Rendered, render};
-use crate::anthropic::types::{CacheControl, ContentBlockParam, ImageSource, ToolResultContent};
 use crate::error::ProviderError;
+use crate::wire::messages::convert::{Rendered, render};
+use crate::wire::messages::types::{
+    CacheControl, ContentBlockParam, ImageSource, ToolResultContent,
+};
 
 /// How far back a breakpoint looks for an earlier entry: its own block and the 19 before.
 pub const LOOKBACK_BLOCKS: usize = 20;
@@ -153,7 +155,7 @@ pub fn blocks(req: &ChatRequest) -> Result<Vec<Block>, ProviderError> {
                 if k == 0 {
                     // Where a message starts, and whose it is, is part of the prompt.
                     h.str(match m.role {
-                        crate::anthropic::types::InputRole::User => "user",
+                        crate::wire::messages::types::InputRole::User => "user",
                         _ => "assistant",
                     });
                 }

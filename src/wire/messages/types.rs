@@ -1,7 +1,7 @@
 //! Anthropic Messages wire types: exactly what is sent and what is read.
 //!
 //! ```
-//! use llm_context::anthropic::types::{CacheControl, TextBlockParam};
+//! use llm_context::wire::messages::types::{CacheControl, TextBlockParam};
 //!
 //! let block = TextBlockParam::new("You are terse.").with_cache_control(CacheControl::ONE_HOUR);
 //! assert_eq!(

@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions wire types: exactly what is sent and what is read.
 //!
 //! ```
-//! use llm_context::openai::types::{CompletionUsage, CreateChatCompletionResponse};
+//! use llm_context::wire::chat_completions::types::{CompletionUsage, CreateChatCompletionResponse};
 //!
 //! let body = r#"{"choices": [{"message": {"role": "assistant", "content": "hi"}}],
 //!                "usage": {"prompt_tokens": 2006, "completion_tokens": 3,

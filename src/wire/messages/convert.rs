@@ -560,7 +560,7 @@ pub(crate) fn usage(u: &ResponseUsage) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::anthropic::types::CacheCreation;
+    use crate::wire::messages::types::CacheCreation;
     use serde_json::json;
 
     #[test]

@@ -20,10 +20,10 @@ use serde_json::{Value, json};
 use axum::body::Bytes;
 use axum::http::StatusCode;
 
-use super::failures::find;
-use super::format::{EventWriter, Format, Read, StreamOptions};
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
+use crate::serve::failures::find;
+use crate::serve::format::{EventWriter, Format, Read, StreamOptions};
 use crate::{BoxError, ContextLimitError};
 
 /// Top-level fields read into the neutral request; every other one is carried in
@@ -343,7 +343,7 @@ fn blocks(r: &ChatResponse) -> Vec<Value> {
         out.push(json!({"type": "text", "text": text}));
     }
     for c in &r.message.tool_calls {
-        let input = crate::anthropic::convert::tool_input(c.arguments_value());
+        let input = super::convert::tool_input(c.arguments_value());
         out.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
     }
     if let Some(Value::Array(unmodelled)) = r.provider_fields.get("content") {

@@ -284,7 +284,7 @@ pub(crate) fn usage(u: CompletionUsage) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::types::PromptTokensDetails;
+    use crate::wire::chat_completions::types::PromptTokensDetails;
     use serde_json::json;
 
     #[test]

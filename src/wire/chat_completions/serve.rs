@@ -1,5 +1,5 @@
 //! The Chat Completions format as the proxy serves it: the request read from the body
-//! (`openai::body`), neutral answers written back as a whole `chat.completion` or as
+//! ([`body`](super::body)), neutral answers written back as a whole `chat.completion` or as
 //! `chat.completion.chunk` events, and OpenAI's error shape.
 
 use axum::body::Bytes;
@@ -8,11 +8,11 @@ use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
 use llm_context_layers::{ChatResponse, FinishReason, Reasoning, Usage};
 use serde_json::{Value, json};
 
-use super::failures::find;
-use super::format::{EventWriter, Format, Read, StreamOptions};
+use super::body::{message_to_wire, request_from_str};
 use crate::budget::{BudgetExceeded, rfc3339};
 use crate::error::ProviderError;
-use crate::openai::body::{message_to_wire, request_from_str};
+use crate::serve::failures::find;
+use crate::serve::format::{EventWriter, Format, Read, StreamOptions};
 use crate::{BoxError, ContextLimitError};
 
 /// OpenAI's `finish_reason` for the neutral one.
@@ -161,7 +161,7 @@ impl Format for ChatCompletions {
     }
 
     fn answer(response: &ChatResponse, model: &str) -> Value {
-        completion(response, model, super::handler::created())
+        completion(response, model, crate::serve::created())
     }
 
     fn events(model: String, options: &StreamOptions) -> Chunks {

@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions request bodies ↔ [`ChatRequest`].
 //!
 //! ```
-//! use llm_context::openai::body::{body_from_request, request_from_body};
+//! use llm_context::wire::chat_completions::body::{body_from_request, request_from_body};
 //! use serde_json::json;
 //!
 //! let body = json!({
@@ -316,7 +316,7 @@ pub fn request_from_body(body: &Value) -> Result<(ChatRequest, BodyContext), Wir
 /// of megabytes this way, at about twice their size in memory.
 ///
 /// ```
-/// use llm_context::openai::body::{request_from_str, write_body};
+/// use llm_context::wire::chat_completions::body::{request_from_str, write_body};
 ///
 /// let text = r#"{"model": "m", "messages": [{"role": "user", "content": "hi", "x_note": 1}]}"#;
 /// let (request, ctx) = request_from_str(text).unwrap();
