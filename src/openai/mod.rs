@@ -35,7 +35,9 @@
 //!   `cache_write_tokens`); the neutral [`Usage`](crate::Usage) keeps them apart, so
 //!   `input_tokens = prompt_tokens − cached_tokens − cache_write_tokens`.
 //! * **Other fields** of the caller's body (`response_format`, `reasoning_effort`, …) are
-//!   passed through; a `stream` field is dropped: a stream is asked for with a
+//!   passed through; of another format's body, only those Chat Completions has
+//!   ([`GenerationParams::extra_format`](crate::GenerationParams::extra_format)); a
+//!   `stream` field is dropped: a stream is asked for with a
 //!   [`Streaming`](crate::stream::Streaming) request, which sets `stream` and
 //!   `stream_options.include_usage` itself.
 

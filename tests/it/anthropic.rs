@@ -85,7 +85,7 @@ fn full_request() -> ChatRequest {
 async fn sends_a_valid_body_with_system_tools_and_results_in_place() {
     let server = mock_post(MESSAGES, ok_text()).await;
     let mut req = full_request().with_temperature(0.3);
-    req.params.tool_choice = Some(json!("required"));
+    req.params.tool_choice = Some(llm_context::ToolChoice::Required);
     req.params.extra.insert("seed".into(), json!(7)); // OpenAI-only: not sent
     let reply = stack(&server.uri(), PrefixLayer::new())
         .oneshot(req)

@@ -78,7 +78,7 @@ async fn sends_a_valid_body_with_the_prefix_first() {
         .with_prefix(prefix())
         .with_tools(tools())
         .with_temperature(0.2);
-    req.params.tool_choice = Some(json!("auto"));
+    req.params.tool_choice = Some(llm_context::ToolChoice::Auto);
     req.params
         .extra
         .insert("response_format".into(), json!({"type": "json_object"}));

@@ -170,6 +170,11 @@ async fn an_anthropic_client_reaches_an_openai_model() {
     let mut request = body("gpt-5.4", false);
     request["tool_choice"] = json!({"type": "any", "disable_parallel_tool_use": true});
     request.as_object_mut().unwrap().remove("metadata");
+    // Fields of the Messages format that Chat Completions has no place for: never sent
+    // to an OpenAI upstream (it would refuse them), whatever the neutral model holds.
+    request["top_k"] = json!(5);
+    request["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    request["context_management"] = json!({"edits": [{"type": "clear_thinking_20251015"}]});
     let response = post(&url, &request).await;
     assert_eq!(response.status(), 200);
     let answer = json_of(response).await;
@@ -205,6 +210,9 @@ async fn an_anthropic_client_reaches_an_openai_model() {
     assert_eq!(sent["messages"][3]["tool_call_id"], "toolu_1");
     assert_eq!(sent["tool_choice"], "required");
     assert_eq!(sent["parallel_tool_calls"], false);
+    for field in ["top_k", "thinking", "context_management"] {
+        assert!(sent.get(field).is_none(), "{field} was sent: {sent}");
+    }
 }
 
 #[tokio::test]

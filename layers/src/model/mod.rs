@@ -3,6 +3,7 @@
 //! anything; the types are re-exported at the crate root.
 
 mod message;
+mod params;
 mod prefix_context;
 mod report;
 mod request;
@@ -11,11 +12,12 @@ mod text;
 
 pub use message::leading_system_end;
 pub use message::{Content, ContentPart, Message, Reasoning, Role, ToolCall, ToolSpec};
+pub use params::{GenerationParams, ToolChoice, WireFormat};
 pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
 pub use request::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, DEFAULT_SESSION, FinishReason,
-    GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Usage,
+    INFERRED_SESSION_PREFIX, MemoHint, Usage,
 };
 pub use scope::Scope;
 pub use text::Text;

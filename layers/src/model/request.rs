@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::message::{Message, ToolSpec};
+use super::params::GenerationParams;
 use super::prefix_context::PrefixContext;
 use super::report::PreparationReport;
 use super::scope::Scope;
@@ -27,34 +28,6 @@ use crate::tokens;
 
 /// The session used when a request names none.
 pub const DEFAULT_SESSION: &str = "default";
-
-/// Generation parameters, passed to the provider unchanged.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct GenerationParams {
-    /// Sampling temperature.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
-    /// The provider's output limit (`max_completion_tokens` / `max_tokens`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_output_tokens: Option<u32>,
-    /// Stop sequences.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub stop: Vec<String>,
-    /// Seed for providers that support deterministic sampling.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub seed: Option<i64>,
-    /// Tool choice, in the OpenAI form (`"auto"`, `"none"`, `"required"` or an object).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<Value>,
-    /// Other provider-specific fields, passed through (ordered, so bytes are stable).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub extra: BTreeMap<String, Value>,
-}
 
 /// How long a provider should keep a cached prefix.
 #[derive(

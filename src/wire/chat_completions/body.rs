@@ -53,9 +53,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::params::{tool_choice_from_wire, tool_choice_to_wire};
 use llm_context_layers::prefix::leading_system_end;
 use llm_context_layers::{
     ChatRequest, Content, ContentPart, GenerationParams, Message, Role, ToolCall, ToolSpec,
+    WireFormat,
 };
 
 /// A request body that does not have the shape the provider defines.
@@ -780,12 +782,19 @@ fn from_parts(obj: &Map<String, Value>, messages: Vec<Message>) -> Result<ChatRe
         Some(_) => return Err(WireError::new("tools", "must be an array")),
     };
     let mut params = GenerationParams::default();
+    // What is not typed is kept as written, tagged with its format: a client of another
+    // format sends on only the fields its own format has.
+    params.extra_format = Some(WireFormat::ChatCompletions);
     for (k, v) in obj {
         match k.as_str() {
             "model" | "messages" | "tools" => {}
             "temperature" if v.is_number() => params.temperature = v.as_f64(),
             "top_p" if v.is_number() => params.top_p = v.as_f64(),
             "seed" if v.is_i64() => params.seed = v.as_i64(),
+            "parallel_tool_calls" if v.is_boolean() => params.parallel_tool_calls = v.as_bool(),
+            "tool_choice" if tool_choice_from_wire(v).is_some() => {
+                params.tool_choice = tool_choice_from_wire(v);
+            }
             _ => {
                 params.extra.insert(k.clone(), v.clone());
             }
@@ -897,7 +906,10 @@ fn top_level(req: &ChatRequest) -> Map<String, Value> {
         out.insert("stop".into(), json!(p.stop));
     }
     if let Some(tc) = &p.tool_choice {
-        out.insert("tool_choice".into(), tc.clone());
+        out.insert("tool_choice".into(), tool_choice_to_wire(tc));
+    }
+    if let Some(parallel) = p.parallel_tool_calls {
+        out.insert("parallel_tool_calls".into(), Value::Bool(parallel));
     }
     for (k, v) in &p.extra {
         out.insert(k.clone(), v.clone());
@@ -1244,6 +1256,7 @@ fn write_call(out: &mut impl Write, c: &ToolCall, kept: &CallKept) -> io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use llm_context_layers::ToolChoice;
 
     #[test]
     fn round_trips_every_field() {
@@ -1272,6 +1285,30 @@ mod tests {
         );
         assert_eq!(req.params.temperature, Some(0.2));
         assert_eq!(body_from_request(&req, &ctx), body);
+    }
+
+    #[test]
+    fn tool_choice_and_parallel_calls_are_typed_and_written_back_as_they_came() {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "q"}],
+                          "tools": [{"type": "function", "function": {"name": "f"}}],
+                          "tool_choice": "required", "parallel_tool_calls": false, "top_k": 5});
+        let (req, ctx) = request_from_body(&body).unwrap();
+        assert_eq!(req.params.tool_choice, Some(ToolChoice::Required));
+        assert_eq!(req.params.parallel_tool_calls, Some(false));
+        assert_eq!(req.params.extra_format, Some(WireFormat::ChatCompletions));
+        let back = body_from_request(&req, &ctx);
+        assert_eq!(back["tool_choice"], "required");
+        assert_eq!(back["parallel_tool_calls"], false);
+        assert_eq!(back["top_k"], 5);
+        // A form only Chat Completions has stays among the fields, as written.
+        let allowed = json!({"type": "allowed_tools",
+                             "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "f"}}]}});
+        let mut body = body;
+        body["tool_choice"] = allowed.clone();
+        let (req, ctx) = request_from_body(&body).unwrap();
+        assert_eq!(req.params.tool_choice, None);
+        assert_eq!(req.params.extra["tool_choice"], allowed);
+        assert_eq!(body_from_request(&req, &ctx)["tool_choice"], allowed);
     }
 
     #[test]

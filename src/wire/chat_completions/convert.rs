@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::params::{FIELDS, tool_choice_to_wire};
 use super::types::{
     CompletionUsage, CreateChatCompletionRequest, CreateChatCompletionResponse, FunctionCall,
     FunctionObject, ImageUrl, MessageToolCall, RequestMessage, TextContent, TextPart, Tool,
@@ -13,13 +14,12 @@ use crate::catalog::Provider;
 use crate::client::unsupported;
 use crate::error::{ProviderError, ProviderErrorKind};
 use llm_context_layers::{
-    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, Message, Reasoning, Role,
-    ToolCall, ToolSpec, Usage,
+    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, GenerationParams, Message,
+    Reasoning, Role, ToolCall, ToolSpec, Usage, WireFormat,
 };
 
-/// Fields of a caller's body that this client sets itself or cannot honour: the rest of
-/// `params.extra` is passed through.
-const NOT_PASSED_THROUGH: &[&str] = &[
+/// Fields this client sets itself: never passed through.
+const SET_HERE: &[&str] = &[
     "model",
     "messages",
     "tools",
@@ -27,6 +27,35 @@ const NOT_PASSED_THROUGH: &[&str] = &[
     "stream",
     "stream_options",
 ];
+
+/// The request's pass-through fields this client sends: all of them when they are written
+/// in its own format (or by the caller for whichever provider it calls), else only those
+/// Chat Completions has; the others are named in a debug event.
+fn passed_through(p: &GenerationParams) -> BTreeMap<String, Value> {
+    let foreign = p
+        .extra_format
+        .is_some_and(|f| f != WireFormat::ChatCompletions);
+    let mut dropped = Vec::new();
+    let mut out = BTreeMap::new();
+    for (k, v) in &p.extra {
+        if SET_HERE.contains(&k.as_str()) {
+            continue;
+        }
+        if foreign && !FIELDS.contains(&k.as_str()) {
+            dropped.push(k.as_str());
+            continue;
+        }
+        out.insert(k.clone(), v.clone());
+    }
+    if !dropped.is_empty() {
+        tracing::debug!(
+            event = "params_not_sent",
+            fields = ?dropped,
+            "fields Chat Completions does not have are not sent to an OpenAI upstream"
+        );
+    }
+    out
+}
 
 /// The request body for `req`: the prefix rendered first, then the tail.
 pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, ProviderError> {
@@ -40,12 +69,7 @@ pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, 
         messages.push(message(m)?);
     }
     let p = &req.params;
-    let mut extra: BTreeMap<String, Value> = p
-        .extra
-        .iter()
-        .filter(|(k, _)| !NOT_PASSED_THROUGH.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut extra = passed_through(p);
     // A typed field wins over the same key passed through, so no key is written twice.
     let mut typed = |key: &str, set: bool| {
         if set {
@@ -58,6 +82,7 @@ pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, 
     typed("stop", !p.stop.is_empty());
     typed("seed", p.seed.is_some());
     typed("tool_choice", p.tool_choice.is_some());
+    typed("parallel_tool_calls", p.parallel_tool_calls.is_some());
     // The stable head (tools, prefix, leading system messages) routes requests that share
     // it to one cache; a request with no head has nothing stable to key on.
     let has_head = req.prefix.as_ref().is_some_and(|p| !p.is_empty())
@@ -65,7 +90,10 @@ pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, 
         || !req.tools.is_empty();
     let cache_key =
         (has_head && !extra.contains_key("prompt_cache_key")).then(|| req.stable_head_key());
-    let mut tool_choice = p.tool_choice.clone();
+    let mut tool_choice = p.tool_choice.as_ref().map(tool_choice_to_wire);
+    if let Some(parallel) = p.parallel_tool_calls {
+        extra.insert("parallel_tool_calls".into(), Value::Bool(parallel));
+    }
     if req.tools.is_empty() {
         // Only valid with tools; a body whose tools were all removed must drop them.
         tool_choice = None;
@@ -286,6 +314,50 @@ mod tests {
     use super::*;
     use crate::wire::chat_completions::types::PromptTokensDetails;
     use serde_json::json;
+
+    /// A request whose pass-through fields are `extra`, written in `format`.
+    fn with_extra(format: Option<WireFormat>, extra: serde_json::Value) -> ChatRequest {
+        let mut req = ChatRequest::new("gpt-5.4", vec![Message::user("q")]);
+        req.params.extra = serde_json::from_value(extra).unwrap();
+        req.params.extra_format = format;
+        req
+    }
+
+    #[test]
+    fn another_formats_fields_are_sent_only_when_chat_completions_has_them() {
+        let extra = json!({"top_k": 5, "metadata": {"user_id": "u"}, "thinking": {}});
+        let sent = |format| {
+            let body = request(&with_extra(format, extra.clone())).unwrap();
+            let mut keys: Vec<String> = body.extra.keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(sent(Some(WireFormat::Messages)), ["metadata"]);
+        // Its own format's fields, and the caller's own, all go.
+        assert_eq!(
+            sent(Some(WireFormat::ChatCompletions)),
+            ["metadata", "thinking", "top_k"]
+        );
+        assert_eq!(sent(None), ["metadata", "thinking", "top_k"]);
+    }
+
+    #[test]
+    fn the_typed_tool_choice_is_written_in_the_chat_completions_form() {
+        let mut req = with_extra(None, json!({}));
+        req.tools = vec![ToolSpec::new("f", "", json!({"type": "object"}))];
+        req.params.tool_choice = Some(llm_context_layers::ToolChoice::tool("f"));
+        req.params.parallel_tool_calls = Some(false);
+        let body = serde_json::to_value(request(&req).unwrap()).unwrap();
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "function", "function": {"name": "f"}})
+        );
+        assert_eq!(body["parallel_tool_calls"], false);
+        // Without tools, neither is sent.
+        req.tools.clear();
+        let body = serde_json::to_value(request(&req).unwrap()).unwrap();
+        assert!(body.get("tool_choice").is_none() && body.get("parallel_tool_calls").is_none());
+    }
 
     #[test]
     fn usage_is_normalised() {

@@ -21,6 +21,7 @@
 pub mod body;
 #[cfg(feature = "openai")]
 pub(crate) mod convert;
+pub(crate) mod params;
 #[cfg(feature = "serve")]
 pub(crate) mod serve;
 #[cfg(feature = "openai")]

@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use super::params::FIELDS;
 use super::types::{
     CacheControl, ContentBlockParam, CreateMessageRequest, ImageSource, InputMessage, InputRole,
     MessageResponse, ResponseBlock, ResponseUsage, TextBlockParam, ToolChoice, ToolParam,
@@ -14,6 +15,7 @@ use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, FinishReason,
     GenerationParams, Message, PrefixContext, Reasoning, Role, ToolCall, ToolSpec, Usage,
+    WireFormat,
 };
 
 /// The parts of a request that `messages` and `count_tokens` share.
@@ -85,11 +87,11 @@ fn thinking_budget(p: &GenerationParams) -> Option<u32> {
     }
 }
 
-/// Fields of a Chat Completions body that mean nothing to the Messages API (OpenAI's own,
-/// and those this client reads into the body itself or cannot honour): never passed on.
-/// A body written for OpenAI and sent to Anthropic would otherwise be refused with a 400.
-const NOT_PASSED: &[&str] = &[
-    // Set from the neutral request, or read from these keys into it.
+/// Fields this client sets itself, or reads into the body itself from a caller's fields
+/// (`max_completion_tokens`, `stop`, `reasoning_effort`, `parallel_tool_calls`), or
+/// cannot honour (`temperature`, `top_p`: the Messages API has no sampling fields): never
+/// passed through.
+const SET_HERE: &[&str] = &[
     "model",
     "messages",
     "system",
@@ -102,42 +104,25 @@ const NOT_PASSED: &[&str] = &[
     "stop_sequences",
     "temperature",
     "top_p",
+    "reasoning_effort",
     // The client sets `stream` itself, for a `Streaming` request only.
     "stream",
     "stream_options",
-    // OpenAI only.
-    "audio",
-    "frequency_penalty",
-    "function_call",
-    "functions",
-    "logit_bias",
-    "logprobs",
-    "modalities",
-    "moderation",
-    "n",
-    "prediction",
-    "presence_penalty",
-    "prompt_cache_key",
-    "prompt_cache_options",
-    "prompt_cache_retention",
-    "reasoning_effort",
-    "response_format",
-    "safety_identifier",
-    "seed",
-    "store",
-    "top_logprobs",
-    "user",
-    "verbosity",
-    "web_search_options",
 ];
 
-/// The caller's body fields this client does not model, to pass through: everything but
-/// [`NOT_PASSED`]. Those left out are named in a debug event.
+/// The request's pass-through fields this client sends: all of them but [`SET_HERE`]
+/// when they are written in its own format, else (another format's, or untagged ones
+/// the caller set, which may be meant for an OpenAI-compatible server) only those the
+/// Messages API has. Those left out are named in a debug event.
 fn passed_through(p: &GenerationParams) -> Map<String, Value> {
+    let foreign = p.extra_format != Some(WireFormat::Messages);
     let mut out = Map::new();
     let mut dropped = Vec::new();
     for (k, v) in &p.extra {
-        if NOT_PASSED.contains(&k.as_str()) {
+        if SET_HERE.contains(&k.as_str()) {
+            continue;
+        }
+        if foreign && !FIELDS.contains(&k.as_str()) {
             dropped.push(k.as_str());
         } else {
             out.insert(k.clone(), v.clone());
@@ -147,7 +132,7 @@ fn passed_through(p: &GenerationParams) -> Map<String, Value> {
         tracing::debug!(
             event = "params_not_sent",
             fields = ?dropped,
-            "body fields the Messages API does not take are not sent to Anthropic"
+            "fields the Messages API does not have are not sent to Anthropic"
         );
     }
     out
@@ -428,15 +413,30 @@ fn tool(t: &ToolSpec) -> ToolParam {
     }
 }
 
-/// The caller's choice in the OpenAI form, from the typed field or the body's fields.
+/// The caller's choice: the typed one, else a Chat Completions `tool_choice` among the
+/// caller's fields in a form only that format has (`allowed_tools`, a named function with
+/// more keys), by the function it names.
 fn tool_choice(p: &GenerationParams) -> Option<ToolChoice> {
-    let choice = p
-        .tool_choice
-        .as_ref()
-        .or_else(|| p.extra.get("tool_choice"));
-    let no_parallel =
-        (p.extra.get("parallel_tool_calls") == Some(&Value::Bool(false))).then_some(true);
-    match choice {
+    let parallel = p
+        .parallel_tool_calls
+        .or_else(|| p.extra.get("parallel_tool_calls").and_then(Value::as_bool));
+    let no_parallel = (parallel == Some(false)).then_some(true);
+    if let Some(choice) = &p.tool_choice {
+        return Some(match choice {
+            crate::ToolChoice::None => ToolChoice::None,
+            crate::ToolChoice::Required => ToolChoice::Any {
+                disable_parallel_tool_use: no_parallel,
+            },
+            crate::ToolChoice::Tool { name } => ToolChoice::Tool {
+                name: name.clone(),
+                disable_parallel_tool_use: no_parallel,
+            },
+            _ => ToolChoice::Auto {
+                disable_parallel_tool_use: no_parallel,
+            },
+        });
+    }
+    match p.extra.get("tool_choice") {
         None => no_parallel.map(|d| ToolChoice::Auto {
             disable_parallel_tool_use: Some(d),
         }),
@@ -562,6 +562,52 @@ mod tests {
     use super::*;
     use crate::wire::messages::types::CacheCreation;
     use serde_json::json;
+
+    #[test]
+    fn another_formats_fields_are_sent_only_when_the_messages_api_has_them() {
+        let sent = |format, extra: Value| {
+            let mut req = ChatRequest::new("claude-sonnet-4-6", vec![Message::user("q")]);
+            req.params.extra = serde_json::from_value(extra).unwrap();
+            req.params.extra_format = format;
+            let body = request(&req, 1_024).unwrap();
+            let mut keys: Vec<String> = body.extra.keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let openai = json!({"response_format": {"type": "json_object"}, "seed": 7,
+                            "metadata": {"user_id": "u"}, "service_tier": "auto"});
+        assert_eq!(
+            sent(Some(WireFormat::ChatCompletions), openai),
+            ["metadata", "service_tier"]
+        );
+        // Its own format's fields all go, `top_k` too (a field the list has not yet).
+        assert_eq!(
+            sent(
+                Some(WireFormat::Messages),
+                json!({"top_k": 5, "metadata": {}})
+            ),
+            ["metadata", "top_k"]
+        );
+        // Untagged fields may be meant for an OpenAI-compatible server: only the Messages
+        // API's go.
+        assert_eq!(
+            sent(None, json!({"top_k": 5, "seed": 7, "metadata": {}})),
+            ["metadata"]
+        );
+    }
+
+    #[test]
+    fn the_typed_tool_choice_and_parallel_calls_are_written_in_the_messages_form() {
+        let mut req = ChatRequest::new("claude-sonnet-4-6", vec![Message::user("q")])
+            .with_tools(vec![ToolSpec::new("f", "", json!({"type": "object"}))]);
+        req.params.tool_choice = Some(crate::ToolChoice::Required);
+        req.params.parallel_tool_calls = Some(false);
+        let body = serde_json::to_value(request(&req, 1_024).unwrap()).unwrap();
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "any", "disable_parallel_tool_use": true})
+        );
+    }
 
     #[test]
     fn later_long_ttls_are_shortened() {

@@ -19,6 +19,7 @@
 
 // The simulator renders requests exactly as the client sends them.
 pub(crate) mod convert;
+pub(crate) mod params;
 #[cfg(feature = "serve")]
 pub(crate) mod serve;
 pub(crate) mod stream;

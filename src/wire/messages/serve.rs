@@ -13,13 +13,14 @@ use std::collections::HashMap;
 use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
 use llm_context_layers::{
     ChatRequest, ChatResponse, Content, ContentPart, FinishReason, GenerationParams, Message,
-    Reasoning, Role, ToolCall, ToolSpec, Usage,
+    Reasoning, Role, ToolCall, ToolSpec, Usage, WireFormat,
 };
 use serde_json::{Value, json};
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
 
+use super::params::tool_choice_from_wire;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::serve::failures::find;
@@ -89,14 +90,13 @@ fn request(body: &Value) -> Result<ChatRequest, String> {
             .collect();
     }
     if let Some(choice) = obj.get("tool_choice").filter(|c| !c.is_null()) {
-        let (choice, parallel) = tool_choice(choice)?;
+        let (choice, parallel) = tool_choice_from_wire(choice)?;
         params.tool_choice = Some(choice);
-        if let Some(parallel) = parallel {
-            params
-                .extra
-                .insert("parallel_tool_calls".into(), Value::Bool(parallel));
-        }
+        params.parallel_tool_calls = parallel;
     }
+    // The fields not read into the request are kept as written, tagged: an OpenAI
+    // upstream is sent only those Chat Completions has.
+    params.extra_format = Some(WireFormat::Messages);
     for (k, v) in obj {
         if !READ.contains(&k.as_str()) {
             params.extra.insert(k.clone(), v.clone());
@@ -266,25 +266,6 @@ fn tool(t: &Value) -> Result<ToolSpec, String> {
         t["description"].as_str().unwrap_or_default(),
         schema.clone(),
     ))
-}
-
-/// Anthropic's `tool_choice` in the OpenAI form the neutral request carries, and whether
-/// parallel calls are allowed when it says.
-fn tool_choice(choice: &Value) -> Result<(Value, Option<bool>), String> {
-    let parallel = choice["disable_parallel_tool_use"].as_bool().map(|d| !d);
-    let openai = match choice["type"].as_str() {
-        Some("auto") => json!("auto"),
-        Some("any") => json!("required"),
-        Some("none") => json!("none"),
-        Some("tool") => {
-            let name = choice["name"]
-                .as_str()
-                .ok_or("tool_choice `tool` needs a `name`")?;
-            json!({"type": "function", "function": {"name": name}})
-        }
-        _ => return Err("`tool_choice` must be of type auto, any, tool or none".into()),
-    };
-    Ok((openai, parallel))
 }
 
 /// Anthropic's `stop_reason` for the neutral one.

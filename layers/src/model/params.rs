@@ -1,0 +1,102 @@
+//! Generation parameters: what the provider is asked besides the messages and tools,
+//! typed where every format has the field, and the rest passed through, tagged with the
+//! wire format it is written in.
+//!
+//! ```
+//! use llm_context_layers::{GenerationParams, ToolChoice, WireFormat};
+//!
+//! let mut params = GenerationParams::default();
+//! params.tool_choice = Some(ToolChoice::tool("get_weather"));
+//! params.parallel_tool_calls = Some(false);
+//! // A field of an Anthropic body the neutral model does not type: sent on to Anthropic,
+//! // never to an OpenAI upstream that has no such field.
+//! params.extra.insert("top_k".into(), serde_json::json!(5));
+//! params.extra_format = Some(WireFormat::Messages);
+//! assert_eq!(
+//!     serde_json::to_value(&params.tool_choice).unwrap(),
+//!     serde_json::json!({"type": "tool", "name": "get_weather"})
+//! );
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Generation parameters, passed to the provider.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct GenerationParams {
+    /// Sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// The provider's output limit (`max_completion_tokens` / `max_tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    /// Stop sequences.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Seed for providers that support deterministic sampling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    /// How the model may use the tools. Only sent with tools: a request whose tools were
+    /// all removed sends none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether the model may call several tools in one turn (OpenAI
+    /// `parallel_tool_calls`; Anthropic's `disable_parallel_tool_use` is its negation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// Other fields, passed through (ordered, so bytes are stable).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, Value>,
+    /// The wire format `extra` is written in, when it came from a body of that format. A
+    /// client of that format sends every field on; a client of another format sends only
+    /// the fields its own format defines (so a Messages body's `top_k` never reaches an
+    /// OpenAI upstream). `None`: fields the caller set by hand: the OpenAI client sends
+    /// them all (a compatible server may take fields of its own), the Anthropic client
+    /// those the Messages API has; tag them `Messages` to send Anthropic a field newer
+    /// than its list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra_format: Option<WireFormat>,
+}
+
+/// How the model may use a request's tools, in terms every format has.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolChoice {
+    /// The model decides (OpenAI `"auto"`, Anthropic `auto`).
+    Auto,
+    /// No tool (OpenAI `"none"`, Anthropic `none`).
+    None,
+    /// At least one tool (OpenAI `"required"`, Anthropic `any`).
+    Required,
+    /// This tool (OpenAI `{"type": "function", …}`, Anthropic `tool`).
+    Tool {
+        /// The tool's name.
+        name: String,
+    },
+}
+
+impl ToolChoice {
+    /// The choice of the tool named `name`.
+    pub fn tool(name: impl Into<String>) -> Self {
+        Self::Tool { name: name.into() }
+    }
+}
+
+/// A wire format a request can be written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum WireFormat {
+    /// OpenAI Chat Completions.
+    ChatCompletions,
+    /// Anthropic Messages.
+    Messages,
+}
