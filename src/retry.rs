@@ -68,24 +68,28 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// How many times a call is retried (0: never).
+    #[must_use]
     pub fn with_max_retries(mut self, n: u32) -> Self {
         self.max_retries = n;
         self
     }
 
     /// The first backoff delay, doubled per attempt.
+    #[must_use]
     pub fn with_base_delay(mut self, d: Duration) -> Self {
         self.base_delay = d;
         self
     }
 
     /// The longest backoff delay.
+    #[must_use]
     pub fn with_max_delay(mut self, d: Duration) -> Self {
         self.max_delay = d;
         self
     }
 
     /// The longest `retry-after` honoured; a longer one returns the error at once.
+    #[must_use]
     pub fn with_max_retry_after(mut self, d: Duration) -> Self {
         self.max_retry_after = d;
         self

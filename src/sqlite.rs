@@ -97,24 +97,28 @@ impl Default for SqliteOptions {
 
 impl SqliteOptions {
     /// Sets `synchronous`.
+    #[must_use]
     pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {
         self.synchronous = synchronous;
         self
     }
 
     /// Sets `busy_timeout`.
+    #[must_use]
     pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
     }
 
     /// Sets `max_artifacts_per_session`.
+    #[must_use]
     pub fn with_max_artifacts_per_session(mut self, n: usize) -> Self {
         self.max_artifacts_per_session = n;
         self
     }
 
     /// Sets `max_session_bytes`.
+    #[must_use]
     pub fn with_max_session_bytes(mut self, bytes: usize) -> Self {
         self.max_session_bytes = bytes;
         self

@@ -113,6 +113,7 @@ impl TransportError {
     }
 
     /// Sets the underlying error.
+    #[must_use]
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.source = Some(source.into());
         self
@@ -203,6 +204,7 @@ impl ReqwestTransport {
     /// The most bytes of a response body read (default [`DEFAULT_MAX_RESPONSE_BYTES`]);
     /// a longer body fails with [`TransportErrorKind::TooLarge`] once the limit is
     /// passed (at once, when its `Content-Length` says so).
+    #[must_use]
     pub fn with_max_body_bytes(mut self, limit: usize) -> Self {
         self.max_body_bytes = limit;
         self

@@ -162,78 +162,91 @@ impl PolicyError {
 
 impl ContextPolicy {
     /// Sets `max_context_tokens`.
+    #[must_use]
     pub fn with_max_context_tokens(mut self, n: usize) -> Self {
         self.max_context_tokens = Some(n);
         self
     }
 
     /// Sets the model's context window.
+    #[must_use]
     pub fn with_context_window(mut self, n: usize) -> Self {
         self.context_window = Some(n);
         self
     }
 
     /// Sets `reserve_tokens`.
+    #[must_use]
     pub fn with_reserve_tokens(mut self, n: usize) -> Self {
         self.reserve_tokens = n;
         self
     }
 
     /// Sets `preserve_recent`.
+    #[must_use]
     pub fn with_preserve_recent(mut self, n: usize) -> Self {
         self.preserve_recent = n;
         self
     }
 
     /// Sets how many newest tool results are never cleared.
+    #[must_use]
     pub fn with_preserve_tool_results(mut self, n: usize) -> Self {
         self.preserve_tool_results = Some(n);
         self
     }
 
     /// Clears old tool results before pruning whole turns.
+    #[must_use]
     pub fn with_clear_before_prune(mut self, yes: bool) -> Self {
         self.clear_before_prune = yes;
         self
     }
 
     /// Repairs broken tool pairing (`true`, the default) or refuses it (`false`).
+    #[must_use]
     pub fn with_repair_pairing(mut self, yes: bool) -> Self {
         self.repair_pairing = yes;
         self
     }
 
     /// Adds a tool whose results are never cleared.
+    #[must_use]
     pub fn with_never_clear(mut self, tool: impl Into<String>) -> Self {
         self.never_clear.insert(tool.into());
         self
     }
 
     /// Sets `tool_result_max_chars`.
+    #[must_use]
     pub fn with_tool_result_max_chars(mut self, n: usize) -> Self {
         self.tool_result_max_chars = n;
         self
     }
 
     /// Sets `max_artifacts`.
+    #[must_use]
     pub fn with_max_artifacts(mut self, n: usize) -> Self {
         self.max_artifacts = n;
         self
     }
 
     /// Sets `max_artifact_bytes`.
+    #[must_use]
     pub fn with_max_artifact_bytes(mut self, n: usize) -> Self {
         self.max_artifact_bytes = n;
         self
     }
 
     /// Sets `artifact_max_chars`.
+    #[must_use]
     pub fn with_artifact_max_chars(mut self, n: usize) -> Self {
         self.artifact_max_chars = n;
         self
     }
 
     /// Sets `low_water_tokens`: prune to this many tokens when pruning, and keep the cut.
+    #[must_use]
     pub fn with_low_water_tokens(mut self, n: usize) -> Self {
         self.low_water_tokens = Some(n);
         self
@@ -241,12 +254,14 @@ impl ContextPolicy {
 
     /// Sets `clear_at_least_tokens`: clear at least this much once clearing must happen,
     /// and keep the cleared region.
+    #[must_use]
     pub fn with_clear_at_least_tokens(mut self, n: usize) -> Self {
         self.clear_at_least_tokens = Some(n);
         self
     }
 
     /// Sets `clear_tool_inputs`: stub the arguments of calls whose results are cleared.
+    #[must_use]
     pub fn with_clear_tool_inputs(mut self, on: bool) -> Self {
         self.clear_tool_inputs = on;
         self

@@ -101,6 +101,7 @@ impl PrefixLayer {
     }
 
     /// Injects `prefix` into requests that carry none.
+    #[must_use]
     pub fn with_prefix(mut self, prefix: Arc<PrefixContext>) -> Self {
         self.prefix = Some(prefix);
         self
@@ -123,6 +124,7 @@ impl PrefixLayer {
     }
 
     /// Takes the models' minimum cacheable lengths from `catalog`.
+    #[must_use]
     pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Self {
         self.catalog = catalog;
         self

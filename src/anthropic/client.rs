@@ -198,6 +198,7 @@ impl AnthropicBuilder {
 
     /// A bearer token, sent as `Authorization: Bearer …` (Anthropic-compatible gateways
     /// take one instead of a key); with a key too, both are sent, as Anthropic's SDKs do.
+    #[must_use]
     pub fn auth_token(mut self, token: impl Into<SecretString>) -> Self {
         self.auth_token = Some(token.into());
         self
@@ -207,6 +208,7 @@ impl AnthropicBuilder {
     /// as a secret: never shown in `Debug` output. Building fails when the name or value
     /// cannot be sent, or names one the client sets (`x-api-key`, `authorization`,
     /// `anthropic-version`, `content-type`): [`ConfigError::InvalidHeader`].
+    #[must_use]
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.settings
             .headers
@@ -215,18 +217,21 @@ impl AnthropicBuilder {
     }
 
     /// The base URL, without `/v1`.
+    #[must_use]
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.settings.base_url = Some(url.into());
         self
     }
 
     /// The API key, sent as `x-api-key`.
+    #[must_use]
     pub fn api_key(mut self, key: impl Into<SecretString>) -> Self {
         self.settings.api_key = Some(key.into());
         self
     }
 
     /// A limit on each whole call; none by default. Timeouts are retryable.
+    #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.settings.timeout = Some(timeout);
         self
@@ -234,6 +239,7 @@ impl AnthropicBuilder {
 
     /// The `max_tokens` sent when a request sets no output limit (default
     /// [`DEFAULT_MAX_OUTPUT_TOKENS`]).
+    #[must_use]
     pub fn default_max_tokens(mut self, n: u32) -> Self {
         self.default_max_tokens = n;
         self
@@ -245,6 +251,7 @@ impl AnthropicBuilder {
     /// transport stops reading at the limit, so it never holds more.
     ///
     /// [`ResponseTooLarge`]: crate::ProviderErrorKind::ResponseTooLarge
+    #[must_use]
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.settings.max_response_bytes = limit;
         self

@@ -67,7 +67,7 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
                 let text = if args.json {
                     limit_json(limit).to_string()
                 } else {
-                    super::picture::render_limit(limit).to_string()
+                    super::picture::render_limit(limit)
                 };
                 emit(&format!("{text}\n"), EXIT_CONTEXT_LIMIT)
             }

@@ -198,7 +198,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
         .map_err(|e| Exit::bad_input(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| Exit::bad_input(format!("cannot listen on {}: {e}", listen)))?;
+        .map_err(|e| Exit::bad_input(format!("cannot listen on {listen}: {e}")))?;
     tracing::warn!(
         event = "serve_listening",
         addr = %listen,

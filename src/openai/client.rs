@@ -146,11 +146,13 @@ impl OpenAiBuilder {
     }
 
     /// The organization requests are billed to, sent as `OpenAI-Organization`.
+    #[must_use]
     pub fn organization(self, id: impl Into<String>) -> Self {
         self.header("openai-organization", id.into())
     }
 
     /// The project requests are billed to, sent as `OpenAI-Project`.
+    #[must_use]
     pub fn project(self, id: impl Into<String>) -> Self {
         self.header("openai-project", id.into())
     }
@@ -159,6 +161,7 @@ impl OpenAiBuilder {
     /// treated as a secret: never shown in `Debug` output. Building fails when the name
     /// or value cannot be sent, or names `authorization` or `content-type`, which the
     /// client sets ([`ConfigError::InvalidHeader`]).
+    #[must_use]
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.settings
             .headers
@@ -168,12 +171,14 @@ impl OpenAiBuilder {
 
     /// The base URL, including `/v1` (`http://localhost:11434/v1` for Ollama,
     /// `http://localhost:8000/v1` for vLLM).
+    #[must_use]
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.settings.base_url = Some(url.into());
         self
     }
 
     /// The API key, sent as `Authorization: Bearer …`.
+    #[must_use]
     pub fn api_key(mut self, key: impl Into<SecretString>) -> Self {
         self.settings.api_key = Some(key.into());
         self
@@ -181,6 +186,7 @@ impl OpenAiBuilder {
 
     /// A limit on each whole call (connect, send, wait, read); none by default. Timeouts
     /// are retryable ([`RetryPolicy`](crate::retry::RetryPolicy)).
+    #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.settings.timeout = Some(timeout);
         self
@@ -192,6 +198,7 @@ impl OpenAiBuilder {
     /// transport stops reading at the limit, so it never holds more.
     ///
     /// [`ResponseTooLarge`]: crate::ProviderErrorKind::ResponseTooLarge
+    #[must_use]
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.settings.max_response_bytes = limit;
         self

@@ -175,6 +175,7 @@ impl RedisDurableStore {
     }
 
     /// Puts every key under `namespace` (for several applications on one Redis).
+    #[must_use]
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
         self

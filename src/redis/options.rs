@@ -48,12 +48,14 @@ impl Default for RedisOptions {
 impl RedisOptions {
     /// The first part of every key (default `llm-context`), so that several deployments
     /// can share one Redis.
+    #[must_use]
     pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
     }
 
     /// How long a memoized response is kept (default one hour).
+    #[must_use]
     pub fn with_memo_ttl(mut self, ttl: Duration) -> Self {
         self.memo_ttl = ttl;
         self
@@ -61,6 +63,7 @@ impl RedisOptions {
 
     /// The largest response memoized, as JSON bytes (default 1 MiB); larger ones are not
     /// stored.
+    #[must_use]
     pub fn with_max_memo_bytes(mut self, bytes: usize) -> Self {
         self.max_memo_bytes = bytes;
         self
@@ -68,6 +71,7 @@ impl RedisOptions {
 
     /// How long a session's artifacts are kept after the session's last use (default
     /// 24 hours). Every write or read of an artifact restarts the clock for the session.
+    #[must_use]
     pub fn with_artifact_ttl(mut self, ttl: Duration) -> Self {
         self.artifact_ttl = ttl;
         self
@@ -79,6 +83,7 @@ impl RedisOptions {
     /// `ContextPolicy::max_artifacts`, which bounds what one request refers to.
     ///
     /// [`ArtifactStore::commit`]: llm_context_layers::ArtifactStore::commit
+    #[must_use]
     pub fn with_max_artifacts_per_session(mut self, n: usize) -> Self {
         self.max_artifacts_per_session = n;
         self
@@ -92,18 +97,21 @@ impl RedisOptions {
     /// older artifacts the model may still read back. Keep it above the policy's bound:
     /// under it, an artifact the policy lets a request refer to may be refused as too
     /// large, and little room is left beside the live set.
+    #[must_use]
     pub fn with_max_session_bytes(mut self, bytes: usize) -> Self {
         self.max_session_bytes = bytes;
         self
     }
 
     /// How long to wait for a connection (default 2 s).
+    #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// How long to wait for an answer to one command (default 1 s).
+    #[must_use]
     pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -113,6 +121,7 @@ impl RedisOptions {
     /// 5 s): the longest that requests waiting in other processes wait for a process
     /// that died mid-call. Its holder renews it every third of this while the call runs,
     /// so a call may take any time.
+    #[must_use]
     pub fn with_flight_lease(mut self, lease: Duration) -> Self {
         self.flight_lease = lease;
         self

@@ -313,6 +313,7 @@ impl Default for ProxyBuilder {
 impl ProxyBuilder {
     /// The largest request body read (default [`DEFAULT_MAX_BODY_BYTES`]); a longer one
     /// is answered 413.
+    #[must_use]
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.max_body_bytes = limit;
         self
@@ -322,6 +323,7 @@ impl ProxyBuilder {
     /// until its last event). One more is shed at once: 503 with `retry-after: 1`, in the
     /// route's error shape (`overloaded_error` on `/v1/messages`), rather than queued
     /// behind calls that take seconds each.
+    #[must_use]
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.max_concurrency = n;
         self
@@ -330,12 +332,14 @@ impl ProxyBuilder {
     /// How long one upstream attempt may take to answer (default
     /// [`DEFAULT_UPSTREAM_TIMEOUT`]): to the whole answer, or to the stream's headers for
     /// a stream (a stream that has begun is not cut). Past it the answer is 504.
+    #[must_use]
     pub fn upstream_timeout(mut self, timeout: Duration) -> Self {
         self.upstream_timeout = timeout;
         self
     }
 
     /// The context policy every request is prepared under.
+    #[must_use]
     pub fn policy(mut self, policy: ContextPolicy) -> Self {
         self.policy = policy;
         self
@@ -343,17 +347,20 @@ impl ProxyBuilder {
 
     /// The catalog: context windows (when the policy sets no `max_tokens`), prices and
     /// which provider serves a model.
+    #[must_use]
     pub fn catalog(mut self, catalog: Arc<Catalog>) -> Self {
         self.catalog = Some(catalog);
         self
     }
 
     /// The OpenAI(-compatible) upstream: `upstream(Provider::OpenAi, client)`.
+    #[must_use]
     pub fn openai(self, client: OpenAi) -> Self {
         self.upstream(Provider::OpenAi, boxed_errors(client))
     }
 
     /// The Anthropic upstream: `upstream(Provider::Anthropic, client)`.
+    #[must_use]
     pub fn anthropic(self, client: Anthropic) -> Self {
         self.upstream(Provider::Anthropic, boxed_errors(client))
     }
@@ -364,6 +371,7 @@ impl ProxyBuilder {
     /// or the catalog give to `provider` go to it, through the whole stack. A model whose
     /// provider has no client is answered 400, naming the provider; it never goes to
     /// another provider.
+    #[must_use]
     pub fn upstream<C>(mut self, provider: Provider, client: C) -> Self
     where
         C: tower::Service<ChatRequest, Response = ChatResponse, Error = BoxError>
@@ -382,6 +390,7 @@ impl ProxyBuilder {
     /// The memo store: a deterministic request (`temperature: 0`) asked again is
     /// answered from it, with `x-llm-context-memo: hit`. By default a
     /// [`LocalMemoStore`] in this process; a Redis store shares it between replicas.
+    #[must_use]
     pub fn memo_store(mut self, store: Arc<dyn MemoStore>) -> Self {
         self.memo = Some(store);
         self
@@ -393,6 +402,7 @@ impl ProxyBuilder {
     /// default policy. With one key or more, every request must carry a known key
     /// (`Authorization: Bearer …` or `x-api-key`), else it is answered 401 in the
     /// route's own shape.
+    #[must_use]
     pub fn tenant(
         mut self,
         key_sha256: [u8; 32],
@@ -405,6 +415,7 @@ impl ProxyBuilder {
 
     /// Sends models whose name starts with `prefix` to `provider`, whatever the catalog
     /// says (the longest matching prefix wins).
+    #[must_use]
     pub fn route(mut self, prefix: impl Into<String>, provider: Provider) -> Self {
         self.routes.push((prefix.into(), provider));
         self
@@ -413,6 +424,7 @@ impl ProxyBuilder {
     /// The artifact store offloaded results go to (by default one in this process per
     /// policy). A shared store lets every replica answer the model's reads of what
     /// another offloaded.
+    #[must_use]
     pub fn artifact_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.artifacts = Some(store);
         self
@@ -424,6 +436,7 @@ impl ProxyBuilder {
     /// replicas keeps one cached prefix. Redis away, at start or later, degrades: the
     /// upstream answers, `/readyz` says `degraded`, budgets fail open (with a warning),
     /// and the stores reconnect by themselves.
+    #[must_use]
     pub fn redis(mut self, stores: RedisStores) -> Self {
         self.memo = Some(Arc::new(stores.memo.clone()));
         self.artifacts = Some(Arc::new(stores.artifacts.clone()));
@@ -438,6 +451,7 @@ impl ProxyBuilder {
     /// "llm_context": {"limit", "used", "requested", "max", "resets_at"}}`, on
     /// `/v1/messages` Anthropic's `rate_limit_error`; with `retry-after` when the window
     /// resets. Memo hits cost nothing.
+    #[must_use]
     pub fn budgets(mut self, budgets: BudgetLayer) -> Self {
         self.budgets = Some(budgets);
         self

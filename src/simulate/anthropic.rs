@@ -425,7 +425,7 @@ mod tests {
         assert_eq!(hashes(&plain), hashes(&with_marks));
 
         // Another description of the one tool: no block of the prompt is the same.
-        let mut retooled = req.clone();
+        let mut retooled = req;
         retooled.tools[0].description = "changed".into();
         let other = blocks(&retooled).unwrap();
         assert!(plain.iter().zip(&other).all(|(a, b)| a.hash != b.hash));

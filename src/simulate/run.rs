@@ -99,6 +99,7 @@ impl Candidate {
 
     /// Marks these breakpoints instead of the default ones; [`CacheHints::NONE`] shows
     /// what caching is worth.
+    #[must_use]
     pub fn with_breakpoints(mut self, breakpoints: CacheHints) -> Self {
         self.breakpoints = Some(breakpoints);
         self
@@ -237,12 +238,14 @@ impl Simulation {
     }
 
     /// Sets when the agent calls the model.
+    #[must_use]
     pub fn with_calls(mut self, calls: Calls) -> Self {
         self.calls = calls;
         self
     }
 
     /// Takes prices, windows and cache minimums from `catalog`, for the stack too.
+    #[must_use]
     pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Self {
         self.catalog = catalog;
         self

@@ -56,7 +56,7 @@ fn reader(req: &Request) -> ResponseTemplate {
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}));
     }
-    let mut delta = message.clone();
+    let mut delta = message;
     if let Some(calls) = delta["tool_calls"].as_array_mut() {
         calls[0]["index"] = json!(0);
     }

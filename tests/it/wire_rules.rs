@@ -88,7 +88,7 @@ fn openai_rules_are_enforced() {
     let mut unanswered = good.clone();
     unanswered["messages"].as_array_mut().unwrap().remove(3);
     assert!(!openai_request(&unanswered).is_empty());
-    let mut no_content = good.clone();
+    let mut no_content = good;
     no_content["messages"][4] = json!({"role": "assistant"});
     assert!(!openai_request(&no_content).is_empty());
     let choice_without_tools = json!({"model": "m", "tool_choice": "auto", "messages": [{"role": "user", "content": "q"}]});

@@ -39,24 +39,28 @@ impl Default for ArtifactLimits {
 
 impl ArtifactLimits {
     /// Sets the artifacts kept per session.
+    #[must_use]
     pub fn with_per_session(mut self, n: usize) -> Self {
         self.per_session = n.max(1);
         self
     }
 
     /// Sets the bytes kept per session.
+    #[must_use]
     pub fn with_session_bytes(mut self, n: usize) -> Self {
         self.session_bytes = n;
         self
     }
 
     /// Sets the sessions kept.
+    #[must_use]
     pub fn with_sessions(mut self, n: usize) -> Self {
         self.sessions = n.max(1);
         self
     }
 
     /// Sets the total bytes kept.
+    #[must_use]
     pub fn with_total_bytes(mut self, n: usize) -> Self {
         self.total_bytes = n;
         self

@@ -70,6 +70,7 @@ impl BudgetLayer {
     }
 
     /// `scope`'s own budget, in place of the default one.
+    #[must_use]
     pub fn for_tenant(self, scope: &Scope, budget: &Budget) -> Self {
         self.edit(|s| {
             s.tenants.insert(scope.key(), budget.limits());
@@ -77,11 +78,13 @@ impl BudgetLayer {
     }
 
     /// Counters in `store` (a shared one, for replicas).
+    #[must_use]
     pub fn with_store(self, store: Arc<dyn BudgetStore>) -> Self {
         self.edit(|s| s.store = store)
     }
 
     /// Prices with `catalog`. A model it does not price adds no cost.
+    #[must_use]
     pub fn with_catalog(self, catalog: Arc<Catalog>) -> Self {
         self.edit(|s| s.catalog = catalog)
     }
@@ -89,12 +92,14 @@ impl BudgetLayer {
     /// The output tokens reserved for a request that sets no output limit
     /// (`max_output_tokens`, or `max_completion_tokens` / `max_tokens` among its extra
     /// fields); default [`DEFAULT_OUTPUT_RESERVE`].
+    #[must_use]
     pub fn with_output_reserve(self, tokens: u32) -> Self {
         self.edit(|s| s.output_reserve = tokens)
     }
 
     /// What a call does when the store does not answer: sent anyway with a warning (the
     /// default, `false`), or refused with the store's error (`true`).
+    #[must_use]
     pub fn fail_closed(self, closed: bool) -> Self {
         self.edit(|s| s.fail_closed = closed)
     }

@@ -185,6 +185,7 @@ impl Amounts {
     }
 
     /// `self - other`, kind by kind.
+    #[must_use]
     pub fn minus(&self, other: &Amounts) -> Amounts {
         Amounts {
             calls: self.calls - other.calls,
@@ -195,6 +196,7 @@ impl Amounts {
     }
 
     /// `self + other`, kind by kind.
+    #[must_use]
     pub fn plus(&self, other: &Amounts) -> Amounts {
         Amounts {
             calls: self.calls + other.calls,

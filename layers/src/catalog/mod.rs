@@ -186,6 +186,7 @@ impl Catalog {
     }
 
     /// Adds or replaces a model.
+    #[must_use]
     pub fn with_model(mut self, id: impl Into<String>, info: ModelInfo) -> Self {
         self.models.insert(id.into(), info);
         self

@@ -87,12 +87,14 @@ impl<P> ContextPolicyLayer<P> {
     ///     .with_offload_memory(16 << 20);
     /// # let _ = layer;
     /// ```
+    #[must_use]
     pub fn with_offload_memory(self, bytes: usize) -> Self {
         self.with_shared(|s| s.memory = PreviewCache::new(bytes))
     }
 
     /// Keeps artifacts in `store` (shared with other stacks, durable, …) instead of the
     /// default in-memory one.
+    #[must_use]
     pub fn with_artifact_store(self, store: Arc<dyn ArtifactStore>) -> Self {
         self.with_shared(|s| {
             s.reader = ArtifactReader::new(store.clone());
@@ -107,6 +109,7 @@ impl<P> ContextPolicyLayer<P> {
     /// breakpoints to mark. The default injects nothing and marks all three breakpoints
     /// (tools, prefix, stable history) with a 5-minute TTL where the model's minimum
     /// cacheable length is reached.
+    #[must_use]
     pub fn with_prefix(self, prefix: PrefixLayer) -> Self {
         self.with_shared(|s| s.prefix = prefix.with_catalog(s.catalog.clone()))
     }
@@ -114,6 +117,7 @@ impl<P> ContextPolicyLayer<P> {
     /// Takes context windows and cache minimums from `catalog` instead of the built-in
     /// one. The model's window is the ceiling when the policy sets no `max_context_tokens` or
     /// `context_window`.
+    #[must_use]
     pub fn with_catalog(self, catalog: Arc<Catalog>) -> Self {
         self.with_shared(|s| {
             s.prefix = s.prefix.clone().with_catalog(catalog.clone());
@@ -125,11 +129,13 @@ impl<P> ContextPolicyLayer<P> {
     /// [`DEFAULT_RESOLVE_ROUNDS`] times a request, so an agent loop that knows nothing
     /// about artifacts still works. The messages added are in the response's
     /// `report.resolved_messages`.
+    #[must_use]
     pub fn with_auto_resolve(self) -> Self {
         self.with_auto_resolve_rounds(DEFAULT_RESOLVE_ROUNDS)
     }
 
     /// [`with_auto_resolve`](Self::with_auto_resolve) with a bound of `rounds`.
+    #[must_use]
     pub fn with_auto_resolve_rounds(self, rounds: usize) -> Self {
         self.with_shared(|s| s.auto_resolve = Some(rounds))
     }
@@ -137,6 +143,7 @@ impl<P> ContextPolicyLayer<P> {
     /// Remembers sessions' cuts in `store` instead of the default in-memory one (10,000
     /// sessions). Consulted only when the policy sets
     /// [`low_water_tokens`](ContextPolicy::low_water_tokens); see [`cut`](crate::fit::cut).
+    #[must_use]
     pub fn with_cut_store(self, store: Arc<dyn CutStore>) -> Self {
         self.with_shared(|s| s.cuts = store)
     }
@@ -145,6 +152,7 @@ impl<P> ContextPolicyLayer<P> {
     /// the estimate, and plans each request to the allowance divided by that ratio (see
     /// [`calibration`](crate::calibration)). Share `calibration` between stacks that call
     /// the same models.
+    #[must_use]
     pub fn with_calibration(self, calibration: Calibration) -> Self {
         self.with_shared(|s| s.calibration = Some(calibration))
     }

@@ -178,12 +178,14 @@ impl Compactor {
     /// durable record, give it the durable backend's store (`SqliteStore`, or the Redis
     /// artifact store): the default in-memory one loses what the record names when the
     /// process ends.
+    #[must_use]
     pub fn with_artifact_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store = store;
         self
     }
 
     /// Uses `cache` for summaries.
+    #[must_use]
     pub fn with_cache(mut self, cache: SummaryCache) -> Self {
         self.cache = cache;
         self

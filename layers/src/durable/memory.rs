@@ -132,18 +132,21 @@ impl Default for MemoryLimits {
 
 impl MemoryLimits {
     /// Sets `max_key_chars`.
+    #[must_use]
     pub fn with_max_key_chars(mut self, n: usize) -> Self {
         self.max_key_chars = n;
         self
     }
 
     /// Sets `max_value_bytes`.
+    #[must_use]
     pub fn with_max_value_bytes(mut self, n: usize) -> Self {
         self.max_value_bytes = n;
         self
     }
 
     /// Sets `max_list`.
+    #[must_use]
     pub fn with_max_list(mut self, n: usize) -> Self {
         self.max_list = n;
         self
@@ -209,6 +212,7 @@ impl Memory {
     }
 
     /// Sets the limits.
+    #[must_use]
     pub fn with_limits(mut self, limits: MemoryLimits) -> Self {
         self.limits = limits;
         self
@@ -216,6 +220,7 @@ impl Memory {
 
     /// Reads the time (milliseconds since the Unix epoch) from `clock`: tests move time
     /// without sleeping.
+    #[must_use]
     pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
         self.clock = Arc::new(clock);
         self

@@ -307,6 +307,7 @@ macro_rules! fit_layer {
             }
 
             /// Takes context windows from `catalog` instead of the built-in one.
+            #[must_use]
             pub fn with_catalog(mut self, catalog: std::sync::Arc<$crate::Catalog>) -> Self {
                 std::sync::Arc::make_mut(&mut self.config).catalog = catalog;
                 self
@@ -314,6 +315,7 @@ macro_rules! fit_layer {
 
             /// Learns the provider's counting from responses and plans to the allowance
             /// divided by it, as [`ContextPolicyLayer::with_calibration`](crate::ContextPolicyLayer::with_calibration) does.
+            #[must_use]
             pub fn with_calibration(mut self, calibration: $crate::Calibration) -> Self {
                 std::sync::Arc::make_mut(&mut self.config).calibration = Some(calibration);
                 self

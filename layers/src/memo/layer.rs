@@ -66,6 +66,7 @@ impl<P> MemoLayer<P> {
     /// How long to wait for the store on each lookup and write (default
     /// [`DEFAULT_STORE_TIMEOUT`]); past it, the request goes to the provider and a warning
     /// is logged. Needs a Tokio runtime with its timer enabled.
+    #[must_use]
     pub fn store_timeout(self, timeout: Duration) -> Self {
         self.rebuild(|s| (timeout, s.backoff, s.upstream.clone()))
     }
@@ -76,6 +77,7 @@ impl<P> MemoLayer<P> {
     /// one store serves stacks that call different providers or servers: the same body
     /// sent to two of them must not be answered from the other's entry. The default is
     /// empty (one upstream per store).
+    #[must_use]
     pub fn upstream(self, upstream: impl Into<String>) -> Self {
         let upstream: Arc<str> = Arc::from(upstream.into());
         self.rebuild(|s| (s.timeout, s.backoff, upstream))
@@ -85,6 +87,7 @@ impl<P> MemoLayer<P> {
     /// it for this long (default [`DEFAULT_STORE_BACKOFF`]; zero never skips): requests go
     /// straight to the provider, each with a warning, instead of each waiting out the
     /// timeout. The first request after the backoff tries the store again.
+    #[must_use]
     pub fn store_backoff(self, backoff: Duration) -> Self {
         self.rebuild(|s| (s.timeout, backoff, s.upstream.clone()))
     }

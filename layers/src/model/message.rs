@@ -507,6 +507,7 @@ impl Message {
     }
 
     /// Sets the `name` field.
+    #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.set_name(Some(name.into()));
         self
@@ -525,6 +526,7 @@ impl Message {
     }
 
     /// Sets the reasoning that preceded the content (none when `reasoning` is empty).
+    #[must_use]
     pub fn with_reasoning(mut self, reasoning: Vec<Reasoning>) -> Self {
         self.set_reasoning(reasoning);
         self
@@ -543,6 +545,7 @@ impl Message {
     }
 
     /// Sets the `tool_call_id` field.
+    #[must_use]
     pub fn with_tool_call_id(mut self, id: impl Into<String>) -> Self {
         self.tool_call_id = Some(id.into().into_boxed_str());
         self
@@ -628,13 +631,13 @@ mod tests {
         let thinking = Reasoning::Text { text: "hmm".into() };
         let m = Message::assistant("done")
             .with_name("planner")
-            .with_reasoning(vec![thinking.clone()]);
+            .with_reasoning(vec![thinking]);
         let json = serde_json::to_value(&m).unwrap();
         assert_eq!(json["name"], "planner");
         assert_eq!(json["reasoning"][0]["text"], "hmm");
         assert_eq!(serde_json::from_value::<Message>(json).unwrap(), m);
         // Removing both makes it equal to a message that never had them.
-        let mut bare = m.clone();
+        let mut bare = m;
         bare.set_name(None);
         bare.set_reasoning(Vec::new());
         assert_eq!(bare, Message::assistant("done"));

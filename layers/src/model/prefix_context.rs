@@ -50,12 +50,14 @@ impl PrefixContext {
     }
 
     /// Adds grounding messages, rendered after the system prompt in order.
+    #[must_use]
     pub fn with_grounding(mut self, grounding: Vec<Message>) -> Self {
         self.grounding = grounding;
         self
     }
 
     /// Sets the schema block, rendered last as a system message named `schema`.
+    #[must_use]
     pub fn with_schema_block(mut self, schema: impl Into<String>) -> Self {
         self.schema_block = Some(schema.into());
         self

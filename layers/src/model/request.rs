@@ -89,24 +89,28 @@ impl CacheHints {
     }
 
     /// Sets the breakpoint after the tool definitions.
+    #[must_use]
     pub fn with_tools(mut self, ttl: Option<CacheTtl>) -> Self {
         self.tools = ttl;
         self
     }
 
     /// Sets the breakpoint after the prefix.
+    #[must_use]
     pub fn with_prefix(mut self, ttl: Option<CacheTtl>) -> Self {
         self.prefix = ttl;
         self
     }
 
     /// Sets the breakpoint after the stable history.
+    #[must_use]
     pub fn with_history(mut self, ttl: Option<CacheTtl>) -> Self {
         self.history = ttl;
         self
     }
 
     /// Sets the rolling breakpoint on the last block of the request.
+    #[must_use]
     pub fn with_last(mut self, ttl: Option<CacheTtl>) -> Self {
         self.last = ttl;
         self
@@ -296,42 +300,49 @@ impl ChatRequest {
     }
 
     /// Sets the prefix.
+    #[must_use]
     pub fn with_prefix(mut self, prefix: Arc<PrefixContext>) -> Self {
         self.prefix = Some(prefix);
         self
     }
 
     /// Sets the tools.
+    #[must_use]
     pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
         self.tools = tools;
         self
     }
 
     /// Sets the scope.
+    #[must_use]
     pub fn with_scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
         self
     }
 
     /// Sets the session.
+    #[must_use]
     pub fn with_session(mut self, session: impl Into<String>) -> Self {
         self.session = session.into();
         self
     }
 
     /// Sets the temperature.
+    #[must_use]
     pub fn with_temperature(mut self, t: f64) -> Self {
         self.params.temperature = Some(t);
         self
     }
 
     /// Sets the generation parameters.
+    #[must_use]
     pub fn with_params(mut self, params: GenerationParams) -> Self {
         self.params = params;
         self
     }
 
     /// Sets whether the memo may answer this request.
+    #[must_use]
     pub fn with_memo(mut self, hint: MemoHint) -> Self {
         self.memo = hint;
         self
@@ -397,6 +408,7 @@ impl Usage {
 
     /// Sets how many of the cache writes used a one-hour TTL (clamped to
     /// `cache_write_tokens`).
+    #[must_use]
     pub fn with_cache_write_1h(mut self, tokens: u64) -> Self {
         self.cache_write_1h_tokens = tokens.min(self.cache_write_tokens);
         self
@@ -482,18 +494,21 @@ impl ChatResponse {
     }
 
     /// Sets the provider's unmodelled fields.
+    #[must_use]
     pub fn with_provider_fields(mut self, fields: BTreeMap<String, Value>) -> Self {
         self.provider_fields = fields;
         self
     }
 
     /// Sets the usage.
+    #[must_use]
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
         self
     }
 
     /// Sets the finish reason.
+    #[must_use]
     pub fn with_finish_reason(mut self, reason: FinishReason) -> Self {
         self.finish_reason = reason;
         self

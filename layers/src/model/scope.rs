@@ -41,6 +41,7 @@ impl Scope {
     }
 
     /// Sets the domain.
+    #[must_use]
     pub fn with_domain(mut self, domain: impl ToString) -> Self {
         self.domain = Some(domain.to_string());
         self

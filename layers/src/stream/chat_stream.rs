@@ -73,6 +73,7 @@ impl ChatStream {
     /// response will carry, as far as it is known before the first event (what was
     /// pruned, cleared, offloaded; whether it is a memo replay). A proxy writes it into
     /// its response headers, which go out before the body.
+    #[must_use]
     pub fn with_report(mut self, report: PreparationReport) -> Self {
         self.report = Some(Box::new(report));
         self
@@ -114,6 +115,7 @@ impl ChatStream {
     }
 
     /// The same stream, with `f` applied to the final response before it is yielded.
+    #[must_use]
     pub fn map_response(self, f: impl FnOnce(&mut ChatResponse) + Send + 'static) -> Self {
         self.then_response(move |mut response| {
             f(&mut response);
@@ -125,6 +127,7 @@ impl ChatStream {
     /// store write, say). `f`'s error ends the stream instead of `Done`. An error item
     /// ends the stream; a stream that ends without `Done` yields
     /// [`StreamError::Incomplete`] and `f` never runs.
+    #[must_use]
     pub fn then_response<F, Fut>(self, f: F) -> Self
     where
         F: FnOnce(ChatResponse) -> Fut + Send + 'static,

@@ -75,18 +75,21 @@ impl ToolCallDelta {
     }
 
     /// Sets the call's id.
+    #[must_use]
     pub fn with_id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self
     }
 
     /// Sets the tool's name.
+    #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
     }
 
     /// Sets the arguments' text.
+    #[must_use]
     pub fn with_arguments(mut self, arguments: impl Into<String>) -> Self {
         self.arguments = arguments.into();
         self

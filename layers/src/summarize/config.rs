@@ -77,30 +77,35 @@ impl SummarizeConfig {
     }
 
     /// Sets `compact_at`.
+    #[must_use]
     pub fn with_compact_at(mut self, share: f64) -> Self {
         self.compact_at = share;
         self
     }
 
     /// Sets `keep_last`.
+    #[must_use]
     pub fn with_keep_last(mut self, messages: usize) -> Self {
         self.keep_last = messages;
         self
     }
 
     /// Sets `clip_chars`.
+    #[must_use]
     pub fn with_clip_chars(mut self, chars: usize) -> Self {
         self.clip_chars = chars;
         self
     }
 
     /// Sets `span_chars`.
+    #[must_use]
     pub fn with_span_chars(mut self, chars: usize) -> Self {
         self.span_chars = chars;
         self
     }
 
     /// Sets `fallback_chars` and `fallback_max_chars`.
+    #[must_use]
     pub fn with_fallback_chars(mut self, per_fold: usize, total: usize) -> Self {
         self.fallback_chars = per_fold;
         self.fallback_max_chars = total;
@@ -108,24 +113,28 @@ impl SummarizeConfig {
     }
 
     /// Sets `max_facts`.
+    #[must_use]
     pub fn with_max_facts(mut self, facts: usize) -> Self {
         self.max_facts = facts;
         self
     }
 
     /// Sets `artifact_max_chars`.
+    #[must_use]
     pub fn with_artifact_max_chars(mut self, chars: usize) -> Self {
         self.artifact_max_chars = chars;
         self
     }
 
     /// Sets `max_artifacts`.
+    #[must_use]
     pub fn with_max_artifacts(mut self, ids: usize) -> Self {
         self.max_artifacts = ids;
         self
     }
 
     /// Sets `max_summary_share`.
+    #[must_use]
     pub fn with_max_summary_share(mut self, share: f64) -> Self {
         self.max_summary_share = share;
         self

@@ -52,11 +52,13 @@ impl SummarizeLayer {
     /// Keeps the folded spans in `store`. Give it the store of the
     /// [`ContextPolicyLayer`](crate::ContextPolicyLayer) below, so that its
     /// `read_context_artifact` handling finds them.
+    #[must_use]
     pub fn with_artifact_store(self, store: Arc<dyn ArtifactStore>) -> Self {
         self.with_shared(|s| s.store = store)
     }
 
     /// Uses `cache` (shared with other layers or a [`Compactor`](crate::durable::Compactor)).
+    #[must_use]
     pub fn with_cache(self, cache: SummaryCache) -> Self {
         self.with_shared(|s| s.cache = cache)
     }

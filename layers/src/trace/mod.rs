@@ -108,6 +108,7 @@ impl GenAiSpanLayer {
     /// conventions' shape, each cut to at most `max_bytes` bytes
     /// (`llm_context.content_truncated` is then `true`). Prompts carry what users and
     /// tools said: turn this on only where the traces may hold it.
+    #[must_use]
     pub fn with_content_capture(mut self, max_bytes: usize) -> Self {
         self.content = Some(max_bytes);
         self

@@ -129,24 +129,28 @@ impl WorkingContext {
 impl<J> WorkingContext<J> {
     /// Sets the prefix. Accepts a `PrefixContext` or an `Arc` of one, so contexts can
     /// share one prefix allocation (and one prompt-cache key).
+    #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<Arc<PrefixContext>>) -> Self {
         self.prefix = prefix.into();
         self
     }
 
     /// Replaces the tail.
+    #[must_use]
     pub fn with_messages(mut self, messages: impl IntoIterator<Item = Message>) -> Self {
         self.messages = messages.into_iter().collect();
         self
     }
 
     /// Replaces the journal.
+    #[must_use]
     pub fn with_journal(mut self, journal: MutationJournal<J>) -> Self {
         self.journal = journal;
         self
     }
 
     /// Sets the token counter behind [`tokens`](Self::tokens).
+    #[must_use]
     pub fn with_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
         self.counter = counter;
         self
@@ -154,18 +158,21 @@ impl<J> WorkingContext<J> {
 
     /// Declares a token ceiling. Nothing here enforces it: the caller's policy (a
     /// `ContextPolicy`, say) owns the decision to prune or abort.
+    #[must_use]
     pub fn with_limit(mut self, limit: usize) -> Self {
         self.limit = Some(limit);
         self
     }
 
     /// Sets the tenant scope the requests built from this context carry.
+    #[must_use]
     pub fn with_scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
         self
     }
 
     /// Sets the session (conversation id) the requests built from this context carry.
+    #[must_use]
     pub fn with_session(mut self, session: impl Into<String>) -> Self {
         self.session = Some(session.into());
         self
@@ -292,6 +299,7 @@ impl<J> WorkingContext<J> {
 
     /// A narrowed copy keeping only the messages `scope` keeps, in order. Everything else
     /// (prefix, scratchpad, journal, counter, limit, scope, session) is inherited.
+    #[must_use]
     pub fn slice<S: ContextSelection + ?Sized>(&self, scope: &S) -> Self
     where
         J: Clone,
@@ -318,6 +326,7 @@ impl<J> WorkingContext<J> {
     /// seeded from this one's entries (all committed, so the child's diff carries only
     /// its own work), and the same prefix allocation, so the prompt-cache key is
     /// unchanged across the fork.
+    #[must_use]
     pub fn fork(&self) -> Self
     where
         J: Clone,

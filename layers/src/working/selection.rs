@@ -490,7 +490,7 @@ mod tests {
         assert!(Not(LastNTurns(2)).matches(&m, 0).is_err());
         // Per-message scopes and their combinations answer.
         assert_eq!(AllOf((user.clone(), Since(0))).matches(&m, 0), Ok(true));
-        assert_eq!(AnyOf((nobody.clone(), Since(1))).matches(&m, 0), Ok(false));
+        assert_eq!(AnyOf((nobody, Since(1))).matches(&m, 0), Ok(false));
         assert_eq!(Not(user).matches(&m, 0), Ok(false));
     }
 
@@ -535,7 +535,7 @@ mod tests {
         assert_eq!(back, scope);
 
         let mut seen = HashSet::new();
-        assert!(seen.insert(scope.clone()));
+        assert!(seen.insert(scope));
         assert!(!seen.insert(back));
         assert!(seen.insert(AllOf((LastNTurns(3), Not(RoleFilter::new([Role::System]))))));
     }

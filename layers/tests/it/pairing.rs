@@ -191,7 +191,7 @@ proptest! {
         tight in any::<bool>(),
     ) {
         let input = paired(&turns);
-        let mut broken = input.clone();
+        let mut broken = input;
         // Delete some results: each leaves its call unanswered.
         let mut deleted = BTreeSet::new();
         for d in &deletions {

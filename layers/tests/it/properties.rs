@@ -336,7 +336,7 @@ proptest! {
                     prop_assert!(it.any(|o| o.role == m.role && o.tool_call_id == m.tool_call_id && same_calls(o) && o.reasoning() == m.reasoning()));
                 }
                 // Deterministic: the same input gives the same bytes.
-                let (again, model2) = run(&policy, req.clone());
+                let (again, model2) = run(&policy, req);
                 prop_assert!(again.is_ok());
                 prop_assert_eq!(
                     serde_json::to_string(&model2.last_request().unwrap()).unwrap(),

@@ -1670,7 +1670,7 @@ mod tests {
             let text = format!("{{\"model\":\"m\",\"messages\":[{}]}}", messages.join(","));
             let (req, ctx) = request_from_str(&text).unwrap();
             let body: Value = serde_json::from_str(&text).unwrap();
-            proptest::prop_assert_eq!(body_from_request(&req, &ctx), body.clone());
+            proptest::prop_assert_eq!(&body_from_request(&req, &ctx), &body);
             proptest::prop_assert_eq!(written(&req, &ctx), body);
         }
     }

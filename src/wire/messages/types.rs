@@ -139,6 +139,7 @@ impl TextBlockParam {
     }
 
     /// Sets the breakpoint after this block.
+    #[must_use]
     pub fn with_cache_control(mut self, cc: CacheControl) -> Self {
         self.cache_control = Some(cc);
         self
