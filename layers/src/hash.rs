@@ -21,8 +21,6 @@
 use serde_json::Value;
 use twox_hash::XxHash3_128 as Xxh3;
 
-use crate::model::{Content, ContentPart, Message};
-
 /// An incremental stable hasher (XXH3-128) with domain separation.
 #[derive(Clone)]
 pub struct StableHasher {
@@ -79,92 +77,14 @@ impl StableHasher {
         write_canonical(value, &mut HashWriter(&mut self.inner));
     }
 
-    /// Feeds one message: role, content, name, call id and tool calls.
-    pub fn message(&mut self, m: &Message) {
-        self.str(m.role.as_str());
-        match &m.content {
-            Content::Text(t) => {
-                self.inner.write(&[0]);
-                self.str(t);
-            }
-            Content::Parts(parts) => {
-                self.inner.write(&[1]);
-                self.u64(parts.len() as u64);
-                for part in parts {
-                    match part {
-                        ContentPart::Text { text } => {
-                            self.inner.write(&[0]);
-                            self.str(text);
-                        }
-                        ContentPart::Image { url, detail } => {
-                            self.inner.write(&[1]);
-                            self.str(url);
-                            self.opt_str(detail.as_deref());
-                        }
-                    }
-                }
-            }
-        }
-        self.opt_str(m.name());
-        self.opt_str(m.tool_call_id.as_deref());
-        self.u64(m.tool_calls.len() as u64);
-        for call in &m.tool_calls {
-            self.str(&call.id);
-            self.str(&call.name);
-            // As the value used to be hashed: canonical arguments (all that
-            // `ToolCall::new` writes) hash as before the text was kept, and text that
-            // holds no JSON value as the string it is.
-            self.inner.write(b"j");
-            if call.arguments_are_json() {
-                self.inner.write(call.arguments.trim().as_bytes());
-            } else {
-                let _ = serde_json::to_writer(HashWriter(&mut self.inner), &call.arguments);
-            }
-        }
-        // Only when present, so a message without reasoning hashes as it always did.
-        let reasoning = m.reasoning();
-        if !reasoning.is_empty() {
-            self.inner.write(&[0xFE]);
-            self.u64(reasoning.len() as u64);
-            for r in reasoning.iter() {
-                match r {
-                    crate::Reasoning::Thinking {
-                        thinking,
-                        signature,
-                    } => {
-                        self.inner.write(&[0]);
-                        self.str(thinking);
-                        self.str(signature);
-                    }
-                    crate::Reasoning::RedactedThinking { data } => {
-                        self.inner.write(&[1]);
-                        self.str(data);
-                    }
-                    crate::Reasoning::Text { text } => {
-                        self.inner.write(&[2]);
-                        self.str(text);
-                    }
-                }
-            }
-        }
+    /// Writes `bytes` as they are, without a length: the tags that keep shapes apart.
+    pub(crate) fn raw(&mut self, bytes: &[u8]) {
+        self.inner.write(bytes);
     }
 
-    /// Feeds a list of tool definitions: name, description and JSON schema of each.
-    pub fn tools(&mut self, tools: &[crate::model::ToolSpec]) {
-        self.u64(tools.len() as u64);
-        for tool in tools {
-            self.str(&tool.name);
-            self.str(&tool.description);
-            self.json(&tool.parameters);
-        }
-    }
-
-    /// Feeds a list of messages.
-    pub fn messages(&mut self, messages: &[Message]) {
-        self.u64(messages.len() as u64);
-        for m in messages {
-            self.message(m);
-        }
+    /// Writes `s` as the JSON string `serde_json` writes for it.
+    pub(crate) fn json_str(&mut self, s: &str) {
+        let _ = serde_json::to_writer(HashWriter(&mut self.inner), s);
     }
 
     /// The 128-bit digest.
@@ -244,7 +164,7 @@ fn put<W: std::io::Write>(out: &mut W, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolCall;
+    use crate::model::{Message, ToolCall};
     use serde_json::json;
 
     #[test]

@@ -17,8 +17,6 @@
 //! same: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00XX` (lowercase hex) for the other
 //! control characters, everything else as itself.
 
-use crate::tokens::escapes;
-
 /// Appends `s` to `out` as a JSON string literal, quotes included, exactly as
 /// `serde_json::to_string(s)` would write it. Every escaped byte is ASCII, so the runs
 /// between escapes are whole characters of `s`: nothing is checked to be UTF-8 again.
@@ -62,6 +60,17 @@ fn escape_lanes(word: u64) -> u64 {
     let backslash = word ^ lanes(b'\\');
     let backslash = backslash.wrapping_sub(lanes(1)) & !backslash;
     (control | quote | backslash) & HIGH
+}
+
+/// Whether `serde_json` escapes byte `b` with two characters, and whether with six.
+/// Comparisons only, no branch and no table, so that it vectorises.
+#[inline(always)]
+pub(crate) fn escapes(b: u8) -> (u8, u8) {
+    let control = b < 0x20;
+    // \b \t \n \f \r are 0x08, 0x09, 0x0a, 0x0c, 0x0d: 0x08..=0x0d but the vertical tab.
+    let named = (b.wrapping_sub(0x08) < 6) & (b != 0x0b);
+    let short = named | (b == b'"') | (b == b'\\');
+    (u8::from(short), u8::from(control & !named))
 }
 
 /// The index of the first byte at or after `from` that is written escaped.

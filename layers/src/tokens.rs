@@ -34,7 +34,8 @@ use serde::de;
 use serde_json::Value;
 
 use crate::BoxError;
-use crate::model::{Content, ContentPart, Message, ToolSpec};
+use crate::json::escapes;
+use crate::model::{ChatRequest, Content, ContentPart, Message, PrefixContext, ToolSpec};
 
 mod plain;
 
@@ -438,17 +439,6 @@ fn lane_counts(blocks: &[u8]) -> (usize, usize) {
     (sum(short), sum(long))
 }
 
-/// Whether `serde_json` escapes byte `b` with two characters, and whether with six.
-/// Comparisons only, no branch and no table, so that it vectorises.
-#[inline(always)]
-pub(crate) fn escapes(b: u8) -> (u8, u8) {
-    let control = b < 0x20;
-    // \b \t \n \f \r are 0x08, 0x09, 0x0a, 0x0c, 0x0d: 0x08..=0x0d but the vertical tab.
-    let named = (b.wrapping_sub(0x08) < 6) & (b != 0x0b);
-    let short = named | (b == b'"') | (b == b'\\');
-    (u8::from(short), u8::from(control & !named))
-}
-
 /// Counts tokens for a transcript. Async because a real counter may call a provider's
 /// counting endpoint or load an encoder lazily; object-safe so it can be chosen at run
 /// time (`Arc<dyn TokenCounter>`).
@@ -552,6 +542,35 @@ mod exact {
         async fn count_messages(&self, messages: &[Message]) -> Result<usize, BoxError> {
             Ok(messages.iter().map(|m| self.count_message(m)).sum())
         }
+    }
+}
+
+// The estimate of the model's composite types lives here, with the estimate itself, so
+// that the model depends on no measure of it.
+impl PrefixContext {
+    /// The estimated tokens of the rendered prefix: the estimate of
+    /// [`as_messages`](Self::as_messages), computed without rendering (copying) it, since
+    /// every request through the stack asks.
+    pub fn estimated_tokens(&self) -> usize {
+        let system = self
+            .system_prompt()
+            .map_or(0, |p| OVERHEAD_TOKENS + char_count(p) / 4);
+        // The schema block is a system message named "schema".
+        let schema = self.schema_block().map_or(0, |s| {
+            OVERHEAD_TOKENS + (char_count(s) + "schema".len()) / 4
+        });
+        system + estimate_message_tokens(self.grounding()) + schema
+    }
+}
+
+impl ChatRequest {
+    /// The estimated prompt tokens of the whole request: its prefix, tool schemas and
+    /// messages, by the one estimate every step uses
+    /// ([`estimate_message_tokens`]).
+    pub fn estimate_tokens(&self) -> usize {
+        self.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
+            + estimate_tool_tokens(&self.tools)
+            + estimate_message_tokens(&self.messages)
     }
 }
 

@@ -6,16 +6,11 @@ use std::time::SystemTime;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::format::Format;
 use super::metrics;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
+use crate::wire::served::{Format, find};
 use crate::{BoxError, ContextLimitError};
-
-/// The first error of type `T` in `e`'s chain of sources.
-pub(crate) fn find<T: std::error::Error + 'static>(e: &BoxError) -> Option<&T> {
-    crate::error::find_source(&**e)
-}
 
 /// The status of a failure: 400 for a request that cannot fit (nothing was sent), the
 /// provider's own status for its errors (502 when it gave none), else 500.

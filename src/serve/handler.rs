@@ -2,7 +2,7 @@
 //! answer, in the format's own shape (`F: Format`).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -16,7 +16,6 @@ use tower::ServiceExt;
 use tracing::Instrument;
 
 use super::failures::{self, classify};
-use super::format::{EventWriter, Format, Read, StreamOptions};
 use super::keys::Tenant;
 use super::upstreams::{no_upstream, provider_of};
 use super::{SESSION_HEADER, Shared, metrics, request_span, timing};
@@ -24,6 +23,7 @@ use crate::budget::{BudgetKey, BudgetLayer, Limit, Window};
 use crate::redis::RedisStores;
 use crate::stream::{ChatStream, Streaming};
 use crate::trace::store_call;
+use crate::wire::served::{EventWriter, Format, Read, StreamOptions, created};
 use crate::{ChatRequest, PreparationReport};
 
 /// `POST F::ROUTE`.
@@ -208,13 +208,6 @@ async fn load_cuts(redis: &RedisStores, req: &mut ChatRequest) {
     if let Err(error) = store_call("cuts.load", Duration::from_millis(100), load).await {
         tracing::debug!(event = "cuts_not_loaded", %error, "the replica keeps its own cut");
     }
-}
-
-/// Now, in seconds since the epoch (a completion's `created`).
-pub(crate) fn created() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// `/readyz`: `ready`, or `degraded` while Redis does not answer. Degraded is still 200:

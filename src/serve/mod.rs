@@ -86,8 +86,7 @@
 //!   it a child of the client's span, so the agent's trace holds what the proxy did.
 //!
 
-pub(crate) mod failures;
-pub(crate) mod format;
+mod failures;
 mod handler;
 mod keys;
 mod metrics;
@@ -107,8 +106,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
 
-use self::format::Format;
-pub(crate) use self::handler::created;
 use self::handler::endpoint;
 use self::keys::Tenant;
 use self::upstreams::{Table, Upstream};
@@ -122,6 +119,7 @@ use crate::stream::{ChatStream, Streaming};
 use crate::trace::GenAiSpanLayer;
 use crate::wire::chat_completions::serve::ChatCompletions;
 use crate::wire::messages::serve::Messages;
+use crate::wire::served::Format;
 use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer,
     OpenAi, PolicyError, Scope,

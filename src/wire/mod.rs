@@ -24,3 +24,5 @@ pub mod chat_completions;
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod messages;
+#[cfg(feature = "serve")]
+pub(crate) mod served;

@@ -45,6 +45,7 @@
 
 mod local;
 mod preview;
+mod previews;
 mod reference;
 mod store;
 mod stub;
@@ -56,6 +57,9 @@ pub use preview::{
     ARTIFACT_ID_LEN, ARTIFACT_ID_PREFIX, OFFLOAD_INSTRUCTIONS, artifact_id, is_preview,
 };
 pub(crate) use preview::{preview_chars, preview_chars_unescaped, render_counted};
+pub(crate) use previews::{
+    ContentKey, Preview, PreviewCache, Remembered, SessionMemory, content_key,
+};
 pub(crate) use reference::{
     PREVIEW, REFERS, STUB, genuine_preview, mark, named_artifact, offloadable_marked,
     offloadable_text,

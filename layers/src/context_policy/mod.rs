@@ -65,4 +65,3 @@ mod stream;
 
 pub use layer::{ContextPolicyLayer, DEFAULT_RESOLVE_ROUNDS};
 pub use service::ContextPolicyService;
-pub(crate) use service::infer_session;

@@ -10,6 +10,7 @@ use crate::fit::Scratch;
 use crate::future::ResponseFuture;
 use crate::future::{Learn, take_ready};
 use crate::memo::{DefaultPredicate, Memo, MemoPredicate, ResponseFuture as MemoFuture};
+use crate::model::infer_session;
 use crate::model::{ChatRequest, ChatResponse};
 
 /// The service of [`ContextPolicyLayer`](crate::ContextPolicyLayer): the preparation
@@ -92,21 +93,4 @@ where
             untrusted,
         )))
     }
-}
-
-/// Gives a request that names no session the one its stable head implies
-/// ([`ChatRequest::inferred_session`]), before anything reads a store with it: otherwise
-/// every conversation without an id would share one session's cut, cleared region and
-/// artifacts. An outer layer that keeps per-session state (summarize) calls it too, and
-/// hands the session on, so both agree even after it folded the head away.
-pub(crate) fn infer_session(mut req: ChatRequest) -> ChatRequest {
-    if req.infer_session() {
-        tracing::debug!(
-            event = "session_inferred",
-            scope = %req.scope.key(),
-            session = %req.session,
-            "the request names no session: one is inferred from its stable head"
-        );
-    }
-    req
 }

@@ -12,13 +12,14 @@ use tower::{Service, ServiceExt};
 use tracing::{Instrument, Span};
 
 use super::resolve::{Rounds, Sent};
-use super::service::{ContextPolicyService, infer_session};
+use super::service::ContextPolicyService;
 use super::steps::{Composite, Preparation, prepare_unverified, prepare_verified};
 use crate::BoxError;
 use crate::artifact::Untrusted;
 use crate::future::take_ready;
 use crate::memo::MemoPredicate;
 use crate::model::ChatResponse;
+use crate::model::infer_session;
 use crate::offload::Prepared;
 use crate::stream::{ChatStream, StreamError, StreamEvent, StreamFuture, Streaming};
 

@@ -9,12 +9,12 @@ use super::cut::Cuts;
 use super::pairing;
 use super::plan::{self, Applied, ApplyContext, Budget, Checks, Planned, Scratch, Stages};
 use crate::BoxError;
+use crate::artifact::SessionMemory;
 use crate::artifact::Untrusted;
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::future::{Learn, ResponseFuture, streamed};
 use crate::model::{ChatRequest, ChatResponse, PreparationReport};
-use crate::offload::SessionMemory;
 use crate::policy::{ContextPolicy, PolicyError};
 use crate::stream::{ChatStream, StreamFuture, Streaming};
 
@@ -66,9 +66,16 @@ pub(crate) fn prepare(
         claims: check_claims,
     };
     let planned = loop {
-        match plan::plan(
-            &req, policy, untrusted, stages, budget, memory, checks, scratch,
-        )? {
+        let input = plan::Input {
+            req: &req,
+            policy,
+            untrusted,
+            stages,
+            budget,
+            memory,
+            checks,
+        };
+        match plan::plan(input, scratch)? {
             Planned::Plan(planned) => break planned,
             // Given back as received: nothing was planned or repaired.
             Planned::Claims => return Ok(Fitting::Claims(Box::new(req))),

@@ -98,22 +98,6 @@ impl PrefixContext {
         out
     }
 
-    /// The estimated tokens of the rendered prefix: the estimate of
-    /// [`as_messages`](Self::as_messages), computed without rendering (copying) it, since
-    /// every request through the stack asks.
-    pub fn estimated_tokens(&self) -> usize {
-        use crate::tokens::{OVERHEAD_TOKENS, char_count, estimate_message_tokens};
-        let system = self
-            .system_prompt
-            .as_deref()
-            .map_or(0, |p| OVERHEAD_TOKENS + char_count(p) / 4);
-        // The schema block is a system message named "schema".
-        let schema = self.schema_block.as_deref().map_or(0, |s| {
-            OVERHEAD_TOKENS + (char_count(s) + "schema".len()) / 4
-        });
-        system + estimate_message_tokens(&self.grounding) + schema
-    }
-
     /// A stable 128-bit hash of the prefix (the same on every build and machine), as 32
     /// lowercase hex characters. Used as a prompt-cache key.
     pub fn stable_hash(&self) -> String {

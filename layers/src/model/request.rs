@@ -24,7 +24,6 @@ use super::params::GenerationParams;
 use super::prefix_context::PrefixContext;
 use super::report::PreparationReport;
 use super::scope::Scope;
-use crate::tokens;
 
 /// The session used when a request names none.
 pub const DEFAULT_SESSION: &str = "default";
@@ -275,15 +274,6 @@ fn default_session() -> String {
 }
 
 impl ChatRequest {
-    /// The estimated prompt tokens of the whole request: its prefix, tool schemas and
-    /// messages, by the one estimate every step uses
-    /// ([`estimate_message_tokens`](crate::tokens::estimate_message_tokens)).
-    pub fn estimate_tokens(&self) -> usize {
-        self.prefix.as_ref().map_or(0, |p| p.estimated_tokens())
-            + tokens::estimate_tool_tokens(&self.tools)
-            + tokens::estimate_message_tokens(&self.messages)
-    }
-
     /// A request for `model` with a transcript, in the shared scope and default session.
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
         Self {
@@ -533,4 +523,21 @@ mod tests {
         assert_eq!(small, Usage::new(11, 22, 33, 44));
         assert_eq!(small.prompt_tokens(), 11 + 33 + 44);
     }
+}
+
+/// Gives a request that names no session the one its stable head implies
+/// ([`ChatRequest::inferred_session`]), before anything reads a store with it: otherwise
+/// every conversation without an id would share one session's cut, cleared region and
+/// artifacts. An outer layer that keeps per-session state (summarize) calls it too, and
+/// hands the session on, so both agree even after it folded the head away.
+pub(crate) fn infer_session(mut req: ChatRequest) -> ChatRequest {
+    if req.infer_session() {
+        tracing::debug!(
+            event = "session_inferred",
+            scope = %req.scope.key(),
+            session = %req.session,
+            "the request names no session: one is inferred from its stable head"
+        );
+    }
+    req
 }

@@ -75,12 +75,11 @@
 mod commit;
 mod layer;
 mod prepare;
-pub(crate) mod previews;
 mod rewrite;
 
+pub(crate) use crate::artifact::{
+    ContentKey, Preview, PreviewCache, Remembered, SessionMemory, content_key,
+};
 pub(crate) use commit::commit;
 pub use layer::{Offload, OffloadLayer};
 pub(crate) use prepare::{Prepared, offload_request};
-pub(crate) use previews::{
-    ContentKey, Preview, PreviewCache, Remembered, SessionMemory, content_key,
-};

@@ -4,10 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::block::SummaryBlock;
 use super::config::SummarizeConfig;
 use crate::artifact::{Artifact, ArtifactStore, artifact_id};
 use crate::model::Scope;
+use crate::model::SummaryBlock;
 use crate::tokens::{char_count, estimate_one, truncate_chars};
 
 /// What an archive artifact holds: the ids of folds that no longer fit in the block's own

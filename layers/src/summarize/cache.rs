@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use lru::LruCache;
 
-use super::block::SummaryBlock;
 use crate::hash::StableHasher;
 use crate::model::Message;
 use crate::model::Scope;
+use crate::model::SummaryBlock;
 
 /// A bounded cache of summary blocks, keyed by a stable hash (XXH3-128) of the tenant,
 /// the session and every message from the fold's start to its end.

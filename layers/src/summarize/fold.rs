@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use super::block::{SummaryBlock, is_summary_message};
 use super::cache::{SummaryCache, point_keys};
 use super::config::SummarizeConfig;
 use super::plan::{fold_points, fold_start};
@@ -13,6 +12,7 @@ use crate::artifact::{read_artifact_tool, read_artifact_tool_tokens};
 use crate::model::ChatRequest;
 use crate::model::Message;
 use crate::model::PreparationReport;
+use crate::model::{SummaryBlock, is_summary_message};
 use crate::tokens::{estimate_one, estimate_tool_tokens};
 
 /// What to do with a request.

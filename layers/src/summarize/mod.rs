@@ -82,7 +82,6 @@
 //! ([`SummarizeLayer::with_artifact_store`]) so its `read_context_artifact` handling
 //! finds the folded spans. The summarizer requests then go through the policy too.
 
-mod block;
 mod bound;
 mod cache;
 mod config;
@@ -94,7 +93,7 @@ mod prompt;
 mod run;
 mod service;
 
-pub use block::{SUMMARY_MARKER, SUMMARY_NAME, SummaryBlock, is_summary_message};
+pub use crate::model::{SUMMARY_MARKER, SUMMARY_NAME, SummaryBlock, is_summary_message};
 pub use bound::SummaryArchive;
 pub use cache::{DEFAULT_SUMMARY_CACHE, SummaryCache};
 pub use config::SummarizeConfig;

@@ -2,10 +2,10 @@
 
 use serde_json::Value;
 
-use super::block::SummaryBlock;
 use super::bound::model_budget;
 use super::config::SummarizeConfig;
 use crate::model::ChatRequest;
+use crate::model::SummaryBlock;
 use crate::model::{Message, Role};
 use crate::tokens::char_count;
 use crate::tokens::truncate_chars;

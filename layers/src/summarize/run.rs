@@ -3,13 +3,13 @@
 
 use tower::{Service, ServiceExt};
 
-use super::block::SummaryBlock;
 use super::bound::block_tokens;
 use super::config::SummarizeConfig;
 use super::facts::{merge_facts, span_identifiers};
 use super::prompt::{parse_summary, render_line, retry_request};
 use crate::BoxError;
 use crate::model::Message;
+use crate::model::SummaryBlock;
 use crate::model::{ChatRequest, ChatResponse};
 use crate::tokens::char_count;
 use crate::tokens::truncate_chars;

@@ -5,7 +5,6 @@ use std::task::{Context, Poll};
 
 use tower::{Service, ServiceExt};
 
-use super::block::SummaryBlock;
 use super::bound::{archive_overflow, fit_block, model_budget};
 use super::config::SummarizeConfig;
 use super::fold::{FoldWork, Step, plan};
@@ -18,6 +17,7 @@ use crate::artifact::{Artifact, ArtifactStore};
 use crate::future::ResponseFuture;
 use crate::future::{streamed, take_ready};
 use crate::model::PreparationReport;
+use crate::model::SummaryBlock;
 use crate::model::{ChatRequest, ChatResponse};
 use crate::policy::PolicyError;
 use crate::stream::{ChatStream, StreamFuture, Streaming};
@@ -91,7 +91,7 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let req = crate::context_policy::infer_session(req);
+        let req = crate::model::infer_session(req);
         let shared = &self.layer.shared;
         let work = match plan(req, &shared.config, &shared.cache, false) {
             Ok(Step::Send(req, report)) => {
@@ -136,7 +136,7 @@ where
     }
 
     fn call(&mut self, req: Streaming) -> Self::Future {
-        let req = crate::context_policy::infer_session(req.0);
+        let req = crate::model::infer_session(req.0);
         let shared = &self.layer.shared;
         let work = match plan(req, &shared.config, &shared.cache, false) {
             Ok(Step::Send(req, report)) => {

@@ -11,8 +11,7 @@ use serde_json::{Value, json};
 use super::body::{message_to_wire, request_from_str};
 use crate::budget::{BudgetExceeded, rfc3339};
 use crate::error::ProviderError;
-use crate::serve::failures::find;
-use crate::serve::format::{EventWriter, Format, Read, StreamOptions};
+use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find};
 use crate::{BoxError, ContextLimitError};
 
 /// OpenAI's `finish_reason` for the neutral one.
@@ -161,7 +160,7 @@ impl Format for ChatCompletions {
     }
 
     fn answer(response: &ChatResponse, model: &str) -> Value {
-        completion(response, model, crate::serve::created())
+        completion(response, model, crate::wire::served::created())
     }
 
     fn events(model: String, options: &StreamOptions) -> Chunks {

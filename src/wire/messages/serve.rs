@@ -23,8 +23,7 @@ use axum::http::StatusCode;
 use super::params::tool_choice_from_wire;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
-use crate::serve::failures::find;
-use crate::serve::format::{EventWriter, Format, Read, StreamOptions};
+use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find};
 use crate::{BoxError, ContextLimitError};
 
 /// Top-level fields read into the neutral request; every other one is carried in

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Message, Role};
+use super::{Message, Role};
 
 /// The `name` of the system message that carries a summary block.
 pub const SUMMARY_NAME: &str = "context_summary";

@@ -1,6 +1,9 @@
-//! What the proxy asks of a wire format: one implementation per format, one generic
-//! handler for all of them (`handler::endpoint`), so that a format is one module and one
-//! route, and no handler matches on which format it serves.
+//! What the proxy ([`serve`](crate::serve)) asks of a wire format: each format implements
+//! [`Format`] in its own module, and one generic handler serves them all, so that a
+//! format is one module and one route, no handler matches on which format it serves, and
+//! the proxy depends on the formats, never the other way round.
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -62,4 +65,16 @@ pub(crate) trait EventWriter: Send + 'static {
     /// The frame that ends a stream which failed after it began, answered as `status`
     /// would have been.
     fn failed(&mut self, error: &BoxError, status: StatusCode) -> Bytes;
+}
+
+/// The first error of type `T` in `e`'s chain of sources.
+pub(crate) fn find<T: std::error::Error + 'static>(e: &BoxError) -> Option<&T> {
+    crate::error::find_source(&**e)
+}
+
+/// Now, in seconds since the epoch (a completion's `created`).
+pub(crate) fn created() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
