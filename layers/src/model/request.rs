@@ -505,6 +505,23 @@ impl ChatResponse {
     }
 }
 
+/// Gives a request that names no session the one its stable head implies
+/// ([`ChatRequest::inferred_session`]), before anything reads a store with it: otherwise
+/// every conversation without an id would share one session's cut, cleared region and
+/// artifacts. An outer layer that keeps per-session state (summarize) calls it too, and
+/// hands the session on, so both agree even after it folded the head away.
+pub(crate) fn infer_session(mut req: ChatRequest) -> ChatRequest {
+    if req.infer_session() {
+        tracing::debug!(
+            event = "session_inferred",
+            scope = %req.scope.key(),
+            session = %req.session,
+            "the request names no session: one is inferred from its stable head"
+        );
+    }
+    req
+}
+
 #[cfg(test)]
 mod tests {
     use super::Usage;
@@ -523,21 +540,4 @@ mod tests {
         assert_eq!(small, Usage::new(11, 22, 33, 44));
         assert_eq!(small.prompt_tokens(), 11 + 33 + 44);
     }
-}
-
-/// Gives a request that names no session the one its stable head implies
-/// ([`ChatRequest::inferred_session`]), before anything reads a store with it: otherwise
-/// every conversation without an id would share one session's cut, cleared region and
-/// artifacts. An outer layer that keeps per-session state (summarize) calls it too, and
-/// hands the session on, so both agree even after it folded the head away.
-pub(crate) fn infer_session(mut req: ChatRequest) -> ChatRequest {
-    if req.infer_session() {
-        tracing::debug!(
-            event = "session_inferred",
-            scope = %req.scope.key(),
-            session = %req.session,
-            "the request names no session: one is inferred from its stable head"
-        );
-    }
-    req
 }
