@@ -421,7 +421,7 @@ async fn redis_shares_the_memo_between_processes() {
     );
 
     // An unreachable Redis at start is an outage, not bad input: the request is sent
-    // without the memo (tests/cli_redis.rs has the rest), and the password never printed.
+    // without the memo (tests/it/cli_redis.rs has the rest), and the password never printed.
     let out = run(
         args(&[
             "send",
