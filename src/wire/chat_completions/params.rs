@@ -6,6 +6,7 @@ use crate::ToolChoice;
 
 /// Every top-level field of a Chat Completions request (OpenAI's schema): what a client
 /// of this format may carry over from another format's pass-through fields.
+#[cfg(feature = "openai")]
 pub(crate) const FIELDS: &[&str] = &[
     "audio",
     "frequency_penalty",

@@ -13,14 +13,13 @@ use std::collections::HashMap;
 use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
 use llm_context_layers::{
     ChatRequest, ChatResponse, Content, ContentPart, FinishReason, GenerationParams, Message,
-    Reasoning, Role, ToolCall, ToolSpec, Usage, WireFormat,
+    Reasoning, Role, ToolCall, ToolChoice, ToolSpec, Usage, WireFormat,
 };
 use serde_json::{Value, json};
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
 
-use super::params::tool_choice_from_wire;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find};
@@ -265,6 +264,25 @@ fn tool(t: &Value) -> Result<ToolSpec, String> {
         t["description"].as_str().unwrap_or_default(),
         schema.clone(),
     ))
+}
+
+/// The typed choice and whether parallel calls are allowed, of a Messages `tool_choice`,
+/// or what is wrong with it.
+fn tool_choice_from_wire(choice: &Value) -> Result<(ToolChoice, Option<bool>), String> {
+    let parallel = choice["disable_parallel_tool_use"].as_bool().map(|d| !d);
+    let typed = match choice["type"].as_str() {
+        Some("auto") => ToolChoice::Auto,
+        Some("any") => ToolChoice::Required,
+        Some("none") => ToolChoice::None,
+        Some("tool") => {
+            let name = choice["name"]
+                .as_str()
+                .ok_or("tool_choice `tool` needs a `name`")?;
+            ToolChoice::tool(name)
+        }
+        _ => return Err("`tool_choice` must be of type auto, any, tool or none".into()),
+    };
+    Ok((typed, parallel))
 }
 
 /// Anthropic's `stop_reason` for the neutral one.
