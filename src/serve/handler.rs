@@ -120,7 +120,7 @@ async fn handle<F: Format>(
     }
     let provider = provider_of(&shared.routes, &shared.catalog, &req.model);
     let stacks = &shared.stacks[tenant.map_or(0, |t| t.stacks)];
-    let Some(upstream) = stacks.get(provider).cloned() else {
+    let Some(upstream) = stacks.get(&provider).cloned() else {
         let why = no_upstream(&req.model, provider);
         return failures::error::<F>(StatusCode::BAD_REQUEST, &why);
     };

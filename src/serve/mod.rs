@@ -16,7 +16,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What it does (DESIGN § The proxy):
+//! What it does:
 //!
 //! - `POST /v1/chat/completions` (OpenAI Chat Completions) and `POST /v1/messages`
 //!   (Anthropic Messages), `stream` true or false. The request goes through the whole
@@ -173,10 +173,7 @@ impl std::fmt::Debug for Proxy {
         f.debug_struct("Proxy")
             .field(
                 "providers",
-                &self.shared.stacks[0]
-                    .iter()
-                    .map(|(p, _)| p)
-                    .collect::<Vec<_>>(),
+                &self.shared.stacks[0].keys().collect::<Vec<_>>(),
             )
             .field(
                 "tenants",
@@ -210,10 +207,7 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("max_concurrency", &self.max_concurrency)
             .field("upstream_timeout", &self.upstream_timeout)
             .field("policy", &self.policy)
-            .field(
-                "providers",
-                &self.upstreams.iter().map(|(p, _)| p).collect::<Vec<_>>(),
-            )
+            .field("providers", &self.upstreams.keys().collect::<Vec<_>>())
             .field("memo", &self.memo.is_some())
             .field("keys", &self.keys.len())
             .field("routes", &self.routes)
@@ -499,8 +493,13 @@ impl ProxyBuilder {
                     // Per attempt: a retry gets the whole time again.
                     .timeout(timeout)
             };
-            self.upstreams
-                .map(|client| Ok(Upstream::new(stack().service(client.clone()))))
+            Ok(self
+                .upstreams
+                .iter()
+                .map(|(&provider, client)| {
+                    (provider, Upstream::new(stack().service(client.clone())))
+                })
+                .collect())
         };
         let mut stacks = vec![stacks_for(self.policy.clone())?];
         let keys = if self.keys.is_empty() {

@@ -1,6 +1,7 @@
 //! The providers the proxy calls, as a table keyed by [`Provider`]: which one serves a
 //! model, and the stack in front of each.
 
+use std::collections::BTreeMap;
 use std::task::{Context, Poll};
 
 use tower::util::BoxCloneSyncService;
@@ -67,52 +68,8 @@ impl tower::Service<Streaming> for Upstream {
     }
 }
 
-/// Services keyed by the provider they call, in the order they were added.
-#[derive(Clone)]
-pub(crate) struct Table<T> {
-    entries: Vec<(Provider, T)>,
-}
-
-impl<T> Default for Table<T> {
-    fn default() -> Self {
-        Self {
-            entries: Vec::new(),
-        }
-    }
-}
-
-impl<T> Table<T> {
-    /// Sets `provider`'s entry, replacing one it had.
-    pub(crate) fn insert(&mut self, provider: Provider, value: T) {
-        match self.entries.iter_mut().find(|(p, _)| *p == provider) {
-            Some(entry) => entry.1 = value,
-            None => self.entries.push((provider, value)),
-        }
-    }
-
-    /// `provider`'s entry.
-    pub(crate) fn get(&self, provider: Provider) -> Option<&T> {
-        self.entries
-            .iter()
-            .find(|(p, _)| *p == provider)
-            .map(|(_, v)| v)
-    }
-
-    /// Each provider's entry.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (Provider, &T)> {
-        self.entries.iter().map(|(p, v)| (*p, v))
-    }
-
-    /// The same providers with `f` of each entry.
-    pub(crate) fn map<U, E>(&self, mut f: impl FnMut(&T) -> Result<U, E>) -> Result<Table<U>, E> {
-        let entries = self
-            .entries
-            .iter()
-            .map(|(p, v)| Ok((*p, f(v)?)))
-            .collect::<Result<_, E>>()?;
-        Ok(Table { entries })
-    }
-}
+/// Services keyed by the provider they call.
+pub(crate) type Table<T> = BTreeMap<Provider, T>;
 
 /// Which provider serves `model`: the first of `routes` (longest first) that prefixes
 /// its name, else the catalog's provider, else Anthropic for a `claude-…` name and

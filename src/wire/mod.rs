@@ -21,6 +21,8 @@
 #[cfg(any(feature = "openai", feature = "cli"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "cli"))))]
 pub mod chat_completions;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod extra;
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod messages;

@@ -506,7 +506,7 @@ fn hex(bytes: &[u8]) -> String {
 
 #[test]
 fn digests_are_64_hex_digits() {
-    // SHA-256 of "test", as DESIGN's config example begins.
+    // SHA-256 of "test", as the config example in the proxy guide begins.
     assert!(hex(&key_digest("test")).starts_with("9f86d081884c7d65"));
     assert!(parse_digest("9f86").unwrap_err().contains("64 hex digits"));
     assert!(parse_digest(&"zz".repeat(32)).is_err());

@@ -13,9 +13,10 @@ use super::types::{
 use crate::catalog::Provider;
 use crate::client::unsupported;
 use crate::error::{ProviderError, ProviderErrorKind};
+use crate::wire::extra::PassThrough;
 use llm_context_layers::{
-    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, GenerationParams, Message,
-    Reasoning, Role, ToolCall, ToolSpec, Usage, WireFormat,
+    ChatRequest, ChatResponse, Content, ContentPart, FinishReason, Message, Reasoning, Role,
+    ToolCall, ToolSpec, Usage, WireFormat,
 };
 
 /// Fields this client sets itself: never passed through.
@@ -28,34 +29,14 @@ const SET_HERE: &[&str] = &[
     "stream_options",
 ];
 
-/// The request's pass-through fields this client sends: all of them when they are written
-/// in its own format (or by the caller for whichever provider it calls), else only those
-/// Chat Completions has; the others are named in a debug event.
-fn passed_through(p: &GenerationParams) -> BTreeMap<String, Value> {
-    let foreign = p
-        .extra_format
-        .is_some_and(|f| f != WireFormat::ChatCompletions);
-    let mut dropped = Vec::new();
-    let mut out = BTreeMap::new();
-    for (k, v) in &p.extra {
-        if SET_HERE.contains(&k.as_str()) {
-            continue;
-        }
-        if foreign && !FIELDS.contains(&k.as_str()) {
-            dropped.push(k.as_str());
-            continue;
-        }
-        out.insert(k.clone(), v.clone());
-    }
-    if !dropped.is_empty() {
-        tracing::debug!(
-            event = "params_not_sent",
-            fields = ?dropped,
-            "fields Chat Completions does not have are not sent to an OpenAI upstream"
-        );
-    }
-    out
-}
+/// Which pass-through fields this client sends: untagged ones all (a compatible server
+/// may take fields of its own), another format's only where Chat Completions has them.
+const PASS_THROUGH: PassThrough = PassThrough {
+    format: WireFormat::ChatCompletions,
+    untagged_are_own: true,
+    set_here: SET_HERE,
+    fields: FIELDS,
+};
 
 /// The request body for `req`: the prefix rendered first, then the tail.
 pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, ProviderError> {
@@ -69,7 +50,11 @@ pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, 
         messages.push(message(m)?);
     }
     let p = &req.params;
-    let mut extra = passed_through(p);
+    let mut extra: BTreeMap<String, Value> = PASS_THROUGH
+        .sent(p)
+        .into_iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     // A typed field wins over the same key passed through, so no key is written twice.
     let mut typed = |key: &str, set: bool| {
         if set {
@@ -82,7 +67,6 @@ pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, 
     typed("stop", !p.stop.is_empty());
     typed("seed", p.seed.is_some());
     typed("tool_choice", p.tool_choice.is_some());
-    typed("parallel_tool_calls", p.parallel_tool_calls.is_some());
     // The stable head (tools, prefix, leading system messages) routes requests that share
     // it to one cache; a request with no head has nothing stable to key on.
     let has_head = req.prefix.as_ref().is_some_and(|p| !p.is_empty())

@@ -11,6 +11,7 @@ use super::types::{
 use crate::catalog::Provider;
 use crate::client::unsupported;
 use crate::error::ProviderError;
+use crate::wire::extra::PassThrough;
 use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, FinishReason,
@@ -48,7 +49,11 @@ pub(crate) fn request(
     } else {
         tool_choice(p)
     };
-    let mut extra = passed_through(p);
+    let mut extra: Map<String, Value> = PASS_THROUGH
+        .sent(p)
+        .into_iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut max_tokens = max_tokens(p).unwrap_or(default_max_tokens);
     if let Some(budget) = thinking_budget(p)
         && !extra.contains_key("thinking")
@@ -110,33 +115,15 @@ const SET_HERE: &[&str] = &[
     "stream_options",
 ];
 
-/// The request's pass-through fields this client sends: all of them but [`SET_HERE`]
-/// when they are written in its own format, else (another format's, or untagged ones
-/// the caller set, which may be meant for an OpenAI-compatible server) only those the
-/// Messages API has. Those left out are named in a debug event.
-fn passed_through(p: &GenerationParams) -> Map<String, Value> {
-    let foreign = p.extra_format != Some(WireFormat::Messages);
-    let mut out = Map::new();
-    let mut dropped = Vec::new();
-    for (k, v) in &p.extra {
-        if SET_HERE.contains(&k.as_str()) {
-            continue;
-        }
-        if foreign && !FIELDS.contains(&k.as_str()) {
-            dropped.push(k.as_str());
-        } else {
-            out.insert(k.clone(), v.clone());
-        }
-    }
-    if !dropped.is_empty() {
-        tracing::debug!(
-            event = "params_not_sent",
-            fields = ?dropped,
-            "fields the Messages API does not have are not sent to Anthropic"
-        );
-    }
-    out
-}
+/// Which pass-through fields this client sends: another format's, and untagged ones the
+/// caller set (which may be meant for an OpenAI-compatible server), only where the
+/// Messages API has them.
+const PASS_THROUGH: PassThrough = PassThrough {
+    format: WireFormat::Messages,
+    untagged_are_own: false,
+    set_here: SET_HERE,
+    fields: FIELDS,
+};
 
 /// System blocks (from `prefix` and the leading system messages), messages and tools,
 /// with `hints` turned into `cache_control` markers: on the last tool, on the last

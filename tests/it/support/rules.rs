@@ -1,4 +1,4 @@
-//! The providers' rules that the schemas cannot express (from the wire README), checked
+//! The providers' documented rules that the schemas cannot express, checked
 //! on bodies as sent. Each returns the violations found; empty means the body is fine.
 
 use std::collections::BTreeSet;

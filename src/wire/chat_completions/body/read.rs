@@ -506,9 +506,13 @@ fn from_parts(obj: &Map<String, Value>, messages: Vec<Message>) -> Result<ChatRe
             "top_p" if v.is_number() => params.top_p = v.as_f64(),
             "seed" if v.is_i64() => params.seed = v.as_i64(),
             "parallel_tool_calls" if v.is_boolean() => params.parallel_tool_calls = v.as_bool(),
-            "tool_choice" if tool_choice_from_wire(v).is_some() => {
-                params.tool_choice = tool_choice_from_wire(v);
-            }
+            // A form only Chat Completions has stays among the fields, as written.
+            "tool_choice" => match tool_choice_from_wire(v) {
+                Some(choice) => params.tool_choice = Some(choice),
+                None => {
+                    params.extra.insert(k.clone(), v.clone());
+                }
+            },
             _ => {
                 params.extra.insert(k.clone(), v.clone());
             }
