@@ -40,7 +40,7 @@ pub mod anthropic;
 pub mod attempt;
 mod catalog_file;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
-mod client;
+pub mod client;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod error;
 #[cfg(feature = "openai")]

@@ -64,7 +64,6 @@ impl Redactor {
 
     /// The same redactor, removing `secret` too (a second credential: Anthropic's
     /// gateway token).
-    #[cfg(feature = "anthropic")]
     pub(crate) fn with_secret(mut self, secret: Option<&SecretString>) -> Self {
         if let Some(s) = secret.filter(|s| !s.expose_secret().is_empty()) {
             self.secrets.push(s.clone());

@@ -68,7 +68,7 @@ where
         let http = self.client.post("/v1/messages/count_tokens", &body)?;
         let sent = self.client.transport.clone().oneshot(http);
         let counted: CountTokensResponse =
-            exchange(Provider::Anthropic, sent, self.client.reading()).await?;
+            exchange(Provider::Anthropic, sent, &self.client.state.reading).await?;
         Ok(usize::try_from(counted.input_tokens).unwrap_or(usize::MAX))
     }
 }

@@ -50,8 +50,9 @@
 mod client;
 mod count;
 
+pub use crate::client::{ResponseFuture, StreamFuture};
 pub use client::{
     API_KEY_VAR, API_VERSION, AUTH_TOKEN_VAR, Anthropic, AnthropicBuilder, BASE_URL_VAR,
-    DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, ResponseFuture, StreamFuture,
+    DEFAULT_BASE_URL, DEFAULT_MAX_OUTPUT_TOKENS, MessagesApi,
 };
 pub use count::AnthropicTokenCounter;

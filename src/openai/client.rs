@@ -1,27 +1,16 @@
-//! The `OpenAi` service and its builder.
-
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
+//! The Chat Completions API of OpenAI as a [`Client`]'s [`Api`], and its own settings.
 
 use secrecy::{ExposeSecret, SecretString};
-use tower::Service;
 
 use crate::catalog::Provider;
-pub use crate::client::ResponseFuture;
-use crate::client::{
-    ConfigError, Reading, Settings, base_url, exchange, log_request, poll_transport, post_json,
-};
+use crate::client::{Api, Builder, Client, ConfigError, Settings, Speaks};
 use crate::error::ProviderError;
-use crate::sse;
-pub use crate::sse::StreamFuture;
-use crate::transport::{
-    HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
-};
+use crate::transport::ReqwestTransport;
 use crate::wire::chat_completions::convert;
 use crate::wire::chat_completions::stream::OpenAiDecoder;
-use crate::wire::chat_completions::types::CreateChatCompletionResponse;
-use llm_context_layers::stream::{ChatStream, Streaming};
+use crate::wire::chat_completions::types::{
+    CreateChatCompletionRequest, CreateChatCompletionResponse,
+};
 use llm_context_layers::{ChatRequest, ChatResponse};
 
 /// OpenAI's API, the default base URL (it includes `/v1`, as in OpenAI's SDKs).
@@ -34,117 +23,98 @@ pub const BASE_URL_VAR: &str = "OPENAI_BASE_URL";
 pub const ORG_ID_VAR: &str = "OPENAI_ORG_ID";
 /// The environment variable holding the project sent as `OpenAI-Project`.
 pub const PROJECT_ID_VAR: &str = "OPENAI_PROJECT_ID";
-/// The headers this client sets itself; [`OpenAiBuilder::header`] refuses them.
-const OWN_HEADERS: &[&str] = &["authorization"];
+
+/// OpenAI's Chat Completions API, `POST {base}/chat/completions`: the [`Api`] of
+/// [`OpenAi`]. A type-level name only (it has no values).
+#[derive(Debug)]
+pub enum ChatCompletionsApi {}
 
 /// An OpenAI-compatible Chat Completions client: a `Service<ChatRequest>`. See the
-/// [module docs](super).
-#[derive(Clone)]
-pub struct OpenAi<T = ReqwestTransport> {
-    transport: T,
-    shared: Arc<ClientState>,
-}
+/// [module docs](super), and [`Client`] for its methods.
+pub type OpenAi<T = ReqwestTransport> = Client<ChatCompletionsApi, T>;
 
-struct ClientState {
-    base_url: String,
-    /// `base_url` as it may be shown (its password masked).
-    shown_url: String,
-    endpoint: String,
-    api_key: Option<SecretString>,
-    /// Extra headers (organization, project, the caller's own).
-    headers: http::HeaderMap,
-    reading: Reading,
-}
+/// Builds an [`OpenAi`] client: see [`Builder`] for the settings every client has.
+///
+/// [`from_env`](Builder::from_env) reads [`BASE_URL_VAR`] and [`API_KEY_VAR`], and
+/// [`ORG_ID_VAR`] and [`PROJECT_ID_VAR`] as the `OpenAI-Organization` and
+/// `OpenAI-Project` headers, as OpenAI's SDKs do. A missing key is an error
+/// ([`ConfigError::MissingApiKey`]) only when the base URL is [`DEFAULT_BASE_URL`]: a
+/// local server (vLLM, Ollama, …) may need none.
+pub type OpenAiBuilder = Builder<ChatCompletionsApi>;
 
-impl<T> std::fmt::Debug for OpenAi<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAi")
-            .field("base_url", &self.shared.shown_url)
-            .field(
-                "api_key",
-                &self.shared.api_key.as_ref().map(|_| "[REDACTED]"),
-            )
-            .field(
-                "max_response_bytes",
-                &self.shared.reading.max_response_bytes,
-            )
-            .finish_non_exhaustive()
-    }
-}
+impl Api for ChatCompletionsApi {}
 
-impl OpenAi {
-    /// A client configured from `OPENAI_API_KEY` and `OPENAI_BASE_URL` (default
-    /// [`DEFAULT_BASE_URL`]): [`OpenAiBuilder::from_env`], built. The key may be missing
-    /// only when the base URL points elsewhere (a local server that needs none).
-    pub fn from_env() -> Result<Self, ConfigError> {
-        OpenAiBuilder::from_env().build()
-    }
+impl Speaks for ChatCompletionsApi {
+    const NAME: &'static str = "OpenAi";
+    const PROVIDER: Provider = Provider::OpenAi;
+    const DEFAULT_BASE_URL: &'static str = DEFAULT_BASE_URL;
+    const API_KEY_VAR: &'static str = API_KEY_VAR;
+    const BASE_URL_VAR: &'static str = BASE_URL_VAR;
+    const OWN_HEADERS: &'static [&'static str] = &["authorization"];
+    const PATH: &'static str = "/chat/completions";
 
-    /// A builder.
-    pub fn builder() -> OpenAiBuilder {
-        OpenAiBuilder::default()
-    }
-}
+    type Options = ();
+    type Body = CreateChatCompletionRequest;
+    type Response = CreateChatCompletionResponse;
+    type Decoder = OpenAiDecoder;
 
-impl<T> OpenAi<T> {
-    /// The base URL requests go to (`{base}/chat/completions`), as configured: with its
-    /// password, if it has one. `Debug` output and errors show it masked.
-    pub fn base_url(&self) -> &str {
-        &self.shared.base_url
-    }
-
-    /// The same client over another transport.
-    pub fn with_transport<U>(self, transport: U) -> OpenAi<U> {
-        OpenAi {
-            transport,
-            shared: self.shared,
+    fn from_env(settings: &mut Settings, (): &mut ()) {
+        for (var, header) in [
+            (ORG_ID_VAR, "openai-organization"),
+            (PROJECT_ID_VAR, "openai-project"),
+        ] {
+            if let Some(value) = crate::client::env(var) {
+                settings
+                    .headers
+                    .push((header.to_owned(), SecretString::from(value)));
+            }
         }
     }
 
-    /// The transport.
-    pub fn get_ref(&self) -> &T {
-        &self.transport
+    fn check(settings: &Settings, (): &(), url: &str) -> Result<(), ConfigError> {
+        if settings.api_key.is_none() && url == DEFAULT_BASE_URL {
+            return Err(ConfigError::MissingApiKey { var: API_KEY_VAR });
+        }
+        Ok(())
     }
 
-    /// The transport, mutably.
-    pub fn get_mut(&mut self) -> &mut T {
-        &mut self.transport
+    fn credentials(api_key: Option<&SecretString>, (): &()) -> Vec<(&'static str, String, bool)> {
+        api_key
+            .map(|key| {
+                (
+                    "authorization",
+                    format!("Bearer {}", key.expose_secret()),
+                    true,
+                )
+            })
+            .into_iter()
+            .collect()
     }
 
-    /// The transport, consuming the client.
-    pub fn into_inner(self) -> T {
-        self.transport
+    /// With `stream`, usage is asked for too (`stream_options.include_usage`).
+    fn body(
+        req: &ChatRequest,
+        (): &(),
+        stream: bool,
+    ) -> Result<CreateChatCompletionRequest, ProviderError> {
+        let mut body = convert::request(req)?;
+        if stream {
+            body.extra
+                .insert("stream".into(), serde_json::Value::Bool(true));
+            body.extra.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
+        Ok(body)
+    }
+
+    fn response(body: CreateChatCompletionResponse) -> Result<ChatResponse, ProviderError> {
+        convert::response(body)
     }
 }
 
-/// Builds an [`OpenAi`] client.
-#[derive(Debug, Default)]
-pub struct OpenAiBuilder {
-    settings: Settings,
-}
-
-impl OpenAiBuilder {
-    /// A builder with the base URL from [`BASE_URL_VAR`] and the API key from
-    /// [`API_KEY_VAR`], each when set and not blank; the other settings can still be
-    /// changed. As with any builder, a missing key is an error
-    /// ([`ConfigError::MissingApiKey`]) only when the base URL is [`DEFAULT_BASE_URL`]:
-    /// a local server (vLLM, Ollama, …) may need none.
-    ///
-    /// [`ORG_ID_VAR`] and [`PROJECT_ID_VAR`], when set, are sent as the
-    /// `OpenAI-Organization` and `OpenAI-Project` headers, as OpenAI's SDKs do.
-    pub fn from_env() -> Self {
-        let mut builder = Self {
-            settings: Settings::from_env(BASE_URL_VAR, API_KEY_VAR),
-        };
-        if let Some(org) = crate::client::env(ORG_ID_VAR) {
-            builder = builder.organization(org);
-        }
-        if let Some(project) = crate::client::env(PROJECT_ID_VAR) {
-            builder = builder.project(project);
-        }
-        builder
-    }
-
+impl Builder<ChatCompletionsApi> {
     /// The organization requests are billed to, sent as `OpenAI-Organization`.
     #[must_use]
     pub fn organization(self, id: impl Into<String>) -> Self {
@@ -155,199 +125,5 @@ impl OpenAiBuilder {
     #[must_use]
     pub fn project(self, id: impl Into<String>) -> Self {
         self.header("openai-project", id.into())
-    }
-
-    /// A header sent with every request (a gateway's own, for example). Its value is
-    /// treated as a secret: never shown in `Debug` output. Building fails when the name
-    /// or value cannot be sent, or names `authorization` or `content-type`, which the
-    /// client sets ([`ConfigError::InvalidHeader`]).
-    #[must_use]
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.settings
-            .headers
-            .push((name.into(), SecretString::from(value.into())));
-        self
-    }
-
-    /// The base URL, including `/v1` (`http://localhost:11434/v1` for Ollama,
-    /// `http://localhost:8000/v1` for vLLM).
-    #[must_use]
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.settings.base_url = Some(url.into());
-        self
-    }
-
-    /// The API key, sent as `Authorization: Bearer …`.
-    #[must_use]
-    pub fn api_key(mut self, key: impl Into<SecretString>) -> Self {
-        self.settings.api_key = Some(key.into());
-        self
-    }
-
-    /// A limit on each whole call (connect, send, wait, read); none by default. Timeouts
-    /// are retryable ([`RetryPolicy`](crate::retry::RetryPolicy)).
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.settings.timeout = Some(timeout);
-        self
-    }
-
-    /// The most bytes of a response body the client reads (default
-    /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::transport::DEFAULT_MAX_RESPONSE_BYTES),
-    /// 16 MiB). A longer body is a [`ResponseTooLarge`] error, not retried; the default
-    /// transport stops reading at the limit, so it never holds more.
-    ///
-    /// [`ResponseTooLarge`]: crate::ProviderErrorKind::ResponseTooLarge
-    #[must_use]
-    pub fn max_response_bytes(mut self, limit: usize) -> Self {
-        self.settings.max_response_bytes = limit;
-        self
-    }
-
-    /// The client, over reqwest (following no redirect). Fails without an API key when
-    /// the base URL is [`DEFAULT_BASE_URL`] (a server elsewhere may need none), or with
-    /// an invalid base URL.
-    pub fn build(self) -> Result<OpenAi, ConfigError> {
-        let transport = self.settings.transport()?;
-        self.build_with_transport(transport)
-    }
-
-    /// The client over another transport (the timeout setting is then the transport's
-    /// business; the body limit is still checked on the body it returns).
-    pub fn build_with_transport<T>(self, transport: T) -> Result<OpenAi<T>, ConfigError> {
-        let redactor = self.settings.redactor(DEFAULT_BASE_URL);
-        let url = base_url(
-            self.settings
-                .base_url
-                .as_deref()
-                .unwrap_or(DEFAULT_BASE_URL),
-            &redactor,
-        )?;
-        if self.settings.api_key.is_none() && url == DEFAULT_BASE_URL {
-            return Err(ConfigError::MissingApiKey { var: API_KEY_VAR });
-        }
-        let headers = self.settings.header_map(OWN_HEADERS)?;
-        Ok(OpenAi {
-            transport,
-            shared: Arc::new(ClientState {
-                endpoint: format!("{url}/chat/completions"),
-                shown_url: redactor.url(&url),
-                base_url: url,
-                api_key: self.settings.api_key,
-                headers,
-                reading: Reading {
-                    redactor,
-                    max_response_bytes: self.settings.max_response_bytes,
-                },
-            }),
-        })
-    }
-}
-
-impl<T> Service<ChatRequest> for OpenAi<T>
-where
-    T: Service<HttpRequest, Response = HttpResponse, Error = TransportError>,
-    T::Future: Send + 'static,
-{
-    type Response = ChatResponse;
-    type Error = ProviderError;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        poll_transport(
-            &mut self.transport,
-            cx,
-            Provider::OpenAi,
-            &self.shared.reading.redactor,
-        )
-    }
-
-    fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let http = match self.http_request(&req, false) {
-            Ok(h) => h,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
-        log_request(Provider::OpenAi, &req, false);
-        let sent = self.transport.call(http);
-        let shared = self.shared.clone();
-        Box::pin(async move {
-            let body: CreateChatCompletionResponse =
-                exchange(Provider::OpenAi, sent, &shared.reading).await?;
-            convert::response(body)
-        })
-    }
-}
-
-/// A streamed call (`stream: true`, usage included): see
-/// [`stream`](llm_context_layers::stream). The future resolves once the first event has
-/// been read; what fails before that (an error status, a cut connection) is its error,
-/// so a retry layer retries only before anything reached the caller.
-impl<T> Service<Streaming> for OpenAi<T>
-where
-    T: Service<Streaming<HttpRequest>, Response = HttpStreamResponse, Error = TransportError>,
-    T::Future: Send + 'static,
-{
-    type Response = ChatStream;
-    type Error = ProviderError;
-    type Future = StreamFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        poll_transport(
-            &mut self.transport,
-            cx,
-            Provider::OpenAi,
-            &self.shared.reading.redactor,
-        )
-    }
-
-    fn call(&mut self, req: Streaming) -> Self::Future {
-        let http = self.http_request(&req.0, true);
-        let shared = self.shared.clone();
-        let decoder = OpenAiDecoder::default();
-        sse::call(
-            Provider::OpenAi,
-            &mut self.transport,
-            &req.0,
-            http,
-            shared,
-            decoder,
-        )
-    }
-}
-
-impl AsRef<Reading> for ClientState {
-    fn as_ref(&self) -> &Reading {
-        &self.reading
-    }
-}
-
-impl<T> OpenAi<T> {
-    /// The `POST {base}/chat/completions` of `req`, asking for a stream (with its
-    /// usage) when `stream`.
-    fn http_request(&self, req: &ChatRequest, stream: bool) -> Result<HttpRequest, ProviderError> {
-        let mut body = convert::request(req)?;
-        if stream {
-            body.extra
-                .insert("stream".into(), serde_json::Value::Bool(true));
-            body.extra.insert(
-                "stream_options".into(),
-                serde_json::json!({"include_usage": true}),
-            );
-        }
-        let mut headers = Vec::with_capacity(1);
-        if let Some(key) = &self.shared.api_key {
-            headers.push((
-                "authorization",
-                format!("Bearer {}", key.expose_secret()),
-                true,
-            ));
-        }
-        post_json(
-            Provider::OpenAi,
-            &self.shared.endpoint,
-            &headers,
-            &self.shared.headers,
-            &body,
-        )
     }
 }

@@ -43,7 +43,8 @@
 
 mod client;
 
+pub use crate::client::{ResponseFuture, StreamFuture};
 pub use client::{
-    API_KEY_VAR, BASE_URL_VAR, DEFAULT_BASE_URL, ORG_ID_VAR, OpenAi, OpenAiBuilder, PROJECT_ID_VAR,
-    ResponseFuture, StreamFuture,
+    API_KEY_VAR, BASE_URL_VAR, ChatCompletionsApi, DEFAULT_BASE_URL, ORG_ID_VAR, OpenAi,
+    OpenAiBuilder, PROJECT_ID_VAR,
 };

@@ -1,6 +1,6 @@
-//! What the provider clients share: configuration errors, settings from the environment,
-//! base URLs, building a JSON request, and reading a response into a typed body or a
-//! [`ProviderError`] (every string of which goes through the client's [`Redactor`]).
+//! The HTTP side every client shares: settings from the environment, base URLs, building
+//! a JSON request, and reading a response into a typed body or a [`ProviderError`]
+//! (every string of which goes through the client's [`Redactor`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::ConfigError;
 use crate::catalog::Provider;
 use crate::error::{ProviderError, ProviderErrorKind};
 use crate::redact::{Redactor, TEXT_LIMIT};
@@ -23,37 +24,6 @@ use llm_context_layers::{ChatRequest, ChatResponse};
 /// The response future of a provider client's `Service<ChatRequest>`: the neutral
 /// response, or a [`ProviderError`].
 pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ChatResponse, ProviderError>> + Send>>;
-
-/// A client that cannot be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The API key is not set.
-    #[error("no API key: set {var} or pass one to the builder")]
-    MissingApiKey {
-        /// The environment variable that would have held it.
-        var: &'static str,
-    },
-    /// The base URL is not an absolute `http(s)://` URL.
-    #[error("invalid base URL {url:?}: {reason}")]
-    InvalidBaseUrl {
-        /// The URL given, its password and the key masked.
-        url: String,
-        /// Why it does not work.
-        reason: String,
-    },
-    /// The HTTP client could not be set up.
-    #[error("cannot set up the HTTP client: {0}")]
-    Transport(#[from] TransportError),
-    /// An extra header cannot be sent, or names one the client sets itself.
-    #[error("invalid header {name:?}: {reason}")]
-    InvalidHeader {
-        /// The header's name, as given (never its value).
-        name: String,
-        /// Why it cannot be sent.
-        reason: String,
-    },
-}
 
 /// The settings every builder has.
 pub(crate) struct Settings {
