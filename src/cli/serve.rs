@@ -12,7 +12,7 @@ use llm_context::anthropic::AnthropicBuilder;
 use llm_context::budget::{Budget, BudgetLayer};
 use llm_context::catalog::Provider;
 use llm_context::openai::OpenAiBuilder;
-use llm_context::serve::{Proxy, check_listen, parse_digest, tenant_label};
+use llm_context::serve::{Proxy, ProxyBuilder, check_listen, parse_digest, tenant_label};
 use serde::Deserialize;
 
 use super::{Exit, input};
@@ -53,6 +53,90 @@ pub(crate) struct ServeArgs {
     /// past it the answer is 504.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     upstream_timeout: u64,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+/// The connection and body limits: flags, else the config's `[limits]`, else the
+/// library's defaults (`llm_context::serve::DEFAULT_*`).
+#[derive(Args, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Limits {
+    /// How long a connection may take to send a request's headers, counted from when it
+    /// opens or its last response ended (so also the keep-alive idle timeout)
+    /// [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    header_timeout: Option<f64>,
+    /// The connections served at once, lowered at start to leave a quarter of the
+    /// open-file limit free [default: 4096].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// The largest request body, in bytes; a longer one is 413 [default: 67108864].
+    #[arg(long, value_name = "BYTES")]
+    max_body_bytes: Option<usize>,
+    /// The request body bytes read at once, every request's together; past it a request
+    /// is 503 before its body is read [default: 268435456].
+    #[arg(long, value_name = "BYTES")]
+    max_inflight_body_bytes: Option<usize>,
+    /// How long a body may take before the minimum rate applies [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    body_timeout: Option<f64>,
+    /// The slowest a body may arrive after the body timeout, in bytes per second; a
+    /// slower one is 408 [default: 65536].
+    #[arg(long, value_name = "BYTES")]
+    min_body_rate: Option<u64>,
+}
+
+impl Limits {
+    /// These limits on `builder`, each flag over the config's.
+    fn apply(&self, config: &Limits, mut builder: ProxyBuilder) -> Result<ProxyBuilder, Exit> {
+        let seconds = |flag: &str, v: f64| {
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    Exit::bad_input(format!("{flag} must be a positive number of seconds"))
+                })
+        };
+        let positive = |flag: &str, v: usize| {
+            if v == 0 {
+                Err(Exit::bad_input(format!("{flag} must be at least 1")))
+            } else {
+                Ok(v)
+            }
+        };
+        if let Some(v) = self.header_timeout.or(config.header_timeout) {
+            builder = builder.header_timeout(seconds("header_timeout", v)?);
+        }
+        if let Some(v) = self.max_connections.or(config.max_connections) {
+            builder = builder.max_connections(positive("max_connections", v)?);
+        }
+        if let Some(v) = self.max_body_bytes.or(config.max_body_bytes) {
+            builder = builder.max_body_bytes(positive("max_body_bytes", v)?);
+        }
+        if let Some(v) = self
+            .max_inflight_body_bytes
+            .or(config.max_inflight_body_bytes)
+        {
+            builder = builder.max_inflight_body_bytes(positive("max_inflight_body_bytes", v)?);
+        }
+        let timeout = self.body_timeout.or(config.body_timeout);
+        let rate = self.min_body_rate.or(config.min_body_rate);
+        if timeout.is_some() || rate.is_some() {
+            let timeout = match timeout {
+                Some(v) => seconds("body_timeout", v)?,
+                None => llm_context::serve::DEFAULT_BODY_TIMEOUT,
+            };
+            let rate = match rate {
+                Some(v) => {
+                    positive("min_body_rate", usize::try_from(v).unwrap_or(usize::MAX))? as u64
+                }
+                None => llm_context::serve::DEFAULT_MIN_BODY_RATE,
+            };
+            builder = builder.min_body_rate(timeout, rate);
+        }
+        Ok(builder)
+    }
 }
 
 /// The config file of `--config` (described in the proxy guide, `llm_context::guide::proxy`).
@@ -70,6 +154,8 @@ struct Config {
     /// Per tenant, by its label ("org", or "org:domain").
     #[serde(default)]
     budgets: BTreeMap<String, Budget>,
+    #[serde(default)]
+    limits: Limits,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +165,8 @@ struct Key {
     org: String,
     domain: Option<String>,
     policy: Option<PathBuf>,
+    /// The largest body this tenant may send, in place of the server's.
+    max_body_bytes: Option<usize>,
 }
 
 /// The config at `path`, its relative paths resolved against its folder.
@@ -140,6 +228,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
         .policy(policy)
         .max_concurrency(args.max_concurrency)
         .upstream_timeout(Duration::from_secs(args.upstream_timeout));
+    builder = args.limits.apply(&config.limits, builder)?;
     let mut budgets = BudgetLayer::new(&Budget::default());
     let mut budgeted = std::collections::BTreeSet::new();
     for key in &config.keys {
@@ -158,6 +247,12 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
             None => None,
         };
         builder = builder.tenant(digest, scope, policy);
+        if let Some(limit) = key.max_body_bytes {
+            if limit == 0 {
+                return Err(Exit::bad_input("keys.max_body_bytes must be at least 1"));
+            }
+            builder = builder.tenant_max_body_bytes(digest, limit);
+        }
     }
     // A budget for a tenant the key table does not have would never apply: say so.
     if let Some(label) = config.budgets.keys().find(|l| !budgeted.contains(*l)) {

@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -18,7 +17,7 @@ use tracing::Instrument;
 use super::failures::{self, classify};
 use super::keys::Tenant;
 use super::upstreams::{no_upstream, provider_of};
-use super::{SESSION_HEADER, Shared, metrics, request_span, timing};
+use super::{SESSION_HEADER, Shared, body, metrics, request_span, timing};
 use crate::budget::{BudgetKey, BudgetLayer, Limit, Window};
 use crate::redis::RedisStores;
 use crate::stream::{ChatStream, Streaming};
@@ -26,21 +25,40 @@ use crate::trace::store_call;
 use crate::wire::served::{EventWriter, Format, Read, StreamOptions, created};
 use crate::{ChatRequest, PreparationReport};
 
-/// `POST F::ROUTE`.
+/// `POST F::ROUTE`. The body is not read before the key is checked.
 pub(crate) async fn endpoint<F: Format>(
     State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Response {
-    counted::<F>(&shared, &headers, body).await
+    let (parts, body) = request.into_parts();
+    counted::<F>(&shared, &parts.headers, body).await
+}
+
+/// Any other method on `F::ROUTE`: 405, in the route's error shape.
+pub(crate) async fn not_allowed<F: Format>() -> Response {
+    let message = format!("{} takes POST only", F::ROUTE);
+    let mut out = failures::error::<F>(StatusCode::METHOD_NOT_ALLOWED, &message);
+    out.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    out
+}
+
+/// A path the server does not serve: 404, in the error shape of the format its path
+/// belongs to (Messages under `/v1/messages`, else Chat Completions).
+pub(crate) async fn not_found(uri: axum::http::Uri) -> Response {
+    use crate::wire::chat_completions::serve::ChatCompletions;
+    use crate::wire::messages::serve::Messages;
+    let message = "no such route: the server serves POST /v1/chat/completions and POST \
+                   /v1/messages, GET /healthz, /readyz and /metrics";
+    if uri.path().starts_with(Messages::ROUTE) {
+        failures::error::<Messages>(StatusCode::NOT_FOUND, message)
+    } else {
+        failures::error::<ChatCompletions>(StatusCode::NOT_FOUND, message)
+    }
 }
 
 /// One call, counted in the metrics once its headers are ready.
-async fn counted<F: Format>(
-    shared: &Shared,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn counted<F: Format>(shared: &Shared, headers: &HeaderMap, body: Body) -> Response {
     let started = std::time::Instant::now();
     let route = F::ROUTE;
     // The root of the request's spans (to its headers: a stream's GenAI span outlives it).
@@ -82,7 +100,7 @@ async fn handle<F: Format>(
     shared: &Shared,
     tenant: Result<Option<&Tenant>, &'static str>,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     // Shed, not queued: a queue behind calls of seconds each only makes every client late.
     let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
@@ -96,21 +114,33 @@ async fn handle<F: Format>(
         Ok(tenant) => tenant,
         Err(why) => return failures::error::<F>(StatusCode::UNAUTHORIZED, why),
     };
-    let body = match body {
+    let limit = tenant
+        .and_then(|t| t.max_body_bytes)
+        .unwrap_or(shared.max_body_bytes);
+    let body = match body::read(&shared.bodies, headers, body, limit).await {
         Ok(body) => body,
-        // Over the body limit (413), or a body that could not be read.
-        Err(rejection) => return failures::error::<F>(rejection.status(), &rejection.body_text()),
+        Err(refused) => {
+            let mut out = failures::error::<F>(refused.status, &refused.message);
+            if refused.status == StatusCode::SERVICE_UNAVAILABLE {
+                out.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            return out;
+        }
     };
+    let read = F::read(&body.bytes);
+    // The body's bytes and their share of the budget go now: the request holds its own.
+    drop(body);
     let Read {
         request: mut req,
         stream,
         include_usage,
-    } = match F::read(&body) {
+    } = match read {
         Ok(read) => read,
         Err(why) => return failures::error::<F>(StatusCode::BAD_REQUEST, &why),
     };
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
-        req = req.with_session(session);
+        req = req.with_session(super::keys::session_id(session));
     }
     if let Some(tenant) = tenant {
         req = req.with_scope(tenant.scope.clone());

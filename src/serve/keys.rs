@@ -16,6 +16,8 @@ pub(crate) struct Tenant {
     pub(crate) label: String,
     /// The index of its policy's stacks.
     pub(crate) stacks: usize,
+    /// Its own body limit, in place of the server's.
+    pub(crate) max_body_bytes: Option<usize>,
 }
 
 /// The tenant of a request's key, `Ok(None)` when there is no key table, or the 401
@@ -46,6 +48,27 @@ pub fn tenant_label(scope: &Scope) -> String {
         (Some(org), None) => org.clone(),
         _ => "-".to_owned(),
     }
+}
+
+/// The longest session id kept as the client sent it; a longer one is replaced by its
+/// digest.
+pub const MAX_SESSION_ID_BYTES: usize = 256;
+
+/// The session id every per-session store keys by: the client's, or for one longer than
+/// [`MAX_SESSION_ID_BYTES`] `sha256:` and its digest in hex (71 bytes), so that a client
+/// cannot make each session's entries as large as it likes.
+pub(crate) fn session_id(sent: &str) -> std::borrow::Cow<'_, str> {
+    if sent.len() <= MAX_SESSION_ID_BYTES {
+        return std::borrow::Cow::Borrowed(sent);
+    }
+    let digest = key_digest(sent);
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for byte in digest {
+        use std::fmt::Write;
+        let _ = write!(out, "{byte:02x}");
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The SHA-256 digest of a client key, as the key table holds it.
@@ -81,5 +104,27 @@ pub fn check_listen(addr: SocketAddr) -> Result<(), String> {
             "refusing to listen on {addr}: without a key table the server is single-tenant and \
              serves only loopback (127.0.0.1 or ::1)"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_session_id_is_its_digest() {
+        assert_eq!(session_id("build-42"), "build-42");
+        let edge = "é".repeat(MAX_SESSION_ID_BYTES / 2);
+        assert_eq!(session_id(&edge), edge.as_str());
+        let long = "s".repeat(100_000);
+        let hashed = session_id(&long);
+        assert!(
+            hashed.starts_with("sha256:") && hashed.len() == 71,
+            "{hashed}"
+        );
+        // Distinct ids stay distinct, however long their common prefix.
+        let other = format!("{}t", "s".repeat(99_999));
+        assert_ne!(session_id(&other), hashed);
+        assert_eq!(session_id(&long), hashed);
     }
 }

@@ -32,8 +32,9 @@
 //!   carry (documents, server tools' blocks) is refused with 400 and its type named,
 //!   never dropped; `cache_control` markers are replaced by the stack's own. A tool
 //!   result's `is_error` flag is not carried (the neutral model has no place for it).
-//! - The session is the `x-llm-context-session` header, else inferred from the request's
-//!   stable head; the tenant is the key's (see below).
+//! - The session is the `x-llm-context-session` header (one longer than
+//!   [`MAX_SESSION_ID_BYTES`] is replaced by its SHA-256 digest), else inferred from the
+//!   request's stable head; the tenant is the key's (see below).
 //! - A request that cannot fit is answered 400 before any upstream call: on
 //!   `/v1/chat/completions` with `{"error": {"type": "invalid_request_error", "code":
 //!   "context_length_exceeded", "message", "param": "messages"}, "llm_context":
@@ -52,10 +53,18 @@
 //!   [`Proxy::serve_until`] drains on a signal (`llm-context serve` on SIGTERM or
 //!   Ctrl-C).
 //!
-//! - Limits: the body size (413), the requests served at once
-//!   ([`max_concurrency`](ProxyBuilder::max_concurrency); one more is shed with 503 and
-//!   `retry-after`), and each upstream attempt's time
-//!   ([`upstream_timeout`](ProxyBuilder::upstream_timeout); 504 past it).
+//! - Limits: the body size (413; [`tenant_max_body_bytes`](ProxyBuilder::tenant_max_body_bytes)
+//!   per tenant), the body bytes read at once
+//!   ([`max_inflight_body_bytes`](ProxyBuilder::max_inflight_body_bytes); 503 before
+//!   reading), the slowest body ([`min_body_rate`](ProxyBuilder::min_body_rate); 408), the
+//!   requests served at once ([`max_concurrency`](ProxyBuilder::max_concurrency); one
+//!   more is shed with 503 and `retry-after`), each upstream attempt's time
+//!   ([`upstream_timeout`](ProxyBuilder::upstream_timeout); 504 past it), and, for
+//!   [`Proxy::serve`], the header (and keep-alive idle) timeout
+//!   ([`header_timeout`](ProxyBuilder::header_timeout)) and the connections at once
+//!   ([`max_connections`](ProxyBuilder::max_connections), kept below the open-file
+//!   limit). The key is checked before the body is read. Any other method on a route is
+//!   405, an unknown path 404, in the route's error shape.
 //!
 //! - Tenants: [`ProxyBuilder::tenant`] adds a client key to the key table by its SHA-256
 //!   digest, with its [`Scope`] and optionally its own policy. With a key table, a
@@ -86,28 +95,33 @@
 //!   it a child of the client's span, so the agent's trace holds what the proxy did.
 //!
 
+mod body;
 mod failures;
 mod handler;
 mod keys;
+mod listen;
 mod metrics;
 mod request_span;
 mod timing;
 mod upstreams;
 
-pub use keys::{check_listen, key_digest, parse_digest, tenant_label};
+pub use body::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_INFLIGHT_BODY_BYTES, DEFAULT_MIN_BODY_RATE};
+pub use keys::{MAX_SESSION_ID_BYTES, check_listen, key_digest, parse_digest, tenant_label};
+pub use listen::{DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 
 use std::collections::HashMap;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
 
-use self::handler::endpoint;
+use self::body::Bodies;
+use self::handler::{endpoint, not_allowed};
 use self::keys::Tenant;
+use self::listen::Connections;
 use self::upstreams::{Table, Upstream};
 use crate::attempt::AttemptSpanLayer;
 use crate::budget::BudgetLayer;
@@ -144,7 +158,10 @@ pub const SESSION_HEADER: &str = "x-llm-context-session";
 type Stacks = Table<Upstream>;
 
 pub(crate) struct Shared {
+    /// The largest body read, for a tenant without a limit of its own.
     pub(crate) max_body_bytes: usize,
+    /// The budget of body bytes in flight and the minimum rate.
+    pub(crate) bodies: Bodies,
     /// One permit per request in flight, held to the end of its stream.
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
     pub(crate) catalog: Arc<Catalog>,
@@ -166,6 +183,7 @@ pub(crate) struct Shared {
 #[derive(Clone)]
 pub struct Proxy {
     shared: Arc<Shared>,
+    connections: Connections,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -186,6 +204,12 @@ impl std::fmt::Debug for Proxy {
 /// Builds a [`Proxy`].
 pub struct ProxyBuilder {
     max_body_bytes: usize,
+    tenant_body_limits: HashMap<[u8; 32], usize>,
+    max_inflight_body_bytes: usize,
+    body_timeout: Duration,
+    min_body_rate: u64,
+    header_timeout: Duration,
+    max_connections: usize,
     max_concurrency: usize,
     upstream_timeout: Duration,
     policy: ContextPolicy,
@@ -204,6 +228,11 @@ impl std::fmt::Debug for ProxyBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProxyBuilder")
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_inflight_body_bytes", &self.max_inflight_body_bytes)
+            .field("body_timeout", &self.body_timeout)
+            .field("min_body_rate", &self.min_body_rate)
+            .field("header_timeout", &self.header_timeout)
+            .field("max_connections", &self.max_connections)
             .field("max_concurrency", &self.max_concurrency)
             .field("upstream_timeout", &self.upstream_timeout)
             .field("policy", &self.policy)
@@ -223,22 +252,39 @@ impl Proxy {
         ProxyBuilder::default()
     }
 
-    /// The routes, as an axum router.
+    /// The routes, as an axum router, to mount in an application of your own. Bodies
+    /// are read as [`serve`](Self::serve) reads them (key first, then the body within its
+    /// limit, budget and rate); the connection settings ([`ProxyBuilder::header_timeout`],
+    /// [`ProxyBuilder::max_connections`]) are then your server's business.
     pub fn router(self) -> Router {
-        let limit = DefaultBodyLimit::max(self.shared.max_body_bytes);
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(handler::readyz))
             .route("/metrics", get(handler::metrics_text))
-            .route(ChatCompletions::ROUTE, post(endpoint::<ChatCompletions>))
-            .route(Messages::ROUTE, post(endpoint::<Messages>))
-            .layer(limit)
+            .route(
+                ChatCompletions::ROUTE,
+                post(endpoint::<ChatCompletions>).fallback(not_allowed::<ChatCompletions>),
+            )
+            .route(
+                Messages::ROUTE,
+                post(endpoint::<Messages>).fallback(not_allowed::<Messages>),
+            )
+            .fallback(handler::not_found)
             .with_state(self.shared)
     }
 
-    /// Serves on `listener` until the process ends.
+    /// Serves on `listener` until the process ends: each connection with the header
+    /// timeout, at most [`max_connections`](ProxyBuilder::max_connections) at once.
     pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-        axum::serve(listener, self.router()).await
+        let connections = self.connections;
+        listen::run(
+            listener,
+            self.router(),
+            connections,
+            std::future::pending(),
+            None,
+        )
+        .await
     }
 
     /// Serves on `listener` until `shutdown` completes, then drains: no new connection is
@@ -250,36 +296,8 @@ impl Proxy {
         shutdown: impl Future<Output = ()> + Send + 'static,
         drain: Duration,
     ) -> std::io::Result<()> {
-        let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::warn!(
-                event = "serve_draining",
-                drain_seconds = drain.as_secs_f64(),
-                "shutting down: draining the requests in flight"
-            );
-            let _ = stopping.send(());
-        });
-        let deadline = async move {
-            if stopped.await.is_ok() {
-                tokio::time::sleep(drain).await;
-            } else {
-                // The server ended on its own: never cut it off.
-                std::future::pending::<()>().await;
-            }
-        };
-        let server = std::pin::pin!(server.into_future());
-        let deadline = std::pin::pin!(deadline);
-        match futures_util::future::select(server, deadline).await {
-            futures_util::future::Either::Left((result, _)) => result,
-            futures_util::future::Either::Right(((), _)) => {
-                tracing::warn!(
-                    event = "serve_drain_timeout",
-                    "the drain timeout passed: the requests still in flight are cut off"
-                );
-                Ok(())
-            }
-        }
+        let connections = self.connections;
+        listen::run(listener, self.router(), connections, shutdown, Some(drain)).await
     }
 }
 
@@ -287,6 +305,12 @@ impl Default for ProxyBuilder {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            tenant_body_limits: HashMap::new(),
+            max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            min_body_rate: DEFAULT_MIN_BODY_RATE,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             policy: ContextPolicy::default(),
@@ -304,10 +328,62 @@ impl Default for ProxyBuilder {
 
 impl ProxyBuilder {
     /// The largest request body read (default [`DEFAULT_MAX_BODY_BYTES`]); a longer one
-    /// is answered 413.
+    /// is answered 413, before it is read when its `content-length` says so.
     #[must_use]
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.max_body_bytes = limit;
+        self
+    }
+
+    /// The largest request body read for the tenant of the key `key_sha256` (see
+    /// [`tenant`](Self::tenant)), in place of [`max_body_bytes`](Self::max_body_bytes).
+    #[must_use]
+    pub fn tenant_max_body_bytes(mut self, key_sha256: [u8; 32], limit: usize) -> Self {
+        self.tenant_body_limits.insert(key_sha256, limit);
+        self
+    }
+
+    /// The request body bytes read at once, every request's together (default
+    /// [`DEFAULT_MAX_INFLIGHT_BODY_BYTES`], 256 MiB; never below the largest body
+    /// limit). A request the budget has no room for is shed with 503 and
+    /// `retry-after: 1` before its body is read (a body of undeclared length takes its
+    /// share as it arrives).
+    #[must_use]
+    pub fn max_inflight_body_bytes(mut self, limit: usize) -> Self {
+        self.max_inflight_body_bytes = limit;
+        self
+    }
+
+    /// The slowest a request body may arrive: having read `n` bytes, the next must come
+    /// within `timeout + n / bytes_per_second` of the first (defaults
+    /// [`DEFAULT_BODY_TIMEOUT`], 10 s, and [`DEFAULT_MIN_BODY_RATE`], 64 KiB/s). A slower
+    /// body is answered 408.
+    #[must_use]
+    pub fn min_body_rate(mut self, timeout: Duration, bytes_per_second: u64) -> Self {
+        self.body_timeout = timeout;
+        self.min_body_rate = bytes_per_second.max(1);
+        self
+    }
+
+    /// How long a connection may take to send a request's headers (default
+    /// [`DEFAULT_HEADER_TIMEOUT`], 30 s), counted from when it opens or from the end of
+    /// its last response: so it is the keep-alive idle timeout too. Past it the
+    /// connection is closed. Applies to [`Proxy::serve`] and [`Proxy::serve_until`].
+    #[must_use]
+    pub fn header_timeout(mut self, timeout: Duration) -> Self {
+        self.header_timeout = timeout;
+        self
+    }
+
+    /// The connections served at once (default [`DEFAULT_MAX_CONNECTIONS`]), lowered
+    /// when the server starts to leave a quarter of the process's open-file limit
+    /// (`RLIMIT_NOFILE`, at least 64 descriptors) for upstreams, Redis and files. Past
+    /// the cap, new connections wait in the listen backlog until one closes, so a flood
+    /// of idle connections delays `/healthz` by at most the header timeout, and never
+    /// exhausts the descriptors. Applies to [`Proxy::serve`] and [`Proxy::serve_until`].
+    #[must_use]
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
         self
     }
 
@@ -519,6 +595,7 @@ impl ProxyBuilder {
                     scope,
                     label,
                     stacks: index,
+                    max_body_bytes: self.tenant_body_limits.get(&digest).copied(),
                 };
                 table.insert(digest, tenant);
             }
@@ -526,9 +603,23 @@ impl ProxyBuilder {
         };
         let mut routes = self.routes;
         routes.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
+        let largest_body = self
+            .tenant_body_limits
+            .values()
+            .fold(self.max_body_bytes, |a, &b| a.max(b));
         Ok(Proxy {
+            connections: Connections {
+                header_timeout: self.header_timeout,
+                max_connections: listen::connection_cap(self.max_connections),
+            },
             shared: Arc::new(Shared {
                 max_body_bytes: self.max_body_bytes,
+                // Never below the largest body, which would then always be shed.
+                bodies: Bodies::new(
+                    self.max_inflight_body_bytes.max(largest_body),
+                    self.body_timeout,
+                    self.min_body_rate,
+                ),
                 in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_concurrency)),
                 catalog,
                 stacks,

@@ -52,6 +52,8 @@ mod serve_artifacts;
 #[cfg(all(feature = "cli", feature = "serve"))]
 mod serve_cli;
 #[cfg(feature = "serve")]
+mod serve_limits;
+#[cfg(feature = "serve")]
 mod serve_messages;
 #[cfg(feature = "serve")]
 mod serve_redis;

@@ -218,6 +218,9 @@ fn a_config_without_keys_is_loopback_only_and_unbuilt_fields_are_refused() {
             "calls_per_hours",
         ),
         ("listen = \"127.0.0.1:0\"\nmystery = 1\n", "mystery"),
+        ("[limits]\nheader_timeout = 0\n", "header_timeout"),
+        ("[limits]\nmax_connections = 0\n", "max_connections"),
+        ("[limits]\nheader_timeuot = 5\n", "header_timeuot"),
         (
             "[[keys]]\nsha256 = \"9f86\"\norg = \"acme\"\n",
             "64 hex digits",
@@ -432,4 +435,43 @@ async fn two_serve_processes_on_one_redis_share_a_tenants_budget() {
         terminate(child);
         assert!(exited(child, Duration::from_secs(10)).await.success());
     }
+}
+
+#[tokio::test]
+async fn the_limits_come_from_the_config_and_the_flags_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(
+        &path,
+        "[limits]\nheader_timeout = 0.3\nmax_body_bytes = 100000\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        &listen,
+        "--max-body-bytes",
+        "1000",
+    ];
+    let (mut child, url) = serve_with("http://127.0.0.1:9", &args, port).await;
+    // The flag's body limit, not the config's.
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body("x".repeat(5_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // The config's header timeout: an idle connection is closed.
+    use tokio::io::AsyncReadExt;
+    let mut idle = tokio::net::TcpStream::connect(&listen).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(3), idle.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+    terminate(&child);
+    exited(&mut child, Duration::from_secs(10)).await;
 }

@@ -1,0 +1,143 @@
+//! Reading a request's body, once its key has been checked: within the tenant's size
+//! limit, within the server's budget of body bytes in flight, and at a minimum rate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, header};
+use futures_util::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// The request bytes read at once by default, every request's body together; past it a
+/// request is shed with 503 before its body is read.
+pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 256 * 1024 * 1024;
+
+/// How long a body may take before the minimum rate applies, by default.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The slowest a body may arrive by default, after [`DEFAULT_BODY_TIMEOUT`]: 64 KiB/s.
+pub const DEFAULT_MIN_BODY_RATE: u64 = 64 * 1024;
+
+/// The budget is counted in KiB, so that a 4 GiB limit fits a semaphore's `u32` permits.
+const UNIT: usize = 1024;
+
+/// The body settings of one server.
+#[derive(Debug)]
+pub(crate) struct Bodies {
+    /// Every body's bytes in flight, in [`UNIT`]s.
+    pub(crate) budget: Arc<Semaphore>,
+    pub(crate) timeout: Duration,
+    /// Bytes per second, at least 1.
+    pub(crate) min_rate: u64,
+}
+
+impl Bodies {
+    pub(crate) fn new(max_inflight_bytes: usize, timeout: Duration, min_rate: u64) -> Self {
+        Self {
+            budget: Arc::new(Semaphore::new(
+                units(max_inflight_bytes).min(Semaphore::MAX_PERMITS),
+            )),
+            timeout,
+            min_rate: min_rate.max(1),
+        }
+    }
+}
+
+/// A body that could not be read: the status and what to tell the client.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+}
+
+/// The body bytes and their share of the budget, released when dropped.
+#[derive(Debug)]
+pub(crate) struct Read {
+    pub(crate) bytes: Bytes,
+    pub(crate) _held: OwnedSemaphorePermit,
+}
+
+/// Reads `body` of at most `limit` bytes. A declared length over the limit is refused
+/// (413) before anything is read; one the budget has no room for is shed (503). A body
+/// whose length is not declared takes its share of the budget as it arrives. Having
+/// read `n` bytes, the next must come within `timeout + n / min_rate` of the start, so a
+/// client sending at the minimum rate or faster is never cut, and a trickle is (408).
+pub(crate) async fn read(
+    bodies: &Bodies,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Read, Refused> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || Refused {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: format!("the request body is over this server's limit of {limit} bytes"),
+    };
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let reserved = declared.map_or(0, |n| n as usize);
+    let mut held_units = units(reserved);
+    let mut held = take(&bodies.budget, held_units)?;
+    let started = Instant::now();
+    let mut buf = Vec::with_capacity(reserved);
+    let mut stream = body.into_data_stream();
+    loop {
+        let allowed =
+            bodies.timeout + Duration::from_secs_f64(buf.len() as f64 / bodies.min_rate as f64);
+        let next = match tokio::time::timeout_at(started + allowed, stream.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                return Err(Refused {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    message: format!(
+                        "the request body arrived slower than {} bytes per second",
+                        bodies.min_rate
+                    ),
+                });
+            }
+        };
+        let Some(chunk) = next else { break };
+        let chunk = chunk.map_err(|e| Refused {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("the request body could not be read: {e}"),
+        })?;
+        let total = buf.len() + chunk.len();
+        if total > limit {
+            return Err(too_large());
+        }
+        // More than declared (or nothing declared): its share is taken as it arrives.
+        if units(total) > held_units {
+            held.merge(take(&bodies.budget, units(total) - held_units)?);
+            held_units = units(total);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Read {
+        bytes: Bytes::from(buf),
+        _held: held,
+    })
+}
+
+/// `n` units of the budget now, or 503.
+fn take(budget: &Arc<Semaphore>, n: usize) -> Result<OwnedSemaphorePermit, Refused> {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    budget
+        .clone()
+        .try_acquire_many_owned(n)
+        .map_err(|_| Refused {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the server is reading as many request bodies as it can hold: retry shortly"
+                .to_owned(),
+        })
+}
+
+/// Bytes in budget units, rounded up.
+fn units(bytes: usize) -> usize {
+    bytes.div_ceil(UNIT)
+}

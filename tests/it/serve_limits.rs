@@ -1,0 +1,336 @@
+//! `serve` against a hostile network, on 127.0.0.1 over raw TCP where a client library
+//! would not misbehave: slow and idle connections are closed, the connection cap holds
+//! while `/healthz` still answers, a body is not read before its key is checked, and the
+//! body limits (per tenant, in flight, rate) refuse in the route's shape.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::fixture;
+use crate::support::proxy::{json_of, openai, serving};
+use llm_context::Scope;
+use llm_context::serve::{Proxy, key_digest};
+use serde_json::json;
+use wiremock::ResponseTemplate;
+
+fn host(url: &str) -> &str {
+    url.trim_start_matches("http://")
+}
+
+/// Reads until the server closes the connection, or `limit` passes; whether it closed,
+/// and what it sent.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> (bool, Vec<u8>) {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return (true, got),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => return (false, got),
+        }
+    }
+}
+
+/// Reads one HTTP response head (to the blank line) within `limit`.
+async fn head_within(stream: &mut TcpStream, limit: Duration) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + limit;
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&got).into_owned())
+}
+
+fn upstream_answer() -> ResponseTemplate {
+    ResponseTemplate::new(200)
+        .set_body_raw(fixture("openai-response-text.json"), "application/json")
+}
+
+fn chat(text: &str) -> String {
+    json!({"model": "gpt-5.4", "messages": [{"role": "user", "content": text}]}).to_string()
+}
+
+#[tokio::test]
+async fn a_connection_sending_its_headers_a_byte_at_a_time_is_closed() {
+    let proxy = Proxy::builder()
+        .header_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut stream = TcpStream::connect(host(&url)).await.unwrap();
+    let started = Instant::now();
+    let head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let mut closed = false;
+    for byte in head.iter().chain(b"a".repeat(100).iter()) {
+        if stream.write_all(&[*byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        let (gone, _) = closed_within(&mut stream, Duration::from_millis(40)).await;
+        if gone {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a slowloris connection stayed open");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
+    let proxy = Proxy::builder()
+        .header_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut stream = TcpStream::connect(host(&url)).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = head_within(&mut stream, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Kept alive, then idle: closed within the header timeout (with slack), not held.
+    let (closed, _) = closed_within(&mut stream, Duration::from_secs(3)).await;
+    assert!(closed, "an idle keep-alive connection stayed open");
+}
+
+#[tokio::test]
+async fn past_the_connection_cap_new_connections_wait_and_healthz_answers_once_idle_ones_close() {
+    let proxy = Proxy::builder()
+        .max_connections(4)
+        .header_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(host(&url)).await.unwrap());
+    }
+    // Let the server accept the four.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut fifth = TcpStream::connect(host(&url)).await.unwrap();
+    fifth
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    // At the cap: not served while the four hold their places...
+    assert!(
+        head_within(&mut fifth, Duration::from_millis(250))
+            .await
+            .is_none(),
+        "a fifth connection was served past a cap of four"
+    );
+    // ...and served once the idle ones are closed by the header timeout.
+    let head = head_within(&mut fifth, Duration::from_secs(5)).await;
+    assert!(head.is_some_and(|h| h.starts_with("HTTP/1.1 200")));
+    for mut stream in idle {
+        let (closed, _) = closed_within(&mut stream, Duration::from_secs(2)).await;
+        assert!(closed);
+    }
+}
+
+#[tokio::test]
+async fn a_body_is_not_read_before_the_key_is_checked() {
+    let proxy = Proxy::builder()
+        .tenant(key_digest("sk-acme"), Scope::org("acme"), None)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    // A 60 MB body declared, none of it sent, no key: the answer comes without it.
+    for route in ["/v1/chat/completions", "/v1/messages"] {
+        let mut stream = TcpStream::connect(host(&url)).await.unwrap();
+        let head = format!(
+            "POST {route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 60000000\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let head = head_within(&mut stream, Duration::from_secs(2)).await;
+        assert!(
+            head.as_deref()
+                .is_some_and(|h| h.starts_with("HTTP/1.1 401")),
+            "{route}: {head:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_declared_body_over_the_limit_is_refused_before_it_is_read() {
+    let proxy = Proxy::builder().max_body_bytes(1_000).build().unwrap();
+    let url = serving(proxy).await;
+    let mut stream = TcpStream::connect(host(&url)).await.unwrap();
+    stream
+        .write_all(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+        .await
+        .unwrap();
+    let head = head_within(&mut stream, Duration::from_secs(2)).await;
+    assert!(head.is_some_and(|h| h.starts_with("HTTP/1.1 413")));
+}
+
+#[tokio::test]
+async fn a_tenant_has_its_own_body_limit() {
+    let upstream =
+        crate::support::servers::mock_post("/v1/chat/completions", upstream_answer()).await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .tenant(key_digest("sk-small"), Scope::org("small"), None)
+        .tenant_max_body_bytes(key_digest("sk-small"), 2_000)
+        .tenant(key_digest("sk-big"), Scope::org("big"), None)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let body = chat(&"Déploiement échoué 接続拒否\n".repeat(150));
+    assert!(body.len() > 2_000);
+    let send = |key: &'static str| {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    };
+    let small = send("sk-small").await.unwrap();
+    assert_eq!(small.status(), 413);
+    let error = json_of(small).await;
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2000 bytes")
+    );
+    assert_eq!(send("sk-big").await.unwrap().status(), 200);
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn past_the_in_flight_body_budget_a_request_is_shed_before_its_body_is_read() {
+    let upstream =
+        crate::support::servers::mock_post("/v1/chat/completions", upstream_answer()).await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .max_body_bytes(64 * 1024)
+        .max_inflight_body_bytes(64 * 1024)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let body = chat(&"x".repeat(40_000));
+    // The first request declares its body and sends only half of it: it holds its share.
+    let mut first = TcpStream::connect(host(&url)).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    first.write_all(head.as_bytes()).await.unwrap();
+    first.write_all(&body.as_bytes()[..20_000]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The second has no room: 503 with retry-after, in the route's shape, at once.
+    let second = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 503);
+    assert_eq!(second.headers()["retry-after"], "1");
+    let error = json_of(second).await;
+    assert!(error["error"]["message"].is_string(), "{error}");
+    // The first completes and is answered; then there is room again.
+    first.write_all(&body.as_bytes()[20_000..]).await.unwrap();
+    let (_, answer) = closed_within(&mut first, Duration::from_secs(5)).await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+    let third = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(third.status(), 200);
+}
+
+#[tokio::test]
+async fn a_body_slower_than_the_minimum_rate_is_refused() {
+    let proxy = Proxy::builder()
+        .min_body_rate(Duration::from_millis(200), 1_000)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut stream = TcpStream::connect(host(&url)).await.unwrap();
+    stream
+        .write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    // 10 bytes every 100 ms: 100 bytes a second, a tenth of the minimum.
+    let mut answer = None;
+    for _ in 0..50 {
+        if stream.write_all(&[b' '; 10]).await.is_err() {
+            break;
+        }
+        if let Some(head) = head_within(&mut stream, Duration::from_millis(100)).await {
+            answer = Some(head);
+            break;
+        }
+    }
+    let answer = answer.expect("a trickling body was never refused");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn other_methods_and_paths_are_answered_in_the_routes_shape() {
+    let url = serving(Proxy::builder().build().unwrap()).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .get(format!("{url}/v1/chat/completions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "POST");
+    let body = json_of(r).await;
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    let r = client
+        .get(format!("{url}/v1/messages"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let body = json_of(r).await;
+    assert_eq!(body["type"], "error", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("POST"));
+    let r = client
+        .post(format!("{url}/v1/messages/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(json_of(r).await["type"], "error");
+    let r = client
+        .get(format!("{url}/v2/whatever"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(json_of(r).await["error"]["message"].is_string());
+}
