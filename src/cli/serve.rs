@@ -156,6 +156,8 @@ struct Config {
     budgets: BTreeMap<String, Budget>,
     #[serde(default)]
     limits: Limits,
+    /// The SHA-256 (hex) of the key `GET /metrics` asks for.
+    metrics_key_sha256: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -229,6 +231,11 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
         .max_concurrency(args.max_concurrency)
         .upstream_timeout(Duration::from_secs(args.upstream_timeout));
     builder = args.limits.apply(&config.limits, builder)?;
+    if let Some(hex) = &config.metrics_key_sha256 {
+        let digest =
+            parse_digest(hex).map_err(|e| Exit::bad_input(format!("metrics_key_sha256: {e}")))?;
+        builder = builder.metrics_key(digest);
+    }
     let mut budgets = BudgetLayer::new(&Budget::default());
     let mut budgeted = std::collections::BTreeSet::new();
     for key in &config.keys {

@@ -261,7 +261,16 @@ pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 /// `/metrics`, in the OpenMetrics text format Prometheus scrapes.
-pub(crate) async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
+///
+/// Every tenant's label is in it, so who may read it is checked first: with a metrics key
+/// ([`ProxyBuilder::metrics_key`](super::ProxyBuilder::metrics_key)), a request bearing
+/// that key; else, with a key table, a peer on loopback; else (single-tenant, already
+/// loopback-only) anyone.
+pub(crate) async fn metrics_text(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    if let Err(why) = may_read_metrics(&shared, &request) {
+        use crate::wire::chat_completions::serve::ChatCompletions;
+        return failures::error::<ChatCompletions>(StatusCode::FORBIDDEN, why);
+    }
     if let (Some(budgets), Some(keys)) = (&shared.budgets, &shared.keys) {
         record_budgets(&shared.metrics, budgets, keys.values()).await;
     }
@@ -298,5 +307,30 @@ async fn record_budgets<'a>(
         for (limit, used) in limits.iter().zip(used) {
             metrics.budget(&tenant.label, limit.name(), used, limit.max);
         }
+    }
+}
+
+/// Whether `request` may read `/metrics`, or why not.
+fn may_read_metrics(shared: &Shared, request: &Request) -> Result<(), &'static str> {
+    if let Some(digest) = &shared.metrics_key {
+        let key = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        return match key {
+            Some(key) if super::keys::key_digest(key.trim()) == *digest => Ok(()),
+            _ => Err("/metrics needs the metrics key (Authorization: Bearer …)"),
+        };
+    }
+    if shared.keys.is_none() {
+        return Ok(());
+    }
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>();
+    match peer {
+        Some(peer) if peer.0.ip().is_loopback() => Ok(()),
+        _ => Err("/metrics is served to loopback only unless a metrics key is configured"),
     }
 }

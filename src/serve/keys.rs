@@ -41,13 +41,31 @@ pub(crate) fn tenant<'a>(
 }
 
 /// A tenant as the metrics, the logs and the config's `[budgets]` name it: `org`, or
-/// `org:domain`; `-` for a scope without an organisation.
+/// `org:domain`; `-` for a request without a tenant (no key table). Within each part a
+/// `%`, a `:` and a leading `-` are percent-encoded (`%25`, `%3A`, `%2D`), so that
+/// distinct tenants never share a label: org `acme:support` is `acme%3Asupport`, org
+/// `acme` with domain `support` is `acme:support`, and an org named `-` is `%2D`.
+/// (Percent-encoding, unlike a backslash, needs no escaping in Prometheus text.)
 pub fn tenant_label(scope: &Scope) -> String {
     match (&scope.org, &scope.domain) {
-        (Some(org), Some(domain)) => format!("{org}:{domain}"),
-        (Some(org), None) => org.clone(),
+        (Some(org), Some(domain)) => format!("{}:{}", escaped(org), escaped(domain)),
+        (Some(org), None) => escaped(org),
         _ => "-".to_owned(),
     }
+}
+
+/// One part of a label, escaped as [`tenant_label`] says.
+fn escaped(part: &str) -> String {
+    let mut out = String::with_capacity(part.len());
+    for (i, c) in part.char_indices() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            '-' if i == 0 => out.push_str("%2D"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The longest session id kept as the client sent it; a longer one is replaced by its
@@ -110,6 +128,33 @@ pub fn check_listen(addr: SocketAddr) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn distinct_tenants_never_share_a_label() {
+        let label = |org: &str, domain: Option<&str>| {
+            let mut scope = Scope::org(org);
+            if let Some(d) = domain {
+                scope = scope.with_domain(d);
+            }
+            tenant_label(&scope)
+        };
+        assert_eq!(label("acme", None), "acme");
+        assert_eq!(label("acme", Some("support")), "acme:support");
+        assert_eq!(label("acme:support", None), "acme%3Asupport");
+        assert_eq!(label("-", None), "%2D");
+        assert_eq!(label("a-b", None), "a-b");
+        assert_eq!(tenant_label(&Scope::default()), "-");
+        let all = [
+            label("acme", Some("support")),
+            label("acme:support", None),
+            label("acme%3Asupport", None),
+            label("acme", Some(":support")),
+            label("-", None),
+            tenant_label(&Scope::default()),
+        ];
+        let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len(), "{all:?}");
+    }
 
     #[test]
     fn a_long_session_id_is_its_digest() {

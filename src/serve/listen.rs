@@ -10,12 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
 /// How long a connection may take to send a request's headers by default, counted from
 /// when it opens or its last response ended: so it is the keep-alive idle timeout too.
@@ -83,9 +87,9 @@ pub(crate) async fn run(
             },
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     accept_failed(&e).await;
                     continue;
@@ -94,7 +98,14 @@ pub(crate) async fn run(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        // The peer, for `/metrics` (loopback only with a key table), as axum names it.
+        let service = router
+            .clone()
+            .map_request(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            });
+        let service = TowerToHyperService::new(service);
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {

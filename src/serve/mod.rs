@@ -73,7 +73,9 @@
 //!   keeps it on loopback. [`ProxyBuilder::route`] sends model-name prefixes to a
 //!   provider, over the catalog.
 //!
-//! - `GET /metrics`: Prometheus (OpenMetrics) text from a registry the server owns:
+//! - `GET /metrics` (with a key table: to loopback peers only, or to the bearer of
+//!   [`metrics_key`](ProxyBuilder::metrics_key)): Prometheus (OpenMetrics) text from a
+//!   registry the server owns:
 //!   `llm_context_requests_total{route,status,tenant}`,
 //!   `llm_context_request_duration_seconds{route}` (to the response's headers), split
 //!   into `llm_context_preparation_duration_seconds{route}` (the proxy's own part) and
@@ -176,6 +178,8 @@ pub(crate) struct Shared {
     pub(crate) redis: Option<RedisStores>,
     /// Read by `/metrics` for each tenant's budget use.
     pub(crate) budgets: Option<BudgetLayer>,
+    /// The SHA-256 of the key `/metrics` asks for, if any.
+    pub(crate) metrics_key: Option<[u8; 32]>,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -222,6 +226,7 @@ pub struct ProxyBuilder {
     artifacts: Option<Arc<dyn ArtifactStore>>,
     redis: Option<RedisStores>,
     budgets: Option<BudgetLayer>,
+    metrics_key: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for ProxyBuilder {
@@ -242,6 +247,7 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("routes", &self.routes)
             .field("redis", &self.redis.is_some())
             .field("budgets", &self.budgets)
+            .field("metrics_key", &self.metrics_key.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -322,6 +328,7 @@ impl Default for ProxyBuilder {
             artifacts: None,
             redis: None,
             budgets: None,
+            metrics_key: None,
         }
     }
 }
@@ -525,6 +532,18 @@ impl ProxyBuilder {
         self
     }
 
+    /// The key `GET /metrics` asks for, by its SHA-256 digest: a request without
+    /// `Authorization: Bearer <key>` is 403. Without one, `/metrics` answers loopback
+    /// peers only when there is a key table (its figures name every tenant), and anyone
+    /// otherwise (a server without a key table listens on loopback only). Through
+    /// [`Proxy::router`] in an application of your own the peer is not known, so with a
+    /// key table `/metrics` then needs this key.
+    #[must_use]
+    pub fn metrics_key(mut self, key_sha256: [u8; 32]) -> Self {
+        self.metrics_key = Some(key_sha256);
+        self
+    }
+
     /// The server; fails when a policy does not validate. The upstreams of one policy
     /// share one context layer (one artifact store, one memory of each session's cut);
     /// every stack shares the memo store, whose keys are per tenant.
@@ -628,6 +647,7 @@ impl ProxyBuilder {
                 metrics: metrics::Metrics::new(),
                 redis: self.redis,
                 budgets,
+                metrics_key: self.metrics_key,
             }),
         })
     }

@@ -334,3 +334,100 @@ async fn other_methods_and_paths_are_answered_in_the_routes_shape() {
     assert_eq!(r.status(), 404);
     assert!(json_of(r).await["error"]["message"].is_string());
 }
+
+#[tokio::test]
+async fn metrics_need_the_metrics_key_when_one_is_set() {
+    let proxy = Proxy::builder()
+        .tenant(key_digest("sk-acme"), Scope::org("acme"), None)
+        .metrics_key(key_digest("sk-metrics"))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let get = |key: Option<&'static str>| {
+        let mut req = reqwest::Client::new().get(format!("{url}/metrics"));
+        if let Some(key) = key {
+            req = req.bearer_auth(key);
+        }
+        req.send()
+    };
+    for key in [None, Some("sk-acme"), Some("sk-wrong")] {
+        let r = get(key).await.unwrap();
+        assert_eq!(r.status(), 403, "{key:?}");
+        let body = json_of(r).await;
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("metrics key")
+        );
+    }
+    let r = get(Some("sk-metrics")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().ends_with("# EOF\n"));
+}
+
+#[tokio::test]
+async fn with_a_key_table_metrics_are_for_loopback_peers_only() {
+    use tower::ServiceExt;
+    let proxy = || {
+        Proxy::builder()
+            .tenant(key_digest("sk-acme"), Scope::org("acme"), None)
+            .build()
+            .unwrap()
+    };
+    // Served: the peer is 127.0.0.1.
+    let url = serving(proxy()).await;
+    let r = reqwest::get(format!("{url}/metrics")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Mounted elsewhere, the peer unknown: not loopback as far as the proxy can tell.
+    let request = axum::http::Request::get("/metrics")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let r = proxy().router().oneshot(request).await.unwrap();
+    assert_eq!(r.status(), 403);
+}
+
+#[tokio::test]
+async fn tenants_that_would_print_alike_have_distinct_labels() {
+    let upstream =
+        crate::support::servers::mock_post("/v1/chat/completions", upstream_answer()).await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .tenant(key_digest("sk-1"), Scope::org("acme:support"), None)
+        .tenant(
+            key_digest("sk-2"),
+            Scope::org("acme").with_domain("support"),
+            None,
+        )
+        .tenant(key_digest("sk-3"), Scope::org("-"), None)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    for key in ["sk-1", "sk-2", "sk-3", "sk-unknown"] {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+            .body(chat("Warum? なぜ?"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |tenant: &str, status: u16| {
+        let line = format!(
+            "llm_context_requests_total{{route=\"/v1/chat/completions\",status=\"{status}\",tenant=\"{tenant}\"}} 1"
+        );
+        text.lines().filter(|l| *l == line).count()
+    };
+    assert_eq!(count("acme%3Asupport", 200), 1, "{text}");
+    assert_eq!(count("acme:support", 200), 1, "{text}");
+    assert_eq!(count("%2D", 200), 1, "{text}");
+    assert_eq!(count("-", 401), 1, "{text}");
+    assert_eq!(count("-", 200), 0, "{text}");
+}
