@@ -12,13 +12,17 @@ use crate::error::ProviderError;
 use crate::wire::served::{Format, find};
 use crate::{BoxError, ContextLimitError};
 
-/// The status of a failure: 400 for a request that cannot fit (nothing was sent), the
+/// The status of a failure: 400 for a request that cannot fit or whose tools clash with
+/// the read tool (nothing was sent), the
 /// provider's own status for its errors (502 when it gave none), else 500.
 pub(crate) fn classify(e: &BoxError) -> StatusCode {
     if find::<BudgetExceeded>(e).is_some() {
         StatusCode::TOO_MANY_REQUESTS
     } else if e.downcast_ref::<ContextLimitError>().is_some()
         || e.downcast_ref::<crate::PairingError>().is_some()
+        // A client tool under the read tool's name with another definition: the
+        // request's fault, named (not a 500).
+        || find::<crate::ToolConflictError>(e).is_some()
     {
         StatusCode::BAD_REQUEST
     } else if find::<tower::timeout::error::Elapsed>(e).is_some() {

@@ -17,7 +17,7 @@ use tracing::Instrument;
 use super::failures::{self, classify};
 use super::keys::Tenant;
 use super::upstreams::{no_upstream, provider_of};
-use super::{SESSION_HEADER, Shared, body, metrics, request_span, timing};
+use super::{SESSION_HEADER, Shared, body, metrics, plausible, request_span, timing};
 use crate::budget::{BudgetKey, BudgetLayer, Limit, Window};
 use crate::redis::RedisStores;
 use crate::stream::{ChatStream, Streaming};
@@ -155,6 +155,7 @@ async fn handle<F: Format>(
         return failures::error::<F>(StatusCode::BAD_REQUEST, &why);
     };
     let model = req.model.clone();
+    let ceiling = plausible::ceiling(&shared.catalog, &model);
     if stream {
         return match upstream.oneshot(Streaming(req)).await {
             Ok(stream) => {
@@ -163,7 +164,8 @@ async fn handle<F: Format>(
                     include_usage,
                     created: created(),
                 };
-                let mut out = sse(F::events(model, &options), stream, permit);
+                let usage = (ceiling, provider);
+                let mut out = sse(F::events(model, &options), stream, permit, usage);
                 if let Some(report) = report {
                     report_headers(&mut out, &report);
                 }
@@ -174,6 +176,9 @@ async fn handle<F: Format>(
     }
     match upstream.oneshot(req).await {
         Ok(response) => {
+            if let Err(e) = plausible::check(&response.usage, ceiling, provider) {
+                return failures::failure::<F>(&crate::BoxError::from(e));
+            }
             let mut out = axum::Json(F::answer(&response, &model)).into_response();
             report_headers(&mut out, &response.report);
             out
@@ -183,14 +188,26 @@ async fn handle<F: Format>(
 }
 
 /// A stream as server-sent events written by `events`. The stream holds its place in the
-/// concurrency limit (`permit`) to its end.
+/// concurrency limit (`permit`) to its end. Its final usage is checked against
+/// `(ceiling, provider)` ([`plausible::check`]): past it the stream ends with an error
+/// event, as a 502 would have been, instead of the figures.
 fn sse<W: EventWriter>(
     mut events: W,
     stream: ChatStream,
     permit: OwnedSemaphorePermit,
+    (ceiling, provider): (u64, crate::catalog::Provider),
 ) -> Response {
     let body = stream.flat_map(move |item| {
         let _held = &permit;
+        let item = match item {
+            Ok(crate::stream::StreamEvent::Done(response)) => {
+                match plausible::check(&response.usage, ceiling, provider) {
+                    Ok(()) => Ok(crate::stream::StreamEvent::Done(response)),
+                    Err(e) => Err(crate::BoxError::from(e)),
+                }
+            }
+            other => other,
+        };
         let frames: Vec<Result<Bytes, std::convert::Infallible>> = match item {
             Ok(event) => events.event(&event).into_iter().map(Ok).collect(),
             Err(e) => vec![Ok(events.failed(&e, classify(&e)))],

@@ -103,6 +103,7 @@ mod handler;
 mod keys;
 mod listen;
 mod metrics;
+mod plausible;
 mod request_span;
 mod timing;
 mod upstreams;

@@ -431,3 +431,121 @@ async fn tenants_that_would_print_alike_have_distinct_labels() {
     assert_eq!(count("-", 401), 1, "{text}");
     assert_eq!(count("-", 200), 0, "{text}");
 }
+
+#[tokio::test]
+async fn a_client_tool_under_the_read_tools_name_is_refused_naming_the_clash() {
+    let upstream =
+        crate::support::servers::mock_post("/v1/chat/completions", upstream_answer()).await;
+    let url = serving(
+        Proxy::builder()
+            .openai(openai(&upstream.uri()))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let body = json!({
+        "model": "gpt-5.4",
+        "messages": [{"role": "user", "content": "Lies die Datei."}],
+        "tools": [{"type": "function", "function": {
+            "name": "read_context_artifact",
+            "description": "Reads a file of mine",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}
+        }}]
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let error = json_of(r).await;
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("read_context_artifact"), "{error}");
+    assert!(upstream.received_requests().await.unwrap().is_empty());
+}
+
+/// An upstream that answers with `usage` figures no call could have.
+fn absurd_usage() -> serde_json::Value {
+    let mut answer: serde_json::Value =
+        serde_json::from_str(&fixture("openai-response-text.json")).unwrap();
+    answer["usage"] = json!({
+        "prompt_tokens": 18_446_744_073_709_551_615_u64,
+        "completion_tokens": 300,
+        "total_tokens": 18_446_744_073_709_551_615_u64
+    });
+    answer
+}
+
+#[tokio::test]
+async fn usage_no_call_could_have_is_a_bad_upstream_answer() {
+    let upstream = crate::support::servers::mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200).set_body_json(absurd_usage()),
+    )
+    .await;
+    let url = serving(
+        Proxy::builder()
+            .openai(openai(&upstream.uri()))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(chat("Warum? なぜ?"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("18446744073709551"), "{text}");
+    assert!(text.contains("usage"), "{text}");
+    let metrics = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("llm_context_upstream_errors_total{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_with_usage_no_call_could_have_ends_with_an_error_not_the_figures() {
+    use crate::support::stream_server::{Reply, start};
+    let mut pieces = crate::support::proxy::openai_stream();
+    let last = pieces.len() - 2;
+    pieces[last] = pieces[last].replace(
+        r#""prompt_tokens":30"#,
+        r#""prompt_tokens":18446744073709551615"#,
+    );
+    assert!(pieces[last].contains("18446744073709551615"));
+    let upstream = start(vec![Reply::events(pieces)]).await;
+    let url = serving(
+        Proxy::builder()
+            .openai(openai(&upstream.url))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let body = json!({"model": "gpt-5.4", "stream": true, "stream_options": {"include_usage": true},
+                      "messages": [{"role": "user", "content": "Warum?"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("18446744073709551"), "{text}");
+    assert!(text.contains("usage no call"), "{text}");
+}
