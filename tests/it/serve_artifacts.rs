@@ -218,3 +218,90 @@ async fn an_artifact_offloaded_through_one_replica_is_read_through_the_other() {
         "one id for one result"
     );
 }
+
+/// A provider that asks to read `id`, whatever it was shown, then answers with the
+/// error its read came back with; streamed when asked.
+fn bad_reader(id: String) -> impl Fn(&Request) -> ResponseTemplate + Send + Sync + 'static {
+    move |req: &Request| {
+        let body: Value = serde_json::from_slice(&req.body).unwrap();
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let message = if last["role"] == "tool" && last["tool_call_id"] == "call_read" {
+            let page: Value = serde_json::from_str(last["content"].as_str().unwrap()).unwrap();
+            json!({"role": "assistant", "content": format!("Fehler: {}", page["error"])})
+        } else {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_read", "type": "function",
+                   "function": {"name": "read_context_artifact",
+                                "arguments": json!({"artifact_id": id}).to_string()}}]})
+        };
+        let finish = if message["tool_calls"].is_null() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        if body["stream"] != json!(true) {
+            return ResponseTemplate::new(200).set_body_json(json!({
+                "id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}));
+        }
+        let mut delta = message;
+        if let Some(calls) = delta["tool_calls"].as_array_mut() {
+            calls[0]["index"] = json!(0);
+        }
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let sse = format!(
+            "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+            chunk(delta, Value::Null),
+            chunk(json!({}), json!(finish))
+        );
+        ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream")
+    }
+}
+
+#[tokio::test]
+async fn a_read_of_any_bad_id_is_an_error_result_the_model_reads_and_the_client_never_sees() {
+    let ids = [
+        format!("art_{}", "0".repeat(100_000)),
+        "x".repeat(100_000),
+        "art_\u{0}\u{7f}\"\\</script>é接続".to_owned(),
+        String::new(),
+    ];
+    let prefix = unique_prefix("serve-bad-ids");
+    for (id, stream, redis) in ids
+        .iter()
+        .flat_map(|id| [(id, false), (id, true)])
+        .flat_map(|(id, stream)| [(id.clone(), stream, false), (id.clone(), stream, true)])
+    {
+        {
+            let upstream = MockServer::start().await;
+            Mock::given(method("POST"))
+                .and(path("/v1/chat/completions"))
+                .respond_with(bad_reader(id.clone()))
+                .mount(&upstream)
+                .await;
+            let mut proxy = Proxy::builder().openai(openai(&upstream.uri()));
+            // A real Redis too: the store the probe found the empty answers with.
+            if redis {
+                let options = RedisOptions::default().with_key_prefix(prefix.clone());
+                proxy = proxy.redis(
+                    RedisStores::connect_with(&redis_url(), options)
+                        .await
+                        .unwrap(),
+                );
+            }
+            let proxy = proxy.build().unwrap();
+            let url = serving(proxy).await;
+            let r = ask(&url, &turn(stream)).await;
+            let text = answer_text(r, stream).await;
+            let shown: String = id.chars().take(20).collect();
+            assert!(
+                text.starts_with("Fehler: \"") && text.len() < 200,
+                "id {shown:?}, stream {stream}, redis {redis}: {text}"
+            );
+            assert_eq!(upstream.received_requests().await.unwrap().len(), 2);
+        }
+    }
+}
