@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""The full-size hostile-network cases against a running `llm-context serve` binary.
+
+The test suite runs each case scaled down (tests/it/serve_limits.rs); this runs them at the
+size the probe used and prints what it measured: whether slow and idle connections were
+closed, whether /healthz kept answering, and the server's peak resident memory (VmHWM)
+while keyless 60 MB bodies arrive.
+
+    cargo build --release
+    python3 scripts/hostile_serve.py target/release/llm-context
+    python3 scripts/hostile_serve.py target/release/llm-context 256   # the server's ulimit -n
+
+Standard library only. Linux (it reads /proc/PID/status). The server is started on a free
+loopback port with a key table, a 5 s header timeout, and no upstream (none is needed).
+"""
+
+import hashlib
+import resource
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def healthz(port, timeout=2.0):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return s.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def open_connections(port, n, send=b""):
+    conns = []
+    for _ in range(n):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if send:
+                s.sendall(send)
+            conns.append(s)
+        except OSError:
+            break
+    return conns
+
+
+def answers(conns):
+    """The status line each connection has been sent, or None."""
+    out = []
+    for s in conns:
+        s.setblocking(False)
+        try:
+            out.append(s.recv(12).decode(errors="replace") or None)
+        except OSError:
+            out.append(None)
+    return out
+
+
+def still_open(conns):
+    alive = 0
+    for s in conns:
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                continue
+            alive += 1
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    return alive
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    exe = sys.argv[1]
+    nofile = int(sys.argv[2]) if len(sys.argv) == 3 else None
+
+    def limit():
+        if nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "serve.toml")
+        digest = hashlib.sha256(b"sk-probe").hexdigest()
+        with open(config, "w") as f:
+            f.write(f'listen = "127.0.0.1:{port}"\n[limits]\nheader_timeout = 5\n')
+            f.write(f'[[keys]]\nsha256 = "{digest}"\norg = "probe"\n')
+        env = dict(os.environ, OPENAI_API_KEY="sk-unused", RUST_LOG="error")
+        server = subprocess.Popen([exe, "serve", "--config", config], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  preexec_fn=limit)
+        try:
+            for _ in range(200):
+                if healthz(port):
+                    break
+                time.sleep(0.05)
+            else:
+                sys.exit("the server did not start")
+            run(server.pid, port)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def run(pid, port):
+    # Slowloris: 300 connections sending their headers a byte at a time.
+    slow = open_connections(port, 300, b"POST /v1/chat/completions HTTP/1.1\r\n")
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            for s in slow:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass
+            time.sleep(0.5)
+
+    threading.Thread(target=trickle, daemon=True).start()
+    idle = open_connections(port, 100)
+    bodies = open_connections(
+        port, 100,
+        b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: sk-probe\r\n"
+        b"Content-Length: 1000000\r\n\r\n{")
+    print(f"opened {len(slow)} slowloris, {len(idle)} idle, {len(bodies)} slow-body connections")
+    answered = healthz(port, timeout=10)
+    print(f"/healthz during the flood: {'answered' if answered else 'NOT answered'}")
+    time.sleep(15)
+    stop.set()
+    refused = answers(bodies)
+    print(f"after 15 s: slowloris open {still_open(slow)}, idle open {still_open(idle)}, "
+          f"slow bodies answered {sorted(set(a for a in refused if a))} "
+          f"({sum(1 for a in refused if a)} of {len(bodies)})")
+    for s in slow + idle + bodies:
+        s.close()
+
+    # Twelve keyless 60 MB bodies at once: refused from their headers.
+    before = peak_rss_mb(pid)
+    body = b"x" * (60 * 1024 * 1024)
+    statuses = []
+
+    def keyless():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body))
+                try:
+                    s.sendall(body)
+                except OSError:
+                    pass
+                statuses.append(s.recv(12).decode(errors="replace"))
+        except OSError as e:
+            statuses.append(str(e))
+
+    threads = [threading.Thread(target=keyless) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"12 keyless 60 MB bodies: {sorted(set(statuses))}; peak RSS {before:.0f} MB "
+          f"before, {peak_rss_mb(pid):.0f} MB after")
+    print(f"/healthz after: {'answered' if healthz(port) else 'NOT answered'}")
+
+
+if __name__ == "__main__":
+    main()
