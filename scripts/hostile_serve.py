@@ -9,6 +9,9 @@ while keyless 60 MB bodies arrive.
     cargo build --release
     python3 scripts/hostile_serve.py target/release/llm-context
     python3 scripts/hostile_serve.py target/release/llm-context 256   # the server's ulimit -n
+    # the big body the whole way, to a fake upstream:
+    cargo run --release --example fake_upstream -- 127.0.0.1:9100 &
+    OPENAI_BASE_URL=http://127.0.0.1:9100/v1 python3 scripts/hostile_serve.py target/release/llm-context
 
 Standard library only. Linux (it reads /proc/PID/status). The server is started on a free
 loopback port with a key table, a 5 s header timeout, and no upstream (none is needed).
@@ -104,7 +107,8 @@ def main():
         with open(config, "w") as f:
             f.write(f'listen = "127.0.0.1:{port}"\n[limits]\nheader_timeout = 5\n')
             f.write(f'[[keys]]\nsha256 = "{digest}"\norg = "probe"\n')
-        env = dict(os.environ, OPENAI_API_KEY="sk-unused", RUST_LOG="error")
+        env = dict(os.environ, RUST_LOG="error")
+        env.setdefault("OPENAI_API_KEY", "sk-unused")
         server = subprocess.Popen([exe, "serve", "--config", config], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   preexec_fn=limit)
@@ -179,6 +183,32 @@ def run(pid, port):
     print(f"12 keyless 60 MB bodies: {sorted(set(statuses))}; peak RSS {before:.0f} MB "
           f"before, {peak_rss_mb(pid):.0f} MB after")
     print(f"/healthz after: {'answered' if healthz(port) else 'NOT answered'}")
+
+    # A keyed 60 MB Messages body (a long conversation, non-ASCII text with newlines): how
+    # far the server's peak memory grows past the body while it reads and answers it.
+    import json
+    line = "Fehler: connexion refusée (接続拒否) bei db-7 — retry {}\n"
+    text = "".join(line.format(i) for i in range(480))
+    messages = []
+    per = len(text.encode())
+    while len(messages) * per < 60 * 1024 * 1024:
+        role = "user" if len(messages) % 2 == 0 else "assistant"
+        messages.append({"role": role, "content": [{"type": "text", "text": text}]})
+    messages.append({"role": "user", "content": [{"type": "text", "text": "Warum?"}]})
+    # With OPENAI_BASE_URL set (examples/fake_upstream.rs), the body goes the whole way:
+    # through the stack, translated, to that upstream; else it is refused after reading.
+    model = "gpt-5.4" if os.environ.get("OPENAI_BASE_URL") else "claude-sonnet-4-6"
+    big = json.dumps({"model": model, "max_tokens": 100,
+                      "messages": messages}, ensure_ascii=False).encode()
+    before = peak_rss_mb(pid)
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
+        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: sk-probe\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(big))
+        s.sendall(big)
+        status = s.recv(12).decode(errors="replace")
+    after = peak_rss_mb(pid)
+    print(f"one {len(big) / 2**20:.0f} MB Messages body: {status}; peak RSS {before:.0f} MB "
+          f"before, {after:.0f} MB after ({(after - before) / (len(big) / 2**20):.1f}x the body)")
 
 
 if __name__ == "__main__":
