@@ -116,6 +116,10 @@ struct Args {
     max_chars: u64,
 }
 
+/// The longest id read: the ids the stack gives are `art_` and 64 hex digits; a longer one
+/// is an unknown artifact without a store lookup.
+const MAX_ID_BYTES: usize = 128;
+
 fn parse_args(arguments: &Value) -> Result<Args, Value> {
     // Arguments kept as raw text (a model's broken JSON) get one more chance here.
     let parsed;
@@ -135,6 +139,18 @@ fn parse_args(arguments: &Value) -> Result<Args, Value> {
         .as_object()
         .ok_or_else(|| error("invalid_arguments", "arguments must be a JSON object"))?;
     let id = match obj.get("artifact_id") {
+        Some(Value::String(s)) if s.len() > MAX_ID_BYTES => {
+            // No store gives such an id: not looked up, and not echoed back (a model's
+            // 100 KB id would otherwise go upstream again in the result).
+            return Err(error(
+                "unknown_artifact",
+                format!(
+                    "no artifact has an id of {} bytes (ids are at most {MAX_ID_BYTES}): call \
+                     the original tool again if you need the data",
+                    s.len()
+                ),
+            ));
+        }
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         _ => {
             return Err(error(
@@ -232,4 +248,39 @@ impl ArtifactReader {
 /// them one by one.
 fn byte_at(s: &str, n: usize) -> usize {
     truncate_chars(s, n).len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::LocalArtifactStore;
+
+    #[tokio::test]
+    async fn an_id_no_store_gives_is_unknown_and_not_echoed() {
+        let reader = ArtifactReader::new(Arc::new(LocalArtifactStore::default()));
+        let long = "é".repeat(50_000);
+        let page = reader
+            .read(
+                &Scope::org("acme"),
+                "s1",
+                &serde_json::json!({"artifact_id": long}),
+            )
+            .await;
+        assert_eq!(page["error"], "unknown_artifact");
+        let message = page["message"].as_str().unwrap();
+        assert!(
+            message.contains("100000 bytes") && message.len() < 200,
+            "{message}"
+        );
+        // An id of a plausible length is looked up, and named in the answer.
+        let page = reader
+            .read(
+                &Scope::org("acme"),
+                "s1",
+                &serde_json::json!({"artifact_id": "art_1"}),
+            )
+            .await;
+        assert_eq!(page["error"], "unknown_artifact");
+        assert!(page["message"].as_str().unwrap().contains("art_1"));
+    }
 }
