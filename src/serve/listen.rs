@@ -26,7 +26,8 @@ use tower::ServiceExt;
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The connections served at once by default, lowered at start to leave the process
-/// file descriptors for its upstreams, Redis and files ([`connection_cap`]).
+/// file descriptors for its upstreams, Redis and files: a quarter of `RLIMIT_NOFILE`, at
+/// least 64, stays free.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// The connection settings of one server.
