@@ -264,7 +264,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
     // A budget for a tenant the key table does not have would never apply: say so.
     if let Some(label) = config.budgets.keys().find(|l| !budgeted.contains(*l)) {
         return Err(Exit::bad_input(format!(
-            "budgets.{label:?} names no tenant of the key table (tenants are \"org\" or \"org:domain\")"
+            "budgets.{label:?} names no tenant of the key table (a budget is keyed by the tenant's \
+             label, as /metrics shows it: \"org\" or \"org:domain\", with `%`, `:` and a \
+             leading `-` of each written %25, %3A and %2D)"
         )));
     }
     if !budgeted.is_empty() {

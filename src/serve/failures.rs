@@ -44,6 +44,11 @@ pub(crate) fn error<F: Format>(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(F::error(status, message))).into_response()
 }
 
+/// A body that cannot be read, in `F`'s shape: 400, and nothing was sent.
+pub(crate) fn invalid<F: Format>(e: &crate::wire::checks::Invalid) -> Response {
+    (StatusCode::BAD_REQUEST, axum::Json(F::invalid(e))).into_response()
+}
+
 /// A failure before any answer, in `F`'s shape, with what the metrics count of it.
 pub(crate) fn failure<F: Format>(e: &BoxError) -> Response {
     let status = classify(e);

@@ -137,7 +137,7 @@ async fn handle<F: Format>(
         include_usage,
     } = match read {
         Ok(read) => read,
-        Err(why) => return failures::error::<F>(StatusCode::BAD_REQUEST, &why),
+        Err(why) => return failures::invalid::<F>(&why),
     };
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
         req = req.with_session(super::keys::session_id(session));

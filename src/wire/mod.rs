@@ -21,6 +21,8 @@
 #[cfg(any(feature = "openai", feature = "cli"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "cli"))))]
 pub mod chat_completions;
+#[cfg(feature = "serve")]
+pub(crate) mod checks;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod extra;
 #[cfg(feature = "anthropic")]

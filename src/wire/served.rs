@@ -9,6 +9,7 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use serde_json::Value;
 
+use super::checks::Invalid;
 use crate::stream::StreamEvent;
 use crate::{BoxError, ChatRequest, ChatResponse};
 
@@ -32,8 +33,8 @@ pub(crate) trait Format: Send + Sync + 'static {
     /// The writer of one stream's events.
     type Events: EventWriter;
 
-    /// The request in a body, or why it cannot be read (answered 400).
-    fn read(body: &[u8]) -> Result<Read, String>;
+    /// The request in a body, or what is wrong with it (answered 400, and nothing sent).
+    fn read(body: &[u8]) -> Result<Read, Invalid>;
 
     /// A whole answer.
     fn answer(response: &ChatResponse, model: &str) -> Value;
@@ -43,6 +44,12 @@ pub(crate) trait Format: Send + Sync + 'static {
 
     /// The body of an error the server answers itself (401, 413, 503, …).
     fn error(status: StatusCode, message: &str) -> Value;
+
+    /// The body of a 400 for a body that cannot be read; a format whose errors name the
+    /// field apart from the message (OpenAI's `param`) overrides it.
+    fn invalid(e: &Invalid) -> Value {
+        Self::error(StatusCode::BAD_REQUEST, &e.to_string())
+    }
 
     /// The body of a failure of the stack or the upstream, answered with `status`.
     fn failure(error: &BoxError, status: StatusCode) -> Value;

@@ -49,6 +49,8 @@ mod retry;
 mod serve;
 #[cfg(feature = "serve")]
 mod serve_artifacts;
+#[cfg(feature = "serve")]
+mod serve_bad_input;
 #[cfg(all(feature = "cli", feature = "serve"))]
 mod serve_cli;
 #[cfg(feature = "serve")]

@@ -394,8 +394,10 @@ async fn two_serve_processes_on_one_redis_share_a_tenants_budget() {
     std::fs::write(
         &config,
         format!(
-            "[[keys]]\nsha256 = \"{}\"\norg = \"{org}\"\n\n[budgets.\"{org}\"]\ncalls_per_hour = 3\n",
-            sha256_hex("sk-tenant")
+            "[[keys]]\nsha256 = \"{}\"\norg = \"{org}\"\n\n[budgets.\"{}\"]\ncalls_per_hour = 3\n",
+            sha256_hex("sk-tenant"),
+            // The tenant's label, as `/metrics` shows it: this org's `:`s are `%3A` there.
+            llm_context::serve::tenant_label(&llm_context::Scope::org(&org)),
         ),
     )
     .unwrap();

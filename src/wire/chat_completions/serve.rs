@@ -5,12 +5,13 @@
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
-use llm_context_layers::{ChatResponse, FinishReason, Reasoning, Usage};
+use llm_context_layers::{ChatRequest, ChatResponse, FinishReason, Reasoning, ToolChoice, Usage};
 use serde_json::{Value, json};
 
 use super::body::{message_to_wire, request_from_str};
 use crate::budget::{BudgetExceeded, rfc3339};
 use crate::error::ProviderError;
+use crate::wire::checks::{self, Invalid, Kind};
 use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find};
 use crate::{BoxError, ContextLimitError};
 
@@ -127,6 +128,65 @@ fn chunks(event: &StreamEvent, model: &str, created: u64, include_usage: bool) -
     }
 }
 
+/// The typed fields the reader left among the pass-through fields because they had the
+/// wrong type (a well-typed `temperature` is read into the request), and those only the
+/// proxy reads (`stream`, `stream_options`, the token caps): each refused by name.
+const TYPED: &[(&str, Kind)] = &[
+    ("stream", Kind::Bool),
+    ("stream_options", Kind::Object),
+    ("max_tokens", Kind::Count),
+    ("max_completion_tokens", Kind::Count),
+    ("temperature", Kind::Number),
+    ("top_p", Kind::Number),
+    ("seed", Kind::Integer),
+    ("parallel_tool_calls", Kind::Bool),
+    ("stop", Kind::StringOrStrings),
+];
+
+/// A request's fields as the proxy will act on them, or the first that is wrong.
+fn check(request: &ChatRequest) -> Result<(), Invalid> {
+    let extra = &request.params.extra;
+    for (name, kind) in TYPED {
+        checks::field(extra.get(*name), name, *kind)?;
+    }
+    if let Some(usage) = extra
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+    {
+        checks::value("stream_options.include_usage", usage, Kind::Bool)?;
+    }
+    let tools = || request.tools.iter().map(|t| t.name.as_str());
+    if let Some(ToolChoice::Tool { name }) = &request.params.tool_choice {
+        checks::declared("tool_choice", name, tools())?;
+    }
+    match extra.get("tool_choice") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) => Err(Invalid::new(
+            "tool_choice",
+            format!("must be \"none\", \"auto\", \"required\" or an object, not {s:?}"),
+        )),
+        // The forms the model does not type (`allowed_tools`, custom tools) pass on as
+        // written; a named function must be one of the request's.
+        Some(choice @ Value::Object(o)) => match o.get("type").and_then(Value::as_str) {
+            Some("function") => {
+                let function = choice.get("function").unwrap_or(&Value::Null);
+                let name = checks::string(function, "name")
+                    .map_err(|e| e.within("tool_choice.function"))?;
+                checks::declared("tool_choice", name, tools())
+            }
+            Some("allowed_tools" | "custom") => Ok(()),
+            _ => Err(Invalid::new(
+                "tool_choice.type",
+                "must be \"function\", \"allowed_tools\" or \"custom\"",
+            )),
+        },
+        Some(other) => Err(Invalid::new(
+            "tool_choice",
+            format!("must be a string or an object, not {}", checks::what(other)),
+        )),
+    }
+}
+
 /// `POST /v1/chat/completions`: OpenAI Chat Completions.
 pub(crate) struct ChatCompletions;
 
@@ -134,8 +194,9 @@ impl Format for ChatCompletions {
     const ROUTE: &'static str = "/v1/chat/completions";
     type Events = Chunks;
 
-    fn read(body: &[u8]) -> Result<Read, String> {
-        let not_json = |e: &dyn std::fmt::Display| format!("the body is not JSON: {e}");
+    fn read(body: &[u8]) -> Result<Read, Invalid> {
+        let not_json =
+            |e: &dyn std::fmt::Display| Invalid::body(format!("the body is not JSON: {e}"));
         // Straight from the text into the model, in one pass: a JSON tree of a
         // megabyte-long transcript first would cost more than preparing it.
         let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
@@ -143,9 +204,10 @@ impl Format for ChatCompletions {
             if e.is_syntax() {
                 not_json(&e)
             } else {
-                e.to_string()
+                Invalid::new(e.path, e.reason)
             }
         })?;
+        check(&request)?;
         let extra = &request.params.extra;
         let stream = extra.get("stream") == Some(&Value::Bool(true));
         let include_usage = extra
@@ -180,6 +242,12 @@ impl Format for ChatCompletions {
             "invalid_request_error"
         };
         json!({"error": {"type": kind, "message": message, "param": null, "code": code}})
+    }
+
+    fn invalid(e: &Invalid) -> Value {
+        let param = (!e.path.is_empty()).then_some(e.path.as_str());
+        json!({"error": {"type": "invalid_request_error", "message": e.to_string(),
+                         "param": param, "code": null}})
     }
 
     fn failure(e: &BoxError, _status: StatusCode) -> Value {

@@ -22,6 +22,7 @@ use axum::http::StatusCode;
 
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
+use crate::wire::checks::{self, Invalid, Kind};
 use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find};
 use crate::{BoxError, ContextLimitError};
 
@@ -41,44 +42,53 @@ const READ: &[&str] = &[
     "stream",
 ];
 
-/// The neutral request for a Messages body, or what is wrong with it.
-fn request(body: &Value) -> Result<ChatRequest, String> {
+/// The neutral request for a Messages body, or what is wrong with it: every field read is
+/// checked for its type, so none is read as absent because it was mistyped.
+fn request(body: &Value) -> Result<ChatRequest, Invalid> {
     let obj = body
         .as_object()
-        .ok_or("the body must be a JSON object (a Messages request)")?;
-    let model = obj
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or("`model` is required and must be a string")?;
+        .ok_or_else(|| Invalid::body("the body must be a JSON object (a Messages request)"))?;
+    let model = checks::string(body, "model")?;
+    for (name, kind) in [
+        ("max_tokens", Kind::Count),
+        ("temperature", Kind::Number),
+        ("top_p", Kind::Number),
+        ("stop_sequences", Kind::Strings),
+        ("stream", Kind::Bool),
+    ] {
+        checks::field(obj.get(name), name, kind)?;
+    }
     let mut messages = system(obj.get("system"))?;
-    let wire = obj
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or("`messages` is required and must be an array")?;
+    let wire = match obj.get("messages") {
+        Some(Value::Array(wire)) => wire,
+        None => return Err(Invalid::new("messages", "is required (an array)")),
+        Some(other) => {
+            let why = format!("must be an array, not {}", checks::what(other));
+            return Err(Invalid::new("messages", why));
+        }
+    };
     // A tool result names no tool; its call, earlier in the transcript, does.
     let mut tool_names: HashMap<String, String> = HashMap::new();
     for (i, m) in wire.iter().enumerate() {
-        read_message(m, &mut messages, &mut tool_names)
-            .map_err(|e| format!("messages[{i}]: {e}"))?;
+        read_message(m, &mut messages, &mut tool_names).map_err(|e| e.item("messages", i))?;
     }
-    let tools = match obj.get("tools") {
+    let tools: Vec<ToolSpec> = match obj.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(tools)) => tools
             .iter()
             .enumerate()
-            .map(|(i, t)| tool(t).map_err(|e| format!("tools[{i}]: {e}")))
+            .map(|(i, t)| tool(t).map_err(|e| e.item("tools", i)))
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err("`tools` must be an array".into()),
+        Some(other) => {
+            let why = format!("must be an array, not {}", checks::what(other));
+            return Err(Invalid::new("tools", why));
+        }
     };
     let mut params = GenerationParams::default();
-    params.max_output_tokens = match obj.get("max_tokens") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or("`max_tokens` must be a positive integer")?,
-        ),
-    };
+    params.max_output_tokens = obj
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok());
     params.temperature = obj.get("temperature").and_then(Value::as_f64);
     params.top_p = obj.get("top_p").and_then(Value::as_f64);
     if let Some(stop) = obj.get("stop_sequences").and_then(Value::as_array) {
@@ -88,7 +98,7 @@ fn request(body: &Value) -> Result<ChatRequest, String> {
             .collect();
     }
     if let Some(choice) = obj.get("tool_choice").filter(|c| !c.is_null()) {
-        let (choice, parallel) = tool_choice_from_wire(choice)?;
+        let (choice, parallel) = tool_choice_from_wire(choice, &tools)?;
         params.tool_choice = Some(choice);
         params.parallel_tool_calls = parallel;
     }
@@ -106,18 +116,28 @@ fn request(body: &Value) -> Result<ChatRequest, String> {
 }
 
 /// The system prompt, a string or text blocks: one system message per block.
-fn system(system: Option<&Value>) -> Result<Vec<Message>, String> {
+fn system(system: Option<&Value>) -> Result<Vec<Message>, Invalid> {
     match system {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![Message::system(s.as_str())]),
         Some(Value::Array(blocks)) => blocks
             .iter()
-            .map(|b| match (b["type"].as_str(), b["text"].as_str()) {
-                (Some("text"), Some(text)) => Ok(Message::system(text)),
-                _ => Err("`system` blocks must be text blocks".to_owned()),
+            .enumerate()
+            .map(|(i, b)| {
+                let text = match b.get("type").and_then(Value::as_str) {
+                    Some("text") => checks::string(b, "text"),
+                    _ => Err(Invalid::new("type", "must be \"text\" in `system`")),
+                };
+                text.map(Message::system).map_err(|e| e.item("system", i))
             })
             .collect(),
-        Some(_) => Err("`system` must be a string or an array of text blocks".into()),
+        Some(other) => Err(Invalid::new(
+            "system",
+            format!(
+                "must be a string or an array of text blocks, not {}",
+                checks::what(other)
+            ),
+        )),
     }
 }
 
@@ -127,20 +147,31 @@ fn read_message(
     m: &Value,
     out: &mut Vec<Message>,
     tool_names: &mut HashMap<String, String>,
-) -> Result<(), String> {
-    let role = m["role"].as_str().ok_or("`role` is required")?;
+) -> Result<(), Invalid> {
+    if !m.is_object() {
+        let why = format!("must be a message object, not {}", checks::what(m));
+        return Err(Invalid::body(why));
+    }
+    let role = checks::string(m, "role")?;
     let blocks: Vec<Value> = match &m["content"] {
         Value::String(s) => vec![json!({"type": "text", "text": s})],
         Value::Array(blocks) => blocks.clone(),
-        _ => return Err("`content` must be a string or an array of blocks".into()),
+        other => {
+            let why = format!(
+                "must be a string or an array of blocks, not {}",
+                checks::what(other)
+            );
+            return Err(Invalid::new("content", why));
+        }
     };
+    let at = |i: usize| move |e: Invalid| e.item("content", i);
     match role {
         "user" => {
             let mut parts = Vec::new();
-            for b in &blocks {
+            for (i, b) in blocks.iter().enumerate() {
                 match b["type"].as_str() {
-                    Some("tool_result") => out.push(tool_result(b, tool_names)?),
-                    _ => parts.push(part(b)?),
+                    Some("tool_result") => out.push(tool_result(b, tool_names).map_err(at(i))?),
+                    _ => parts.push(part(b).map_err(at(i))?),
                 }
             }
             if !parts.is_empty() {
@@ -151,26 +182,9 @@ fn read_message(
             let mut text = String::new();
             let mut calls = Vec::new();
             let mut reasoning = Vec::new();
-            for b in &blocks {
-                match b["type"].as_str() {
-                    Some("text") => text.push_str(b["text"].as_str().unwrap_or_default()),
-                    Some("tool_use") => {
-                        let id = b["id"].as_str().ok_or("a tool_use block needs an `id`")?;
-                        let name = b["name"]
-                            .as_str()
-                            .ok_or("a tool_use block needs a `name`")?;
-                        tool_names.insert(id.to_owned(), name.to_owned());
-                        calls.push(ToolCall::new(id, name, b["input"].clone()));
-                    }
-                    Some("thinking") => reasoning.push(Reasoning::Thinking {
-                        thinking: b["thinking"].as_str().unwrap_or_default().to_owned(),
-                        signature: b["signature"].as_str().unwrap_or_default().to_owned(),
-                    }),
-                    Some("redacted_thinking") => reasoning.push(Reasoning::RedactedThinking {
-                        data: b["data"].as_str().unwrap_or_default().to_owned(),
-                    }),
-                    other => return Err(unsupported(other)),
-                }
+            for (i, b) in blocks.iter().enumerate() {
+                assistant_block(b, &mut text, &mut calls, &mut reasoning, tool_names)
+                    .map_err(at(i))?;
             }
             let message = if calls.is_empty() {
                 Message::assistant(text)
@@ -179,16 +193,51 @@ fn read_message(
             };
             out.push(message.with_reasoning(reasoning));
         }
-        other => return Err(format!("`role` must be user or assistant, not {other:?}")),
+        other => {
+            let why = format!("must be \"user\" or \"assistant\", not {other:?}");
+            return Err(Invalid::new("role", why));
+        }
     }
     Ok(())
 }
 
-fn unsupported(kind: Option<&str>) -> String {
-    format!(
-        "the content block type {:?} is not supported by this proxy (it takes text, image, \
-         tool_use, tool_result, thinking and redacted_thinking)",
-        kind.unwrap_or("(none)")
+/// One block of an assistant message, into its text, calls or reasoning.
+fn assistant_block(
+    b: &Value,
+    text: &mut String,
+    calls: &mut Vec<ToolCall>,
+    reasoning: &mut Vec<Reasoning>,
+    tool_names: &mut HashMap<String, String>,
+) -> Result<(), Invalid> {
+    match b["type"].as_str() {
+        Some("text") => text.push_str(checks::string(b, "text")?),
+        Some("tool_use") => {
+            let id = checks::string(b, "id")?;
+            let name = checks::string(b, "name")?;
+            checks::value("input", &b["input"], Kind::Object)?;
+            tool_names.insert(id.to_owned(), name.to_owned());
+            calls.push(ToolCall::new(id, name, b["input"].clone()));
+        }
+        Some("thinking") => reasoning.push(Reasoning::Thinking {
+            thinking: checks::string(b, "thinking")?.to_owned(),
+            signature: checks::string(b, "signature")?.to_owned(),
+        }),
+        Some("redacted_thinking") => reasoning.push(Reasoning::RedactedThinking {
+            data: checks::string(b, "data")?.to_owned(),
+        }),
+        other => return Err(unsupported(other)),
+    }
+    Ok(())
+}
+
+fn unsupported(kind: Option<&str>) -> Invalid {
+    Invalid::new(
+        "type",
+        format!(
+            "the content block type {:?} is not supported by this proxy (it takes text, \
+             image, tool_use, tool_result, thinking and redacted_thinking)",
+            kind.unwrap_or("(none)")
+        ),
     )
 }
 
@@ -209,36 +258,44 @@ fn content(parts: Vec<ContentPart>) -> Content {
 }
 
 /// A text or image block.
-fn part(b: &Value) -> Result<ContentPart, String> {
+fn part(b: &Value) -> Result<ContentPart, Invalid> {
     match b["type"].as_str() {
-        Some("text") => Ok(ContentPart::text(b["text"].as_str().unwrap_or_default())),
+        Some("text") => Ok(ContentPart::text(checks::string(b, "text")?)),
         Some("image") => {
             let source = &b["source"];
+            let at_source = |e: Invalid| e.within("source");
             match source["type"].as_str() {
                 Some("base64") => Ok(ContentPart::image_url(format!(
                     "data:{};base64,{}",
-                    source["media_type"].as_str().unwrap_or("image/png"),
-                    source["data"].as_str().unwrap_or_default()
+                    checks::string(source, "media_type").map_err(at_source)?,
+                    checks::string(source, "data").map_err(at_source)?
                 ))),
                 Some("url") => Ok(ContentPart::image_url(
-                    source["url"].as_str().unwrap_or_default(),
+                    checks::string(source, "url").map_err(at_source)?,
                 )),
-                _ => Err("an image's source must be base64 or url".into()),
+                _ => Err(Invalid::new("source.type", "must be \"base64\" or \"url\"")),
             }
         }
         other => Err(unsupported(other)),
     }
 }
 
-fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Message, String> {
-    let id = b["tool_use_id"]
-        .as_str()
-        .ok_or("a tool_result block needs a `tool_use_id`")?;
+fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Message, Invalid> {
+    let id = checks::string(b, "tool_use_id")?;
     let content = match &b["content"] {
         Value::Null => Content::default(),
         Value::String(s) => Content::Text(s.as_str().into()),
-        Value::Array(blocks) => content(blocks.iter().map(part).collect::<Result<_, _>>()?),
-        _ => return Err("a tool_result's `content` must be a string or blocks".into()),
+        Value::Array(blocks) => content(
+            blocks
+                .iter()
+                .enumerate()
+                .map(|(i, b)| part(b).map_err(|e| e.item("content", i)))
+                .collect::<Result<_, _>>()?,
+        ),
+        other => {
+            let why = format!("must be a string or blocks, not {}", checks::what(other));
+            return Err(Invalid::new("content", why));
+        }
     };
     let mut message = Message::new(Role::Tool, content).with_tool_call_id(id);
     if let Some(name) = tool_names.get(id) {
@@ -247,40 +304,56 @@ fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Messag
     Ok(message)
 }
 
-fn tool(t: &Value) -> Result<ToolSpec, String> {
-    let name = t["name"].as_str().ok_or("a tool needs a `name`")?;
+fn tool(t: &Value) -> Result<ToolSpec, Invalid> {
+    let name = checks::string(t, "name")?;
     let schema = t
         .get("input_schema")
         .filter(|s| s.is_object())
         .ok_or_else(|| {
-            format!(
-                "the tool {name:?} has no `input_schema`: server tools (type {:?}) are not \
-             supported by this proxy",
-                t["type"].as_str().unwrap_or("custom")
+            Invalid::new(
+                "input_schema",
+                format!(
+                    "is missing from the tool {name:?}: server tools (type {:?}) are not \
+                     supported by this proxy",
+                    t["type"].as_str().unwrap_or("custom")
+                ),
             )
         })?;
-    Ok(ToolSpec::new(
-        name,
-        t["description"].as_str().unwrap_or_default(),
-        schema.clone(),
-    ))
+    let description = match t.get("description") {
+        None | Some(Value::Null) => "",
+        Some(_) => checks::string(t, "description")?,
+    };
+    Ok(ToolSpec::new(name, description, schema.clone()))
 }
 
 /// The typed choice and whether parallel calls are allowed, of a Messages `tool_choice`,
-/// or what is wrong with it.
-fn tool_choice_from_wire(choice: &Value) -> Result<(ToolChoice, Option<bool>), String> {
-    let parallel = choice["disable_parallel_tool_use"].as_bool().map(|d| !d);
+/// or what is wrong with it; a named tool must be one of `tools`.
+fn tool_choice_from_wire(
+    choice: &Value,
+    tools: &[ToolSpec],
+) -> Result<(ToolChoice, Option<bool>), Invalid> {
+    let at = |e: Invalid| e.within("tool_choice");
+    checks::value("", choice, Kind::Object).map_err(at)?;
+    let parallel = match choice.get("disable_parallel_tool_use") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            checks::value("disable_parallel_tool_use", v, Kind::Bool).map_err(at)?;
+            v.as_bool().map(|d| !d)
+        }
+    };
     let typed = match choice["type"].as_str() {
         Some("auto") => ToolChoice::Auto,
         Some("any") => ToolChoice::Required,
         Some("none") => ToolChoice::None,
         Some("tool") => {
-            let name = choice["name"]
-                .as_str()
-                .ok_or("tool_choice `tool` needs a `name`")?;
+            let name = checks::string(choice, "name").map_err(at)?;
+            checks::declared("tool_choice", name, tools.iter().map(|t| t.name.as_str()))?;
             ToolChoice::tool(name)
         }
-        _ => return Err("`tool_choice` must be of type auto, any, tool or none".into()),
+        _ => {
+            let why = "must be \"auto\", \"any\", \"tool\" or \"none\"";
+            return Err(Invalid::new("tool_choice.type", why));
+        }
     };
     Ok((typed, parallel))
 }
@@ -545,9 +618,9 @@ impl Format for Messages {
     const ROUTE: &'static str = "/v1/messages";
     type Events = Events;
 
-    fn read(body: &[u8]) -> Result<Read, String> {
-        let body: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    fn read(body: &[u8]) -> Result<Read, Invalid> {
+        let body: Value = serde_json::from_slice(body)
+            .map_err(|e| Invalid::body(format!("the body is not JSON: {e}")))?;
         let request = request(&body)?;
         Ok(Read {
             request,

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 /// `args`, listening on `port` of loopback (or of every address); once it answers
 /// `/healthz`, its child and base URL.
 pub(crate) async fn spawn(exe: &str, upstream: &str, args: &[&str], port: u16) -> (Child, String) {
+    // To a file, not a pipe nobody reads: what the server said is shown if it fails.
+    let log = tempfile::NamedTempFile::new().unwrap();
     let mut child = Command::new(exe)
         .arg("serve")
         .args(args)
@@ -14,19 +16,25 @@ pub(crate) async fn spawn(exe: &str, upstream: &str, args: &[&str], port: u16) -
         .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
         .env("OPENAI_API_KEY", "sk-upstream")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log.reopen().unwrap())
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
-    for _ in 0..200 {
+    // Generous: on two cores under the whole suite a start can take seconds.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
         if reqwest::get(format!("{url}/healthz")).await.is_ok() {
             return (child, url);
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let _ = child.kill();
-    let _ = child.wait();
-    panic!("the server did not start");
+    let status = child.wait().unwrap();
+    let said = std::fs::read_to_string(log.path()).unwrap_or_default();
+    panic!("the server did not start ({status}); it said:\n{said}");
 }
 
 pub(crate) fn terminate(child: &Child) {
