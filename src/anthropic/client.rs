@@ -68,6 +68,7 @@ impl Speaks for MessagesApi {
     const OWN_HEADERS: &'static [&'static str] =
         &["x-api-key", "authorization", "anthropic-version"];
     const PATH: &'static str = "/v1/messages";
+    const FORMAT: llm_context_layers::WireFormat = llm_context_layers::WireFormat::Messages;
 
     type Options = Options;
     type Body = CreateMessageRequest;

@@ -11,7 +11,7 @@ use super::{ConfigError, Settings};
 use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::sse::Decoder;
-use llm_context_layers::{ChatRequest, ChatResponse};
+use llm_context_layers::{ChatRequest, ChatResponse, WireFormat};
 
 /// A provider API a [`Client`](super::Client) speaks: where it is, how it authenticates,
 /// and how the neutral request and response map to its format.
@@ -42,6 +42,9 @@ pub(crate) trait Speaks {
     const OWN_HEADERS: &'static [&'static str];
     /// The path of the call, appended to the base URL.
     const PATH: &'static str;
+    /// The wire format of its bodies: the caller's pass-through fields, headers and query
+    /// tagged with it are sent on whole.
+    const FORMAT: WireFormat;
 
     /// The API's own settings, beyond those every builder has.
     type Options: Default + Debug + Send + Sync + 'static;

@@ -38,8 +38,8 @@ pub(crate) use api::Speaks;
 pub use builder::{Builder, ConfigError};
 pub use transfer::ResponseFuture;
 pub(crate) use transfer::{
-    Reading, Settings, base_url, env, exchange, log_request, poll_transport, post_json,
-    provider_fields, transport_error, unsupported,
+    Headers, NOT_FORWARDED, Reading, Settings, base_url, env, exchange, log_request,
+    poll_transport, post_json, provider_fields, transport_error, unsupported,
 };
 
 use crate::error::ProviderError;
@@ -154,14 +154,39 @@ impl<A: Api, T> Client<A, T> {
         url: &str,
         body: &impl serde::Serialize,
     ) -> Result<HttpRequest, ProviderError> {
-        let credentials = A::credentials(self.state.api_key.as_ref(), &self.state.options);
-        post_json(A::PROVIDER, url, &credentials, &self.state.headers, body)
+        self.post_with(url, body, std::iter::empty())
     }
 
-    /// The API's call of `req`, asking for a stream when `stream`.
+    /// [`post_to`](Self::post_to), with a caller's headers passed on after the client's
+    /// own (see [`post_json`]).
+    fn post_with<'a>(
+        &self,
+        url: &str,
+        body: &impl serde::Serialize,
+        forwarded: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Result<HttpRequest, ProviderError> {
+        let credentials = A::credentials(self.state.api_key.as_ref(), &self.state.options);
+        let headers = Headers {
+            own: &credentials,
+            configured: &self.state.headers,
+            forwarded,
+        };
+        post_json(A::PROVIDER, url, headers, body)
+    }
+
+    /// The API's call of `req`, asking for a stream when `stream`: to the endpoint with
+    /// the caller's query when it came in this API's format, with the caller's headers
+    /// this API may be sent.
     fn http_request(&self, req: &ChatRequest, stream: bool) -> Result<HttpRequest, ProviderError> {
         let body = A::body(req, &self.state.options, stream)?;
-        self.post_to(&self.state.endpoint, &body)
+        let forwarded = req.params.headers_for(A::FORMAT);
+        match req.params.query_for(A::FORMAT) {
+            Some(query) => {
+                let url = format!("{}?{query}", self.state.endpoint);
+                self.post_with(&url, &body, forwarded)
+            }
+            None => self.post_with(&self.state.endpoint, &body, forwarded),
+        }
     }
 }
 

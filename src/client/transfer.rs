@@ -151,33 +151,102 @@ pub(crate) fn base_url(url: &str, redactor: &Redactor) -> Result<String, ConfigE
     Ok(trimmed.to_owned())
 }
 
-/// A JSON POST of `body` to `url`, serialized once. Each header is `(name, value,
-/// sensitive)`; values built from a key are marked sensitive, so `http`'s and hyper's
-/// `Debug` output leave them out. A body or header that cannot be sent is an
+/// The headers of one request, by who set them.
+pub(crate) struct Headers<'a, I> {
+    /// The client's own, `(name, value, sensitive)`: credentials (sensitive; never
+    /// replaced) and settings such as `anthropic-version` (a caller's value replaces).
+    pub(crate) own: &'a [(&'static str, String, bool)],
+    /// Set on the client by its builder (`organization`, `header`): never replaced.
+    pub(crate) configured: &'a http::HeaderMap,
+    /// A caller's, passed on (a proxy's client): after the others, each line as it came,
+    /// except those naming a header above that may not be replaced, the hop-by-hop ones
+    /// and those describing the body (this request has its own).
+    pub(crate) forwarded: I,
+}
+
+/// Headers a caller's request had that describe its connection or its body, never
+/// passed on: the credentials are the client's own, and `accept` and `accept-encoding`
+/// are this client's to set (a forwarded `accept-encoding` would ask for a body it does
+/// not decompress).
+pub(crate) const NOT_FORWARDED: &[&str] = &[
+    "authorization",
+    "x-api-key",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "accept",
+    "accept-encoding",
+    "expect",
+    "cookie",
+];
+
+/// A JSON POST of `body` to `url`, serialized once. Each of the client's own headers is
+/// `(name, value, sensitive)`; values built from a key are marked sensitive, so `http`'s
+/// and hyper's `Debug` output leave them out. A body or header that cannot be sent is an
 /// [`unsupported`] error (nothing was sent), whose message names the header, never its
-/// value.
-pub(crate) fn post_json(
+/// value; a forwarded header that cannot be sent is left out.
+pub(crate) fn post_json<'a>(
     provider: Provider,
     url: &str,
-    headers: &[(&'static str, String, bool)],
-    extra: &http::HeaderMap,
+    headers: Headers<'_, impl Iterator<Item = (&'a str, &'a str)>>,
     body: &impl Serialize,
 ) -> Result<HttpRequest, ProviderError> {
     let bytes = serde_json::to_vec(body).map_err(|e| unsupported(provider, e.to_string()))?;
-    let mut builder =
-        http::Request::post(url).header(http::header::CONTENT_TYPE, "application/json");
-    for (name, value, sensitive) in headers {
+    let mut map = http::HeaderMap::new();
+    map.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    let mut forwarded: Vec<(http::HeaderName, http::HeaderValue)> = Vec::new();
+    for (name, value) in headers.forwarded {
+        let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(value),
+        ) else {
+            continue;
+        };
+        let kept = |n: &http::HeaderName| {
+            headers.configured.contains_key(n)
+                || headers
+                    .own
+                    .iter()
+                    .any(|(own, _, secret)| *secret && n.as_str() == *own)
+        };
+        if !NOT_FORWARDED.contains(&name.as_str()) && !kept(&name) {
+            forwarded.push((name, value));
+        }
+    }
+    for (name, value, sensitive) in headers.own {
+        let replaced = forwarded.iter().any(|(n, _)| n.as_str() == *name);
+        if replaced {
+            continue;
+        }
         let mut v = http::HeaderValue::from_str(value)
             .map_err(|_| unsupported(provider, format!("the {name} header value is not valid")))?;
         v.set_sensitive(*sensitive);
-        builder = builder.header(*name, v);
+        map.append(*name, v);
     }
-    for (name, value) in extra {
-        builder = builder.header(name, value.clone());
+    for (name, value) in headers.configured {
+        map.append(name, value.clone());
     }
-    builder
+    for (name, value) in forwarded {
+        map.append(name, value);
+    }
+    let mut request = http::Request::post(url)
         .body(Bytes::from(bytes))
-        .map_err(|e| unsupported(provider, e.to_string()))
+        .map_err(|e| unsupported(provider, e.to_string()))?;
+    *request.headers_mut() = map;
+    Ok(request)
 }
 
 /// Awaits a request the transport is sending (`sent`), then reads the response into

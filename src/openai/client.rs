@@ -52,6 +52,7 @@ impl Speaks for ChatCompletionsApi {
     const BASE_URL_VAR: &'static str = BASE_URL_VAR;
     const OWN_HEADERS: &'static [&'static str] = &["authorization"];
     const PATH: &'static str = "/chat/completions";
+    const FORMAT: llm_context_layers::WireFormat = llm_context_layers::WireFormat::ChatCompletions;
 
     type Options = ();
     type Body = CreateChatCompletionRequest;

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -17,7 +18,9 @@ use tracing::Instrument;
 use super::failures::{self, classify};
 use super::keys::Tenant;
 use super::upstreams::{no_upstream, provider_of};
-use super::{SESSION_HEADER, Shared, body, metrics, plausible, request_span, timing};
+use super::{
+    AGENT_SESSION_HEADERS, SESSION_HEADER, Shared, body, metrics, plausible, request_span, timing,
+};
 use crate::budget::{BudgetKey, BudgetLayer, Limit, Window};
 use crate::redis::RedisStores;
 use crate::stream::{ChatStream, Streaming};
@@ -31,7 +34,7 @@ pub(crate) async fn endpoint<F: Format>(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    counted::<F>(&shared, &parts.headers, body).await
+    counted::<F>(&shared, &parts, body).await
 }
 
 /// Any other method on `F::ROUTE`: 405, in the route's error shape.
@@ -58,7 +61,8 @@ pub(crate) async fn not_found(uri: axum::http::Uri) -> Response {
 }
 
 /// One call, counted in the metrics once its headers are ready.
-async fn counted<F: Format>(shared: &Shared, headers: &HeaderMap, body: Body) -> Response {
+async fn counted<F: Format>(shared: &Shared, parts: &Parts, body: Body) -> Response {
+    let headers = &parts.headers;
     let started = std::time::Instant::now();
     let route = F::ROUTE;
     // The root of the request's spans (to its headers: a stream's GenAI span outlives it).
@@ -66,7 +70,7 @@ async fn counted<F: Format>(shared: &Shared, headers: &HeaderMap, body: Body) ->
     // Looked up once: the handler serves under it, the metrics and the log name it.
     let tenant = super::keys::tenant(shared.keys.as_ref(), headers);
     let tally = Arc::new(timing::Tally::default());
-    let handled = timing::scoped(tally.clone(), handle::<F>(shared, tenant, headers, body));
+    let handled = timing::scoped(tally.clone(), handle::<F>(shared, tenant, parts, body));
     let response = handled.instrument(span.clone()).await;
     let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let took = started.elapsed();
@@ -99,9 +103,10 @@ async fn counted<F: Format>(shared: &Shared, headers: &HeaderMap, body: Body) ->
 async fn handle<F: Format>(
     shared: &Shared,
     tenant: Result<Option<&Tenant>, &'static str>,
-    headers: &HeaderMap,
+    parts: &Parts,
     body: Body,
 ) -> Response {
+    let headers = &parts.headers;
     // Shed, not queued: a queue behind calls of seconds each only makes every client late.
     let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
         let message = "the server is at its concurrency limit: retry shortly";
@@ -139,7 +144,9 @@ async fn handle<F: Format>(
         Ok(read) => read,
         Err(why) => return failures::invalid::<F>(&why),
     };
-    if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+    req.params.headers = forwarded(headers);
+    req.params.query = parts.uri.query().map(str::to_owned);
+    if let Some(session) = session_of(headers) {
         req = req.with_session(super::keys::session_id(session));
     }
     if let Some(tenant) = tenant {
@@ -176,7 +183,7 @@ async fn handle<F: Format>(
     }
     match upstream.oneshot(req).await {
         Ok(response) => {
-            if let Err(e) = plausible::check(&response.usage, ceiling, provider) {
+            if let Err(e) = plausible::check_answer(&response, ceiling, provider) {
                 return failures::failure::<F>(&crate::BoxError::from(e));
             }
             let mut out = axum::Json(F::answer(&response, &model)).into_response();
@@ -185,6 +192,33 @@ async fn handle<F: Format>(
         }
         Err(e) => failures::failure::<F>(&e),
     }
+}
+
+/// The caller's headers the upstream is sent, in order, each line as it came: all but the
+/// proxy's own (`x-llm-context-…`), the credentials (the upstream gets the server's key)
+/// and those of the connection and the body. Kept only as text; a value that is not is
+/// left out.
+fn forwarded(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            !name.starts_with("x-llm-context-") && !crate::client::NOT_FORWARDED.contains(&name)
+        })
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect()
+}
+
+/// The session a request names: the proxy's own header, else the first of the agents'
+/// headers it has ([`AGENT_SESSION_HEADERS`]); an empty or non-text value names none.
+fn session_of(headers: &HeaderMap) -> Option<&str> {
+    std::iter::once(SESSION_HEADER)
+        .chain(AGENT_SESSION_HEADERS.iter().copied())
+        .filter_map(|name| headers.get(name)?.to_str().ok())
+        .map(str::trim)
+        .find(|s| !s.is_empty())
 }
 
 /// A stream as server-sent events written by `events`. The stream holds its place in the
@@ -201,7 +235,7 @@ fn sse<W: EventWriter>(
         let _held = &permit;
         let item = match item {
             Ok(crate::stream::StreamEvent::Done(response)) => {
-                match plausible::check(&response.usage, ceiling, provider) {
+                match plausible::check_answer(&response, ceiling, provider) {
                     Ok(()) => Ok(crate::stream::StreamEvent::Done(response)),
                     Err(e) => Err(crate::BoxError::from(e)),
                 }

@@ -157,6 +157,12 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 /// The header that names a request's session.
 pub const SESSION_HEADER: &str = "x-llm-context-session";
 
+/// The headers in which agents send their conversation's id, read (in this order) when a
+/// request has no [`SESSION_HEADER`]: Claude Code's `x-claude-code-session-id` and the
+/// Codex CLI's `session_id`. A request with none of them has its session inferred from
+/// its stable head.
+pub const AGENT_SESSION_HEADERS: &[&str] = &["x-claude-code-session-id", "session_id"];
+
 /// The stacks of one policy, one per provider.
 type Stacks = Table<Upstream>;
 

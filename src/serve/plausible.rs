@@ -25,6 +25,24 @@ pub(crate) fn ceiling(catalog: &Catalog, model: &str) -> u64 {
     window.saturating_mul(SLACK)
 }
 
+/// `response`'s usage checked as [`check`] does, against `ceiling` for each round it
+/// took: the usage of the rounds answered inside the stack (artifact reads) is summed
+/// into the answer's.
+pub(crate) fn check_answer(
+    response: &crate::ChatResponse,
+    ceiling: u64,
+    provider: Provider,
+) -> Result<(), ProviderError> {
+    let hidden = response
+        .report
+        .resolved_messages
+        .iter()
+        .filter(|m| m.role == crate::Role::Assistant)
+        .count();
+    let rounds = u64::try_from(hidden).map_or(u64::MAX, |n| n.saturating_add(1));
+    check(&response.usage, ceiling.saturating_mul(rounds), provider)
+}
+
 /// `usage`, or the error that refuses it: any figure, or their sum, over `ceiling`.
 pub(crate) fn check(usage: &Usage, ceiling: u64, provider: Provider) -> Result<(), ProviderError> {
     let total = [

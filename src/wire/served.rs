@@ -85,3 +85,21 @@ pub(crate) fn created() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+/// An id for an answer no provider named (the mock model, a memo entry without one):
+/// `prefix` and 32 hex digits, unique in the process and unlikely across processes, so
+/// that a client which groups content by message id never merges two answers.
+pub(crate) fn made_up_id(prefix: &str) -> String {
+    use std::hash::BuildHasher;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static KEYS: OnceLock<std::hash::RandomState> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let keys = KEYS.get_or_init(std::hash::RandomState::new);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{prefix}{:016x}{:016x}",
+        keys.hash_one((n, 0u8)),
+        keys.hash_one((n, 1u8))
+    )
+}

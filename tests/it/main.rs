@@ -54,6 +54,8 @@ mod serve_bad_input;
 #[cfg(all(feature = "cli", feature = "serve"))]
 mod serve_cli;
 #[cfg(feature = "serve")]
+mod serve_faithful;
+#[cfg(feature = "serve")]
 mod serve_limits;
 #[cfg(feature = "serve")]
 mod serve_messages;

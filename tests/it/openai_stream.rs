@@ -235,6 +235,11 @@ async fn dropping_the_stream_closes_the_upstream_connection() {
         .oneshot(Streaming(request()))
         .await
         .unwrap();
+    // The provider's opening fields first, then its text.
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(StreamEvent::Started(fields))) if fields.contains_key("id")
+    ));
     assert!(matches!(
         stream.next().await,
         Some(Ok(StreamEvent::Text(_)))
@@ -262,6 +267,11 @@ async fn a_stream_dropped_through_the_stack_closes_the_connection_and_stores_not
         .layer(client(&server.url));
     let req = || request().with_temperature(0.0);
     let mut stream = stack.clone().oneshot(Streaming(req())).await.unwrap();
+    // The provider's opening fields first, then its text.
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(StreamEvent::Started(fields))) if fields.contains_key("id")
+    ));
     assert!(matches!(
         stream.next().await,
         Some(Ok(StreamEvent::Text(_)))

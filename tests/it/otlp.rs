@@ -199,8 +199,9 @@ async fn serve_exports_a_call_with_a_retry_and_an_artifact_round_as_one_tree() {
     assert_eq!(a["gen_ai.response.id"], "chatcmpl-7");
     assert_eq!(a["gen_ai.response.finish_reasons"], "[\"stop\"]");
     // Typed as integers on the wire, as the conventions ask.
-    assert_eq!(int(root, "gen_ai.usage.input_tokens"), Some(1200));
-    assert_eq!(int(root, "gen_ai.usage.output_tokens"), Some(20));
+    // The call's usage is both rounds' (1200 + 20 each): the artifact round is billed too.
+    assert_eq!(int(root, "gen_ai.usage.input_tokens"), Some(2400));
+    assert_eq!(int(root, "gen_ai.usage.output_tokens"), Some(40));
     assert_eq!(int(root, "llm_context.offloaded"), Some(1));
     assert!(int(root, "llm_context.before_tokens") > int(root, "llm_context.after_tokens"));
     assert_eq!(a["llm_context.memo_hit"], "false");

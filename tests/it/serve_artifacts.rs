@@ -39,7 +39,10 @@ fn reader(req: &Request) -> ResponseTemplate {
         let read: String = page["text"].as_str().unwrap().chars().take(60).collect();
         json!({"role": "assistant", "content": format!("Gelesen: {read}")})
     } else if let Some(id) = preview_id(&body) {
-        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_read", "type": "function",
+        // Words and reasoning before the read: the round is hidden, and all of it with it.
+        json!({"role": "assistant", "content": "Ich lese die Logs.",
+               "reasoning_content": "Erst die Vorschau lesen.",
+               "tool_calls": [{"id": "call_read", "type": "function",
                "function": {"name": "read_context_artifact",
                             "arguments": json!({"artifact_id": id}).to_string()}}]})
     } else {
@@ -123,6 +126,9 @@ async fn answer_text(r: reqwest::Response, stream: bool) -> String {
     let text = r.text().await.unwrap();
     assert!(!text.contains("read_context_artifact"), "{text}");
     assert!(!text.contains("tool_calls"), "{text}");
+    // Nothing of a hidden round: neither its words nor its reasoning.
+    assert!(!text.contains("Ich lese"), "{text}");
+    assert!(!text.contains("Erst die Vorschau"), "{text}");
     text.lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
@@ -146,7 +152,18 @@ async fn the_models_artifact_reads_are_answered_inside_the_server() {
         let url = serving(proxy).await;
         let r = ask(&url, &turn(stream)).await;
         assert_eq!(r.headers()["x-llm-context-offloaded"], "1");
-        let text = answer_text(r, stream).await;
+        let text = if stream {
+            answer_text(r, stream).await
+        } else {
+            let body = json_of(r).await;
+            // Billed for both rounds, the client is told both.
+            assert_eq!(body["usage"]["prompt_tokens"], 20, "{body}");
+            assert_eq!(body["usage"]["completion_tokens"], 10, "{body}");
+            body["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
         // The model read the original result, which the client never had to send twice.
         let start: String = logs().chars().take(60).collect();
         assert_eq!(text, format!("Gelesen: {start}"), "stream: {stream}");
@@ -229,7 +246,10 @@ fn bad_reader(id: String) -> impl Fn(&Request) -> ResponseTemplate + Send + Sync
             let page: Value = serde_json::from_str(last["content"].as_str().unwrap()).unwrap();
             json!({"role": "assistant", "content": format!("Fehler: {}", page["error"])})
         } else {
-            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_read", "type": "function",
+            // Words and reasoning before the read: the round is hidden, and all of it with it.
+            json!({"role": "assistant", "content": "Ich lese die Logs.",
+               "reasoning_content": "Erst die Vorschau lesen.",
+               "tool_calls": [{"id": "call_read", "type": "function",
                    "function": {"name": "read_context_artifact",
                                 "arguments": json!({"artifact_id": id}).to_string()}}]})
         };

@@ -3,12 +3,11 @@
 //! sent nothing; never dropped and answered 200. The same fields well typed still pass,
 //! and arrive upstream as the client wrote them.
 
-use crate::support::fixture;
-use crate::support::proxy::{anthropic, json_of, openai, serving};
-use crate::support::servers::mock_post;
-use llm_context::serve::Proxy;
+use crate::support::proxy::{
+    anthropic_proxy, anthropic_upstream, json_of, openai_proxy, openai_upstream,
+};
 use serde_json::{Value, json};
-use wiremock::{MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 fn chat() -> Value {
     json!({
@@ -43,42 +42,6 @@ fn messages() -> Value {
             ]}
         ]
     })
-}
-
-async fn openai_upstream() -> MockServer {
-    mock_post(
-        "/v1/chat/completions",
-        ResponseTemplate::new(200)
-            .set_body_raw(fixture("openai-response-text.json"), "application/json"),
-    )
-    .await
-}
-
-async fn anthropic_upstream() -> MockServer {
-    mock_post(
-        "/v1/messages",
-        ResponseTemplate::new(200)
-            .set_body_raw(fixture("anthropic-response-text.json"), "application/json"),
-    )
-    .await
-}
-
-/// A proxy in front of `upstream`'s OpenAI, served on 127.0.0.1: its base URL.
-async fn openai_proxy(upstream: &MockServer) -> String {
-    let proxy = Proxy::builder()
-        .openai(openai(&upstream.uri()))
-        .build()
-        .unwrap();
-    serving(proxy).await
-}
-
-/// A proxy in front of `upstream`'s Anthropic, served on 127.0.0.1: its base URL.
-async fn anthropic_proxy(upstream: &MockServer) -> String {
-    let proxy = Proxy::builder()
-        .anthropic(anthropic(&upstream.uri()))
-        .build()
-        .unwrap();
-    serving(proxy).await
 }
 
 async fn post(url: &str, route: &str, body: &Value) -> reqwest::Response {

@@ -11,12 +11,18 @@ use super::steps::{Composite, prepare, prepare_verified};
 use crate::BoxError;
 use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted};
 use crate::fit::Scratch;
-use crate::model::{ChatRequest, ChatResponse, Message, PreparationReport};
+use crate::model::{ChatRequest, ChatResponse, Message, PreparationReport, Usage};
 use crate::offload::{Prepared, commit};
 
 /// Whether the reply asks only for artifact pages.
 fn only_artifact_reads(m: &Message) -> bool {
     m.has_tool_calls() && m.tool_calls.iter().all(|c| c.name == READ_ARTIFACT_TOOL)
+}
+
+/// Whether the model was offered the read tool: a call of it is answered here only then
+/// (a model that names it unoffered is answered by its client, as any other call).
+fn offers_read_tool(req: &ChatRequest) -> bool {
+    req.tools.iter().any(|t| t.name == READ_ARTIFACT_TOOL)
 }
 
 /// Checks the request's previews and stubs against the store, prepares it, and runs it
@@ -89,7 +95,18 @@ pub(super) struct Rounds {
     /// nothing was offloaded.
     earlier: PreparationReport,
     resolved: Vec<Message>,
+    /// The usage of the rounds that only read artifacts: the answer reports every round's,
+    /// since the client is billed for them all.
+    hidden_usage: Usage,
     pub(super) round: usize,
+}
+
+impl Sent {
+    /// Whether this round may end only reading artifacts: its reads are answered here and
+    /// the model may call the read tool, which it was offered.
+    pub(super) fn may_be_hidden(&self) -> bool {
+        self.req.as_ref().is_some_and(offers_read_tool)
+    }
 }
 
 /// What a round keeps of what it sent, to read its answer.
@@ -111,6 +128,7 @@ impl Rounds {
             before_tokens: first.report.before_tokens,
             earlier: PreparationReport::default(),
             resolved: Vec::new(),
+            hidden_usage: Usage::default(),
             round: 0,
         }
     }
@@ -151,12 +169,13 @@ impl Rounds {
             calibration.observe_parts(&model, &report, &response.usage);
         }
         let mut req = match sent.req {
-            Some(req) if only_artifact_reads(&response.message) => req,
+            Some(req) if only_artifact_reads(&response.message) && offers_read_tool(&req) => req,
             _ => {
                 report.add_counts(&self.earlier);
                 report.before_tokens = self.before_tokens;
                 report.resolved_messages = std::mem::take(&mut self.resolved);
                 response.report = report;
+                response.usage += std::mem::take(&mut self.hidden_usage);
                 return Ok(ControlFlow::Break(response));
             }
         };
@@ -164,6 +183,7 @@ impl Rounds {
         // cleared or offloaded reaches the next one removed, a stub or a preview, which
         // that round does not count again.
         self.earlier.add_counts(&report);
+        self.hidden_usage += response.usage;
         let calls = response.message.tool_calls.clone();
         req.messages.push(response.message.clone());
         self.resolved.push(response.message);

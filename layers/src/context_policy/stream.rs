@@ -76,6 +76,7 @@ where
     let rounds = Rounds::new(shared, untrusted, &prepared);
     let (req, sent) = rounds.begin(prepared).await;
     let current = inner.call(Streaming(req)).await.map_err(Into::into)?;
+    let holding = sent.may_be_hidden();
     // What preparation did is known now, before the first event: say it up front.
     let mut report = sent.report.clone();
     if let Some(inner_report) = current.report() {
@@ -91,6 +92,7 @@ where
         sent,
         current,
         held: Vec::new(),
+        holding,
         pending: VecDeque::new(),
         ended: false,
     };
@@ -107,8 +109,14 @@ struct Streamed<S> {
     /// What the current round keeps of what it sent.
     sent: Sent,
     current: ChatStream,
-    /// This round's tool-call deltas, held while the round may only read artifacts.
+    /// This round's events, held while it may turn out to only read artifacts: a round
+    /// answered here never reaches the client, neither its calls nor the text and thinking
+    /// before them (a client shown them would send that thinking back without its call).
     held: Vec<StreamEvent>,
+    /// Whether the round's events are held: the model was offered the read tool and has
+    /// called no other tool yet. A call to another tool makes the round the answer, and
+    /// what was held goes out at once.
+    holding: bool,
     pending: VecDeque<Result<StreamEvent, BoxError>>,
     ended: bool,
 }
@@ -129,8 +137,14 @@ where
             }
             let within = self.round_span.as_ref().unwrap_or(&self.call_span).clone();
             match self.current.next().instrument(within).await {
-                Some(Ok(event @ StreamEvent::ToolCall(_))) if self.sent.req.is_some() => {
-                    self.held.push(event);
+                Some(Ok(event)) if self.holding && !matches!(event, StreamEvent::Done(_)) => {
+                    if calls_another_tool(&event) {
+                        self.holding = false;
+                        self.pending.extend(self.held.drain(..).map(Ok));
+                        self.pending.push_back(Ok(event));
+                    } else {
+                        self.held.push(event);
+                    }
                 }
                 Some(Ok(StreamEvent::Done(response))) => match self.round_done(*response).await {
                     Ok(Some(done)) => {
@@ -180,6 +194,7 @@ where
             llm_context.round = crate::trace::int(self.rounds.round)
         );
         let (req, sent) = self.rounds.begin(prepared).instrument(span.clone()).await;
+        self.holding = sent.may_be_hidden();
         self.sent = sent;
         ServiceExt::<Streaming>::ready(&mut self.inner)
             .await
@@ -189,4 +204,11 @@ where
         self.round_span = Some(span);
         Ok(None)
     }
+}
+
+/// Whether `event` starts a call of a tool other than the read tool: the round then ends
+/// as the answer, whatever else it calls.
+fn calls_another_tool(event: &StreamEvent) -> bool {
+    matches!(event, StreamEvent::ToolCall(d)
+        if d.name.as_deref().is_some_and(|n| n != crate::artifact::READ_ARTIFACT_TOOL))
 }

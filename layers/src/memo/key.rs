@@ -88,6 +88,15 @@ impl MemoKey {
             // Unreachable for plain data; a distinct marker keeps the key well defined.
             Err(_) => h.str("unserialisable-params"),
         }
+        // Not serialized: what of a proxy's pass-through can change the answer.
+        for (name, value) in request.params.shaping_headers() {
+            h.str(&name.to_ascii_lowercase());
+            h.str(value);
+        }
+        if let Some(query) = &request.params.query {
+            h.str("?");
+            h.str(query);
+        }
         Self {
             scope: Arc::from(scope),
             digest: h.finish(),
@@ -174,6 +183,13 @@ mod tests {
         let mut seeded = b.params.clone();
         seeded.seed = Some(7);
         variants.push(b.clone().with_params(seeded));
+        // A proxy's pass-through that can change the answer: a beta, a query.
+        let mut beta = b.params.clone();
+        beta.headers = vec![("anthropic-beta".into(), "context-1m-2025-08-07".into())];
+        variants.push(b.clone().with_params(beta));
+        let mut query = b.params.clone();
+        query.query = Some("beta=true".into());
+        variants.push(b.clone().with_params(query));
 
         let base_key = key(&b);
         let mut seen = std::collections::HashSet::new();
@@ -194,6 +210,13 @@ mod tests {
         let opted = cached.clone().with_memo(MemoHint::Always);
         assert_eq!(key(&b), key(&cached));
         assert_eq!(key(&b), key(&opted));
+        // Headers that name no provider: a request id differs on every call.
+        let mut params = b.params.clone();
+        params.headers = vec![
+            ("x-client-request-id".into(), "req-1".into()),
+            ("user-agent".into(), "claude-cli/2.1.0".into()),
+        ];
+        assert_eq!(key(&b), key(&b.clone().with_params(params)));
     }
 
     #[test]

@@ -63,6 +63,56 @@ pub struct GenerationParams {
     /// than its list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub extra_format: Option<WireFormat>,
+    /// HTTP headers to pass on to the provider as the caller's client sent them, in order
+    /// (a proxy's: `anthropic-beta`, `OpenAI-Organization`, `x-…`, `user-agent`). Written
+    /// as `extra` is: every one by a client of `extra_format`'s format; by a client of
+    /// another format only those that name no provider (not `anthropic-…` or `openai-…`).
+    /// A client's own credentials and settings win over them. Not serialized; the memo
+    /// key holds the `anthropic-…` and `openai-…` ones, which can change the answer, and
+    /// not the others (a request id differs on every call).
+    #[serde(skip)]
+    pub headers: Vec<(String, String)>,
+    /// The caller's query string (`beta=true`), passed on by a client of `extra_format`'s
+    /// format. Not serialized; in the memo key.
+    #[serde(skip)]
+    pub query: Option<String>,
+}
+
+impl GenerationParams {
+    /// The headers of [`headers`](Self::headers) that can change an answer: those naming a
+    /// provider (`anthropic-beta`, `anthropic-version`, `openai-…`).
+    pub fn shaping_headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .filter(|(n, _)| names_a_provider(n))
+    }
+
+    /// The headers of [`headers`](Self::headers) a client of `format` sends: all of them
+    /// when they came in that format, else those that name no provider.
+    pub fn headers_for(&self, format: WireFormat) -> impl Iterator<Item = (&str, &str)> {
+        let own = self.extra_format == Some(format);
+        self.headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .filter(move |(n, _)| own || !names_a_provider(n))
+    }
+
+    /// The query string a client of `format` sends: the caller's, when it came in that
+    /// format.
+    pub fn query_for(&self, format: WireFormat) -> Option<&str> {
+        self.query
+            .as_deref()
+            .filter(|_| self.extra_format == Some(format))
+    }
+}
+
+/// Whether a header belongs to one provider's API (`anthropic-…`, `openai-…`).
+fn names_a_provider(name: &str) -> bool {
+    ["anthropic-", "openai-"].iter().any(|p| {
+        name.get(..p.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(p))
+    })
 }
 
 /// How the model may use a request's tools, in terms every format has.

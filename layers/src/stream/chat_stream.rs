@@ -1,10 +1,12 @@
 //! [`ChatStream`], the response of a streamed call, and [`Streaming`], its request.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures_util::{Stream, StreamExt};
+use serde_json::Value;
 
 use super::accumulate::deltas;
 use super::error::StreamError;
@@ -86,11 +88,23 @@ impl ChatStream {
         self.report.as_deref()
     }
 
-    /// `response` streamed again: its reasoning, text and tool calls as deltas, its
-    /// usage, then `Done` with the response itself (what the memo replays, what the mock
-    /// model streams).
+    /// `response` streamed again: its provider's opening fields ([`StreamEvent::Started`],
+    /// when it has any), its reasoning, text and tool calls as deltas, its usage, then
+    /// `Done` with the response itself (what the memo replays, what the mock model
+    /// streams).
     pub fn replay(response: ChatResponse) -> Self {
-        let mut events = deltas(&response, REPLAY_CHUNK);
+        let mut events = Vec::new();
+        // The provider's opening fields (a memo entry keeps them): a relay opens with its id.
+        let opening: BTreeMap<String, Value> = response
+            .provider_fields
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "content" | "choice" | "message"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !opening.is_empty() {
+            events.push(StreamEvent::Started(Box::new(opening)));
+        }
+        events.extend(deltas(&response, REPLAY_CHUNK));
         let report = response.report.clone();
         events.push(StreamEvent::Done(Box::new(response)));
         Self::new(futures_util::stream::iter(events.into_iter().map(Ok))).with_report(report)

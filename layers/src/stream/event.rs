@@ -1,5 +1,9 @@
 //! The provider-neutral events of a streamed call.
 
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
 use crate::model::{ChatResponse, Usage};
 
 /// What a streamed call yields, in order: deltas as the model writes, usage, and last
@@ -7,6 +11,11 @@ use crate::model::{ChatResponse, Usage};
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum StreamEvent {
+    /// The answer's top-level fields as the provider opened its stream (`id`, `model`,
+    /// `system_fingerprint`, …, as in [`ChatResponse::provider_fields`]), before any
+    /// delta: what a server relaying the stream puts in its own first event. A provider
+    /// that opens with none sends no `Started`.
+    Started(Box<BTreeMap<String, Value>>),
     /// Text the model wrote, in order.
     Text(String),
     /// A piece of reasoning (thinking). `index` is the reasoning block's position in the

@@ -310,12 +310,63 @@ async fn artifact_reads_are_answered_inside_one_stream() {
     );
     assert_eq!(
         text_of(&events),
-        "Reading the end of the log.The log ends with SECRET-AT-THE-END.",
-        "both rounds' text streamed through"
+        "The log ends with SECRET-AT-THE-END.",
+        "the hidden round's text never reaches the caller: only the answer's"
     );
     let last = done(&events);
     assert_eq!(last.message.text(), "The log ends with SECRET-AT-THE-END.");
     assert_eq!(last.report.resolved_messages.len(), 2);
+    // The caller is billed for both rounds: the answer's usage is their sum.
+    let sent: u64 = model
+        .requests()
+        .iter()
+        .map(|r| r.estimate_tokens() as u64)
+        .sum();
+    assert_eq!(last.usage.input_tokens, sent, "both rounds' prompts");
+    let usage: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Usage(u) => Some(*u),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        usage.iter().all(|u| u.input_tokens < sent),
+        "no hidden round's usage event: {usage:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_round_that_calls_a_client_tool_is_the_answer_with_its_text() {
+    // Offered the read tool, the model calls a client tool instead: what was held while
+    // the round might have been hidden goes out, text first.
+    let big = format!("HEADER\n{}\nSECRET-AT-THE-END", logs(300));
+    let model = MockModel::scripted([MockReply::ToolCalls(
+        "Restarting it.".into(),
+        vec![ToolCall::new(
+            "c9",
+            "restart_service",
+            json!({"name": "db"}),
+        )],
+    )]);
+    let stream = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve()
+        .layer(model.clone())
+        .oneshot(Streaming(transcript(&big)))
+        .await
+        .unwrap();
+    let events = events(stream).await;
+    assert!(
+        model.requests()[0]
+            .tools
+            .iter()
+            .any(|t| t.name == READ_ARTIFACT_TOOL),
+        "the read tool was offered"
+    );
+    assert_eq!(model.calls(), 1);
+    assert_eq!(text_of(&events), "Restarting it.");
+    assert_eq!(done(&events).message.tool_calls[0].name, "restart_service");
 }
 
 #[tokio::test]

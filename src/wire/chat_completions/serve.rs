@@ -12,7 +12,7 @@ use super::body::{message_to_wire, request_from_str};
 use crate::budget::{BudgetExceeded, rfc3339};
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
-use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find};
+use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find, made_up_id};
 use crate::{BoxError, ContextLimitError};
 
 /// OpenAI's `finish_reason` for the neutral one.
@@ -38,19 +38,54 @@ fn usage(u: &Usage) -> Value {
     })
 }
 
-/// The response's `id` and `model` as the provider gave them, else made up from `model`.
-fn id_and_model(r: &ChatResponse, model: &str) -> (Value, Value) {
-    let id = r
-        .provider_fields
-        .get("id")
-        .cloned()
-        .unwrap_or_else(|| json!("chatcmpl-llm-context"));
-    let model = r
-        .provider_fields
-        .get("model")
-        .cloned()
-        .unwrap_or_else(|| json!(model));
-    (id, model)
+/// The top-level fields of a completion the provider names and the proxy passes on as
+/// it gave them, when it gave them (an Anthropic answer has none of them).
+const PASSED_ON: &[&str] = &["system_fingerprint", "service_tier"];
+
+/// The answer's opening: its `id`, `model` and `created` as the provider gave them (else
+/// a unique id, the model asked for, and now), and the fields of [`PASSED_ON`] it gave.
+#[derive(Clone, Debug)]
+struct Head {
+    id: Value,
+    model: Value,
+    created: Value,
+    passed_on: Vec<(&'static str, Value)>,
+}
+
+impl Head {
+    fn of(fields: &std::collections::BTreeMap<String, Value>, model: &str, created: u64) -> Self {
+        let id = fields
+            .get("id")
+            .filter(|id| id.is_string())
+            .cloned()
+            .unwrap_or_else(|| json!(made_up_id("chatcmpl-")));
+        Self {
+            id,
+            model: fields.get("model").cloned().unwrap_or_else(|| json!(model)),
+            created: fields
+                .get("created")
+                .filter(|c| c.is_u64())
+                .cloned()
+                .unwrap_or_else(|| json!(created)),
+            passed_on: PASSED_ON
+                .iter()
+                .filter_map(|k| fields.get(*k).map(|v| (*k, v.clone())))
+                .collect(),
+        }
+    }
+
+    /// `object` with the head's fields.
+    fn object(&self, object: &str) -> serde_json::Map<String, Value> {
+        let mut out = serde_json::Map::new();
+        out.insert("id".into(), self.id.clone());
+        out.insert("object".into(), json!(object));
+        out.insert("created".into(), self.created.clone());
+        out.insert("model".into(), self.model.clone());
+        for (k, v) in &self.passed_on {
+            out.insert((*k).to_owned(), v.clone());
+        }
+        out
+    }
 }
 
 /// A whole `chat.completion` for `r`, asked of `model`.
@@ -72,29 +107,29 @@ fn completion(r: &ChatResponse, model: &str, created: u64) -> Value {
     if !reasoning.is_empty() {
         message["reasoning_content"] = json!(reasoning);
     }
-    let (id, model) = id_and_model(r, model);
-    json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": null,
-                     "finish_reason": finish(&r.finish_reason)}],
-        "usage": usage(&r.usage),
-    })
+    let mut out = Head::of(&r.provider_fields, model, created).object("chat.completion");
+    out.insert(
+        "choices".into(),
+        json!([{"index": 0, "message": message, "logprobs": null,
+                "finish_reason": finish(&r.finish_reason)}]),
+    );
+    out.insert("usage".into(), usage(&r.usage));
+    Value::Object(out)
 }
 
-/// The `chat.completion.chunk` for one event, if it has one (`Usage` has none: the usage
-/// goes into the last chunk, as `include_usage` asks), and the chunks that end the
-/// stream for `Done`: the finish reason, and the usage when the client asked for it.
-fn chunks(event: &StreamEvent, model: &str, created: u64, include_usage: bool) -> Vec<Value> {
+/// The `chat.completion.chunk` for one event, if it has one (`Started` and `Usage` have
+/// none: the usage goes into the last chunk, as `include_usage` asks), and the chunks
+/// that end the stream for `Done`: the finish reason, and the usage when the client asked
+/// for it.
+fn chunks(event: &StreamEvent, head: &Head, include_usage: bool) -> Vec<Value> {
     let chunk = |delta: Value, finish_reason: Value| {
-        json!({
-            "id": "chatcmpl-llm-context", "object": "chat.completion.chunk",
-            "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null,
-                         "finish_reason": finish_reason}],
-        })
+        let mut out = head.object("chat.completion.chunk");
+        out.insert(
+            "choices".into(),
+            json!([{"index": 0, "delta": delta, "logprobs": null,
+                    "finish_reason": finish_reason}]),
+        );
+        Value::Object(out)
     };
     match event {
         StreamEvent::Text(text) => vec![chunk(json!({"content": text}), Value::Null)],
@@ -116,11 +151,10 @@ fn chunks(event: &StreamEvent, model: &str, created: u64, include_usage: bool) -
         StreamEvent::Done(r) => {
             let mut out = vec![chunk(json!({}), finish(&r.finish_reason))];
             if include_usage {
-                out.push(json!({
-                    "id": "chatcmpl-llm-context", "object": "chat.completion.chunk",
-                    "created": created, "model": model, "choices": [],
-                    "usage": usage(&r.usage),
-                }));
+                let mut last = head.object("chat.completion.chunk");
+                last.insert("choices".into(), json!([]));
+                last.insert("usage".into(), usage(&r.usage));
+                out.push(Value::Object(last));
             }
             out
         }
@@ -230,6 +264,7 @@ impl Format for ChatCompletions {
             model,
             created: options.created,
             include_usage: options.include_usage,
+            head: None,
         }
     }
 
@@ -282,11 +317,20 @@ pub(crate) struct Chunks {
     model: String,
     created: u64,
     include_usage: bool,
+    /// Every chunk's head, set by the first event: the provider's (`Started`) when the
+    /// stream opens with it, else made up once.
+    head: Option<Head>,
 }
 
 impl EventWriter for Chunks {
     fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
-        let mut out: Vec<Bytes> = chunks(event, &self.model, self.created, self.include_usage)
+        let (model, created) = (&self.model, self.created);
+        let head = self.head.get_or_insert_with(|| match event {
+            StreamEvent::Started(fields) => Head::of(fields, model, created),
+            StreamEvent::Done(r) => Head::of(&r.provider_fields, model, created),
+            _ => Head::of(&Default::default(), model, created),
+        });
+        let mut out: Vec<Bytes> = chunks(event, head, self.include_usage)
             .into_iter()
             .map(|c| Bytes::from(format!("data: {c}\n\n")))
             .collect();

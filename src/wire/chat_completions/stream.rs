@@ -102,9 +102,10 @@ impl Decoder for OpenAiDecoder {
         }
         if self.fields.is_none() {
             let head: Head = serde_json::from_str(data).map_err(bad)?;
-            self.fields = Some(crate::client::provider_fields(
-                head.id, head.model, head.extra,
-            ));
+            let fields = crate::client::provider_fields(head.id, head.model, head.extra);
+            // A relay opens its own stream with them (the id, `system_fingerprint`).
+            out.push_back(StreamEvent::Started(Box::new(fields.clone())));
+            self.fields = Some(fields);
         }
         // Only the first choice is read, as for a non-streamed answer.
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {

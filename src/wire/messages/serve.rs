@@ -8,7 +8,7 @@
 //! an `input_schema` (Anthropic's server tools). `cache_control` markers are not kept:
 //! the stack sets its own breakpoints (see `crate::prefix`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
 use llm_context_layers::{
@@ -23,7 +23,7 @@ use axum::http::StatusCode;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
-use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find};
+use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find, made_up_id};
 use crate::{BoxError, ContextLimitError};
 
 /// Top-level fields read into the neutral request; every other one is carried in
@@ -379,12 +379,15 @@ fn usage(u: &Usage) -> Value {
     })
 }
 
-/// A `msg_…` id: the provider's when it gave one of that shape.
-fn message_id(r: Option<&ChatResponse>) -> Value {
-    r.and_then(|r| r.provider_fields.get("id"))
+/// A `msg_…` id: the provider's when it gave one of that shape, else a unique one (a
+/// client such as Claude Code groups content by message id, so two answers must never
+/// share one).
+fn message_id(fields: &BTreeMap<String, Value>) -> Value {
+    fields
+        .get("id")
         .and_then(Value::as_str)
         .filter(|id| id.starts_with("msg_"))
-        .map_or_else(|| json!("msg_llm_context"), |id| json!(id))
+        .map_or_else(|| json!(made_up_id("msg_")), |id| json!(id))
 }
 
 /// The blocks of an answer, in Anthropic's order: thinking, text, tool uses, then any
@@ -431,7 +434,7 @@ fn message(r: &ChatResponse, model: &str) -> Value {
         .cloned()
         .unwrap_or_else(|| json!(model));
     json!({
-        "id": message_id(Some(r)),
+        "id": message_id(&r.provider_fields),
         "type": "message",
         "role": "assistant",
         "model": model,
@@ -475,11 +478,23 @@ impl Events {
         let mut out = Vec::new();
         if !self.started {
             self.started = true;
+            // The provider's id and model when the stream opens with them.
+            let empty = BTreeMap::new();
+            let fields = match event {
+                StreamEvent::Started(fields) => fields.as_ref(),
+                StreamEvent::Done(r) => &r.provider_fields,
+                _ => &empty,
+            };
+            let model = fields
+                .get("model")
+                .filter(|m| m.is_string())
+                .cloned()
+                .unwrap_or_else(|| json!(self.model));
             out.push((
                 "message_start",
                 json!({"type": "message_start", "message": {
-                    "id": message_id(event.as_done()), "type": "message", "role": "assistant",
-                    "model": self.model, "content": [], "stop_reason": null,
+                    "id": message_id(fields), "type": "message", "role": "assistant",
+                    "model": model, "content": [], "stop_reason": null,
                     "stop_sequence": null,
                     "usage": {"input_tokens": 0, "output_tokens": 0}}}),
             ));

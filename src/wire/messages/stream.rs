@@ -244,6 +244,8 @@ impl Decoder for AnthropicDecoder {
                 self.usage = m.usage;
                 // The same fields as a non-streamed answer's.
                 self.fields = crate::client::provider_fields(m.id, m.model, m.extra);
+                // A relay opens its own stream with them (the message's id above all).
+                out.push_back(StreamEvent::Started(Box::new(self.fields.clone())));
             }
             "content_block_start" => {
                 let at = index()?;

@@ -3,6 +3,10 @@
 use llm_context::serve::Proxy;
 use llm_context::{Anthropic, OpenAi};
 use serde_json::{Value, json};
+use wiremock::{MockServer, ResponseTemplate};
+
+use super::fixture;
+use super::servers::mock_post;
 
 /// Serves `proxy` on a free loopback port; its base URL.
 pub(crate) async fn serving(proxy: Proxy) -> String {
@@ -58,4 +62,42 @@ pub(crate) fn openai_stream() -> Vec<String> {
     .collect();
     pieces.push("data: [DONE]\n\n".into());
     pieces
+}
+
+/// A fake OpenAI on 127.0.0.1 answering every Chat Completions call with a text answer.
+pub(crate) async fn openai_upstream() -> MockServer {
+    mock_post(
+        "/v1/chat/completions",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("openai-response-text.json"), "application/json"),
+    )
+    .await
+}
+
+/// A fake Anthropic on 127.0.0.1 answering every Messages call with a text answer.
+pub(crate) async fn anthropic_upstream() -> MockServer {
+    mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("anthropic-response-text.json"), "application/json"),
+    )
+    .await
+}
+
+/// A proxy in front of `upstream`'s OpenAI, served on 127.0.0.1: its base URL.
+pub(crate) async fn openai_proxy(upstream: &MockServer) -> String {
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    serving(proxy).await
+}
+
+/// A proxy in front of `upstream`'s Anthropic, served on 127.0.0.1: its base URL.
+pub(crate) async fn anthropic_proxy(upstream: &MockServer) -> String {
+    let proxy = Proxy::builder()
+        .anthropic(anthropic(&upstream.uri()))
+        .build()
+        .unwrap();
+    serving(proxy).await
 }

@@ -1,0 +1,349 @@
+//! What `serve` passes on as the upstream gave it: message ids, `created`,
+//! `system_fingerprint`, streamed and not. Each test here reproduces a change a real
+//! agent client was shown through the proxy (Claude Code merged every turn of a session
+//! because every streamed answer carried one id).
+
+use crate::support::proxy::{
+    anthropic, anthropic_proxy, anthropic_upstream, json_of, openai, openai_proxy, openai_upstream,
+    serving,
+};
+use crate::support::stream_server::{Reply, data, named, start};
+use llm_context::serve::Proxy;
+use serde_json::{Value, json};
+
+/// An Anthropic stream answering `text` under the message id `id`.
+fn anthropic_stream(id: &str, text: &str) -> Vec<String> {
+    let event = |v: Value| named(v["type"].as_str().unwrap(), &v);
+    vec![
+        event(
+            json!({"type": "message_start", "message": {"id": id, "type": "message",
+            "role": "assistant", "model": "claude-sonnet-4-6-20260101", "content": [],
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+        ),
+        event(json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}})),
+        event(json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": text}})),
+        event(json!({"type": "content_block_stop", "index": 0})),
+        event(
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn",
+            "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+        ),
+        event(json!({"type": "message_stop"})),
+    ]
+}
+
+fn messages_turn(text: &str) -> Value {
+    json!({"model": "claude-sonnet-4-6", "max_tokens": 512, "stream": true,
+           "messages": [{"role": "user", "content": text}]})
+}
+
+async fn post(url: &str, route: &str, body: &Value) -> reqwest::Response {
+    let r = reqwest::Client::new()
+        .post(format!("{url}{route}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r
+}
+
+/// The `data` of each server-sent event of `text` (`[DONE]` left out).
+fn datas(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// The `message_start` event of the stream answering `body` on `/v1/messages`.
+async fn message_start(url: &str, body: &Value) -> Value {
+    let text = post(url, "/v1/messages", body).await.text().await.unwrap();
+    datas(&text)
+        .into_iter()
+        .find(|e| e["type"] == "message_start")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn each_streamed_messages_answer_keeps_the_upstreams_message_id() {
+    let upstream = start(vec![
+        Reply::events(anthropic_stream("msg_01AAA", "Erste Runde. 一")),
+        Reply::events(anthropic_stream("msg_01BBB", "Zweite Runde. 二")),
+    ])
+    .await;
+    let proxy = Proxy::builder()
+        .anthropic(anthropic(&upstream.url))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut ids = Vec::new();
+    for turn in ["Warum?", "Und dann?"] {
+        let start = message_start(&url, &messages_turn(turn)).await;
+        assert_eq!(start["message"]["model"], "claude-sonnet-4-6-20260101");
+        ids.push(start["message"]["id"].clone());
+    }
+    assert_eq!(ids, [json!("msg_01AAA"), json!("msg_01BBB")]);
+}
+
+#[tokio::test]
+async fn answers_no_provider_named_get_ids_of_their_own() {
+    // An OpenAI upstream's id is not a Messages id: each answer gets a new `msg_` one,
+    // never one shared by every answer.
+    let chunk = |delta: Value, finish: Value| {
+        data(
+            &json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                     "model": "gpt-5.4", "choices": [{"index": 0, "delta": delta,
+                     "finish_reason": finish}]}),
+        )
+    };
+    let pieces = vec![
+        chunk(json!({"content": "Hallo 你好"}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let upstream = start(vec![Reply::events(pieces)]).await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.url))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let body = json!({"model": "gpt-5.4", "max_tokens": 64, "stream": true,
+                          "messages": [{"role": "user", "content": "Hallo?"}]});
+        let start = message_start(&url, &body).await;
+        let id = start["message"]["id"].as_str().unwrap().to_owned();
+        assert!(id.starts_with("msg_") && id.len() > 20, "{id}");
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[tokio::test]
+async fn chat_completions_answers_keep_id_created_and_system_fingerprint() {
+    let chunk = |delta: Value, finish: Value| {
+        data(
+            &json!({"id": "chatcmpl-Zq7", "object": "chat.completion.chunk",
+                     "created": 1_767_000_000, "model": "gpt-5.4-2026-03-01",
+                     "system_fingerprint": "fp_4a1b", "service_tier": "default",
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+        )
+    };
+    let pieces = vec![
+        chunk(
+            json!({"role": "assistant", "content": "Die DB "}),
+            Value::Null,
+        ),
+        chunk(json!({"content": "— 接続拒否."}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let whole = json!({"id": "chatcmpl-Zq8", "object": "chat.completion",
+        "created": 1_767_000_001, "model": "gpt-5.4-2026-03-01",
+        "system_fingerprint": "fp_4a1c", "service_tier": "default",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "Die DB — 接続拒否."}}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18}});
+    let upstream = start(vec![
+        Reply::events(pieces),
+        Reply::events(vec![whole.to_string()]),
+    ])
+    .await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.url))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let ask = |stream: bool| {
+        json!({"model": "gpt-5.4", "stream": stream,
+               "messages": [{"role": "user", "content": "Warum?"}]})
+    };
+    let text = post(&url, "/v1/chat/completions", &ask(true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let chunks = datas(&text);
+    assert!(!chunks.is_empty());
+    for c in &chunks {
+        assert_eq!(c["id"], "chatcmpl-Zq7", "{c}");
+        assert_eq!(c["created"], 1_767_000_000, "{c}");
+        assert_eq!(c["model"], "gpt-5.4-2026-03-01", "{c}");
+        assert_eq!(c["system_fingerprint"], "fp_4a1b", "{c}");
+        assert_eq!(c["service_tier"], "default", "{c}");
+    }
+    let body = json_of(post(&url, "/v1/chat/completions", &ask(false)).await).await;
+    assert_eq!(body["id"], "chatcmpl-Zq8");
+    assert_eq!(body["created"], 1_767_000_001);
+    assert_eq!(body["system_fingerprint"], "fp_4a1c");
+    assert_eq!(body["service_tier"], "default");
+}
+
+/// The id of the first preview of an offloaded result in a body sent upstream.
+fn preview_id(body: &Value) -> String {
+    let text = body["messages"].to_string();
+    let at = text.find("art_").expect("an offloaded result");
+    text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agents_own_session_header_names_the_session() {
+    // Artifacts are kept per session, so the id of an offloaded result tells which
+    // session the proxy served a request in.
+    let logs: String = (0..400)
+        .map(|i| format!("{{\"level\":\"error\",\"i\":{i},\"msg\":\"接続拒否 — refusée\"}}\n"))
+        .collect();
+    let turn = json!({"model": "gpt-5.4", "messages": [
+        {"role": "user", "content": "Warum fällt die API aus?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "fetch_logs", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": logs},
+        {"role": "user", "content": "Und?"}]});
+    let upstream = openai_upstream().await;
+    let url = openai_proxy(&upstream).await;
+    let cases: [&[(&str, &str)]; 5] = [
+        &[("x-claude-code-session-id", "cc-A")],
+        &[("x-claude-code-session-id", "cc-B")],
+        &[("session_id", "019a9544-7ab1-73c1-837e-1fa681f4462b")],
+        // The proxy's own header wins over an agent's.
+        &[
+            ("x-llm-context-session", "S"),
+            ("x-claude-code-session-id", "cc-A"),
+        ],
+        &[
+            ("x-llm-context-session", "S"),
+            ("x-claude-code-session-id", "cc-B"),
+        ],
+    ];
+    for headers in cases {
+        let mut request = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .body(turn.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 200);
+    }
+    let ids: Vec<String> = upstream
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| preview_id(&serde_json::from_slice(&r.body).unwrap()))
+        .collect();
+    assert_ne!(ids[0], ids[1], "two Claude Code sessions");
+    assert_ne!(ids[0], ids[2], "a Codex session is its own");
+    assert_ne!(ids[1], ids[2]);
+    assert_eq!(ids[3], ids[4], "x-llm-context-session names the session");
+    assert!(!ids[..3].contains(&ids[3]));
+}
+
+/// The values of header `name` a recorded request had, each line as it came.
+fn header_lines(r: &wiremock::Request, name: &str) -> Vec<String> {
+    r.headers
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_clients_headers_and_query_reach_its_own_formats_upstream() {
+    let upstream = anthropic_upstream().await;
+    let url = anthropic_proxy(&upstream).await;
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 256,
+                      "messages": [{"role": "user", "content": "Warum? なぜ?"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages?beta=true"))
+        .header("content-type", "application/json")
+        // Claude Code's: two lines of betas, a newer API version, its session.
+        .header(
+            "anthropic-beta",
+            "interleaved-thinking-2025-05-14,context-1m-2025-08-07",
+        )
+        .header("anthropic-beta", "context-management-2025-06-27")
+        .header("anthropic-version", "2026-09-01")
+        .header("x-claude-code-session-id", "3f9c-session")
+        .header("user-agent", "claude-cli/2.1.0 (external, cli)")
+        .header("x-stainless-lang", "js")
+        .header("x-api-key", "sk-ant-the-clients-own")
+        .header("x-llm-context-session", "mine")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = upstream.received_requests().await.unwrap();
+    let sent = &sent[0];
+    assert_eq!(sent.url.query(), Some("beta=true"));
+    assert_eq!(
+        header_lines(sent, "anthropic-beta"),
+        [
+            "interleaved-thinking-2025-05-14,context-1m-2025-08-07",
+            "context-management-2025-06-27"
+        ],
+        "verbatim, in order"
+    );
+    assert_eq!(header_lines(sent, "anthropic-version"), ["2026-09-01"]);
+    assert_eq!(
+        header_lines(sent, "x-claude-code-session-id"),
+        ["3f9c-session"]
+    );
+    assert_eq!(
+        header_lines(sent, "user-agent"),
+        ["claude-cli/2.1.0 (external, cli)"]
+    );
+    assert_eq!(header_lines(sent, "x-stainless-lang"), ["js"]);
+    // The server's key, not the client's; nothing of the proxy's own.
+    assert_eq!(header_lines(sent, "x-api-key"), ["sk-ant-upstream"]);
+    assert!(header_lines(sent, "x-llm-context-session").is_empty());
+}
+
+#[tokio::test]
+async fn openai_headers_reach_openai_and_no_provider_gets_anothers() {
+    let upstream = openai_upstream().await;
+    let url = openai_proxy(&upstream).await;
+    let chat = json!({"model": "gpt-5.4", "messages": [{"role": "user", "content": "Hallo?"}]});
+    let messages = json!({"model": "gpt-5.4", "max_tokens": 64,
+                          "messages": [{"role": "user", "content": "Hallo?"}]});
+    for (route, body, query) in [
+        ("/v1/chat/completions", &chat, "api-version=2026-01-01"),
+        ("/v1/messages", &messages, "beta=true"),
+    ] {
+        let r = reqwest::Client::new()
+            .post(format!("{url}{route}?{query}"))
+            .header("content-type", "application/json")
+            .header("OpenAI-Organization", "org-client")
+            .header("OpenAI-Project", "proj_client")
+            .header("X-Client-Request-Id", "req-7f3a")
+            .header("anthropic-beta", "context-management-2025-06-27")
+            .header("authorization", "Bearer sk-the-clients-own")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{route}");
+    }
+    let sent = upstream.received_requests().await.unwrap();
+    let (chat, cross) = (&sent[0], &sent[1]);
+    assert_eq!(chat.url.query(), Some("api-version=2026-01-01"));
+    assert_eq!(header_lines(chat, "openai-organization"), ["org-client"]);
+    assert_eq!(header_lines(chat, "openai-project"), ["proj_client"]);
+    assert_eq!(header_lines(chat, "x-client-request-id"), ["req-7f3a"]);
+    assert_eq!(header_lines(chat, "authorization"), ["Bearer sk-upstream"]);
+    // A Messages client reaching GPT: its query and the other provider's headers stay
+    // behind; the headers that name no provider go on.
+    assert_eq!(cross.url.query(), None);
+    assert!(header_lines(cross, "anthropic-beta").is_empty());
+    assert!(header_lines(cross, "openai-organization").is_empty());
+    assert_eq!(header_lines(cross, "x-client-request-id"), ["req-7f3a"]);
+    assert_eq!(header_lines(cross, "authorization"), ["Bearer sk-upstream"]);
+}
