@@ -153,6 +153,10 @@ impl<T> Anthropic<T> {
         path: &str,
         body: &impl serde::Serialize,
     ) -> Result<crate::transport::HttpRequest, ProviderError> {
-        self.post_to(&format!("{}{path}", self.base_url()), body)
+        self.post_with(
+            &format!("{}{path}", self.base_url()),
+            body,
+            std::iter::empty(),
+        )
     }
 }

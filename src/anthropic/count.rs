@@ -58,7 +58,7 @@ where
             system,
             messages,
             tools,
-        } = render(None, messages, tools, CacheHints::NONE)?;
+        } = render(None, messages, tools, CacheHints::NONE, false)?;
         let body = CountTokensRequest {
             model: self.model.clone(),
             messages,

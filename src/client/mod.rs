@@ -25,6 +25,8 @@
 
 mod api;
 mod builder;
+#[cfg(feature = "serve")]
+mod relay;
 mod transfer;
 
 use std::sync::Arc;
@@ -36,11 +38,15 @@ use tower::Service;
 pub use api::Api;
 pub(crate) use api::Speaks;
 pub use builder::{Builder, ConfigError};
+#[cfg(feature = "serve")]
+pub(crate) use relay::Relay;
 pub use transfer::ResponseFuture;
 pub(crate) use transfer::{
-    Headers, NOT_FORWARDED, Reading, Settings, base_url, env, exchange, log_request,
-    poll_transport, post_json, provider_fields, transport_error, unsupported,
+    Headers, Reading, Settings, base_url, env, exchange, log_request, poll_transport, post_json,
+    provider_fields, transport_error, unsupported,
 };
+#[cfg(feature = "serve")]
+pub(crate) use transfer::{NOT_FORWARDED, request};
 
 use crate::error::ProviderError;
 use crate::sse;
@@ -148,18 +154,9 @@ impl<A: Api, T> Client<A, T> {
         self.transport
     }
 
-    /// A JSON POST of `body` to `url` with the credentials and extra headers.
-    pub(crate) fn post_to(
-        &self,
-        url: &str,
-        body: &impl serde::Serialize,
-    ) -> Result<HttpRequest, ProviderError> {
-        self.post_with(url, body, std::iter::empty())
-    }
-
-    /// [`post_to`](Self::post_to), with a caller's headers passed on after the client's
-    /// own (see [`post_json`]).
-    fn post_with<'a>(
+    /// A JSON POST of `body` to `url` with the credentials and extra headers, and a
+    /// caller's headers passed on after the client's own (see [`post_json`]).
+    pub(crate) fn post_with<'a>(
         &self,
         url: &str,
         body: &impl serde::Serialize,

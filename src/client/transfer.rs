@@ -190,11 +190,8 @@ pub(crate) const NOT_FORWARDED: &[&str] = &[
     "cookie",
 ];
 
-/// A JSON POST of `body` to `url`, serialized once. Each of the client's own headers is
-/// `(name, value, sensitive)`; values built from a key are marked sensitive, so `http`'s
-/// and hyper's `Debug` output leave them out. A body or header that cannot be sent is an
-/// [`unsupported`] error (nothing was sent), whose message names the header, never its
-/// value; a forwarded header that cannot be sent is left out.
+/// A JSON POST of `body` to `url`, serialized once: [`request`] with the JSON content
+/// type.
 pub(crate) fn post_json<'a>(
     provider: Provider,
     url: &str,
@@ -202,11 +199,34 @@ pub(crate) fn post_json<'a>(
     body: &impl Serialize,
 ) -> Result<HttpRequest, ProviderError> {
     let bytes = serde_json::to_vec(body).map_err(|e| unsupported(provider, e.to_string()))?;
+    let json = http::HeaderValue::from_static("application/json");
+    request(
+        provider,
+        http::Method::POST,
+        url,
+        headers,
+        Some(json),
+        Bytes::from(bytes),
+    )
+}
+
+/// A `method` request of `body` to `url`. Each of the client's own headers is `(name,
+/// value, sensitive)`; values built from a key are marked sensitive, so `http`'s and
+/// hyper's `Debug` output leave them out. A request or header of the client's own that
+/// cannot be sent is an [`unsupported`] error (nothing was sent), whose message names the
+/// header, never its value; a forwarded header that cannot be sent is left out.
+pub(crate) fn request<'a>(
+    provider: Provider,
+    method: http::Method,
+    url: &str,
+    headers: Headers<'_, impl Iterator<Item = (&'a str, &'a str)>>,
+    content_type: Option<http::HeaderValue>,
+    body: Bytes,
+) -> Result<HttpRequest, ProviderError> {
     let mut map = http::HeaderMap::new();
-    map.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
+    if let Some(content_type) = content_type {
+        map.insert(http::header::CONTENT_TYPE, content_type);
+    }
     let mut forwarded: Vec<(http::HeaderName, http::HeaderValue)> = Vec::new();
     for (name, value) in headers.forwarded {
         let (Ok(name), Ok(value)) = (
@@ -242,11 +262,13 @@ pub(crate) fn post_json<'a>(
     for (name, value) in forwarded {
         map.append(name, value);
     }
-    let mut request = http::Request::post(url)
-        .body(Bytes::from(bytes))
+    let mut out = http::Request::builder()
+        .method(method)
+        .uri(url)
+        .body(body)
         .map_err(|e| unsupported(provider, e.to_string()))?;
-    *request.headers_mut() = map;
-    Ok(request)
+    *out.headers_mut() = map;
+    Ok(out)
 }
 
 /// Awaits a request the transport is sending (`sent`), then reads the response into

@@ -52,7 +52,8 @@ pub(crate) async fn not_found(uri: axum::http::Uri) -> Response {
     use crate::wire::chat_completions::serve::ChatCompletions;
     use crate::wire::messages::serve::Messages;
     let message = "no such route: the server serves POST /v1/chat/completions and POST \
-                   /v1/messages, GET /healthz, /readyz and /metrics";
+                   /v1/messages, passes any other path under /v1/ on to its provider, and \
+                   serves GET /healthz, /readyz and /metrics";
     if uri.path().starts_with(Messages::ROUTE) {
         failures::error::<Messages>(StatusCode::NOT_FOUND, message)
     } else {
@@ -198,7 +199,7 @@ async fn handle<F: Format>(
 /// proxy's own (`x-llm-context-…`), the credentials (the upstream gets the server's key)
 /// and those of the connection and the body. Kept only as text; a value that is not is
 /// left out.
-fn forwarded(headers: &HeaderMap) -> Vec<(String, String)> {
+pub(crate) fn forwarded(headers: &HeaderMap) -> Vec<(String, String)> {
     headers
         .iter()
         .filter(|(name, _)| {

@@ -103,6 +103,7 @@ mod handler;
 mod keys;
 mod listen;
 mod metrics;
+mod passthrough;
 mod plausible;
 mod request_span;
 mod timing;
@@ -129,6 +130,7 @@ use self::upstreams::{Table, Upstream};
 use crate::attempt::AttemptSpanLayer;
 use crate::budget::BudgetLayer;
 use crate::catalog::Provider;
+use crate::client::Relay;
 use crate::memo::{LocalMemoStore, MemoLayer, MemoStore};
 use crate::redis::RedisStores;
 use crate::retry::RetryPolicy;
@@ -187,6 +189,8 @@ pub(crate) struct Shared {
     pub(crate) budgets: Option<BudgetLayer>,
     /// The SHA-256 of the key `/metrics` asks for, if any.
     pub(crate) metrics_key: Option<[u8; 32]>,
+    /// The providers the routes the proxy does not manage are passed on to.
+    pub(crate) relays: Table<Relay>,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -227,6 +231,9 @@ pub struct ProxyBuilder {
     catalog: Option<Arc<Catalog>>,
     /// The providers' clients, each boxed once; the stacks are built in front of them.
     upstreams: Table<Upstream>,
+    /// The pass-through of each provider whose client was given as such
+    /// ([`openai`](Self::openai), [`anthropic`](Self::anthropic)).
+    relays: Table<Relay>,
     memo: Option<Arc<dyn MemoStore>>,
     keys: Vec<([u8; 32], Scope, Option<ContextPolicy>)>,
     routes: Vec<(String, Provider)>,
@@ -282,7 +289,15 @@ impl Proxy {
                 Messages::ROUTE,
                 post(endpoint::<Messages>).fallback(not_allowed::<Messages>),
             )
-            .fallback(handler::not_found)
+            .route(
+                "/v1/models",
+                get(passthrough::relayed).fallback(passthrough::relayed),
+            )
+            .route(
+                "/v1/models/{id}",
+                get(passthrough::relayed).fallback(passthrough::relayed),
+            )
+            .fallback(passthrough::or_not_found)
             .with_state(self.shared)
     }
 
@@ -329,6 +344,7 @@ impl Default for ProxyBuilder {
             policy: ContextPolicy::default(),
             catalog: None,
             upstreams: Table::default(),
+            relays: Table::default(),
             memo: None,
             keys: Vec::new(),
             routes: Vec::new(),
@@ -437,13 +453,16 @@ impl ProxyBuilder {
 
     /// The OpenAI(-compatible) upstream: `upstream(Provider::OpenAi, client)`.
     #[must_use]
-    pub fn openai(self, client: OpenAi) -> Self {
+    pub fn openai(mut self, client: OpenAi) -> Self {
+        // Its base URL ends with `/v1`: a caller's `/v1/models` is `{base}/models`.
+        self.relays.insert(Provider::OpenAi, client.relay("/v1"));
         self.upstream(Provider::OpenAi, boxed_errors(client))
     }
 
     /// The Anthropic upstream: `upstream(Provider::Anthropic, client)`.
     #[must_use]
-    pub fn anthropic(self, client: Anthropic) -> Self {
+    pub fn anthropic(mut self, client: Anthropic) -> Self {
+        self.relays.insert(Provider::Anthropic, client.relay(""));
         self.upstream(Provider::Anthropic, boxed_errors(client))
     }
 
@@ -655,6 +674,7 @@ impl ProxyBuilder {
                 redis: self.redis,
                 budgets,
                 metrics_key: self.metrics_key,
+                relays: self.relays,
             }),
         })
     }

@@ -129,7 +129,13 @@ pub fn blocks(req: &ChatRequest) -> Result<Vec<Block>, ProviderError> {
         system,
         messages,
         tools,
-    } = render(req.prefix.as_deref(), &req.messages, &req.tools, req.cache)?;
+    } = render(
+        req.prefix.as_deref(),
+        &req.messages,
+        &req.tools,
+        req.cache,
+        false,
+    )?;
     let mut chain = Chain::new("llm-context/simulate/anthropic/v1");
     for t in &tools {
         let chars = char_count(&t.name)

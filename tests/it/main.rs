@@ -60,6 +60,8 @@ mod serve_limits;
 #[cfg(feature = "serve")]
 mod serve_messages;
 #[cfg(feature = "serve")]
+mod serve_passthrough;
+#[cfg(feature = "serve")]
 mod serve_redis;
 #[cfg(feature = "serve")]
 mod trace_tree;

@@ -347,3 +347,131 @@ async fn openai_headers_reach_openai_and_no_provider_gets_anothers() {
     assert_eq!(header_lines(cross, "x-client-request-id"), ["req-7f3a"]);
     assert_eq!(header_lines(cross, "authorization"), ["Bearer sk-upstream"]);
 }
+
+/// `body` sent to `/v1/messages` with `headers`, answered 200; the body the upstream got.
+async fn sent_through(
+    url: &str,
+    upstream: &wiremock::MockServer,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Value {
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let r = request.send().await.unwrap();
+    let status = r.status();
+    assert_eq!(status, 200, "{}", r.text().await.unwrap());
+    let sent = upstream.received_requests().await.unwrap();
+    serde_json::from_slice(&sent.last().unwrap().body).unwrap()
+}
+
+#[tokio::test]
+async fn claude_codes_mid_conversation_system_message_stays_where_it_was() {
+    // The shape of Claude Code's first request on its default model.
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 32000, "stream": false,
+    "system": [{"type": "text", "text": "You are Claude Code."}],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Fix the failing test."}]},
+        {"role": "system", "content": [{"type": "text",
+            "text": "<system-reminder>Todo list is empty.</system-reminder>"}]},
+        {"role": "user", "content": [{"type": "text", "text": "Und schnell — 速く."}]}
+    ]});
+    let upstream = anthropic_upstream().await;
+    let url = anthropic_proxy(&upstream).await;
+    let beta = [("anthropic-beta", "mid-conversation-system-2026-04-07")];
+    let sent = sent_through(&url, &upstream, &body, &beta).await;
+    assert_eq!(sent["system"][0]["text"], "You are Claude Code.");
+    assert_eq!(
+        sent["system"].as_array().unwrap().len(),
+        1,
+        "nothing hoisted"
+    );
+    let roles: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "system", "user"]);
+    assert_eq!(
+        sent["messages"][1]["content"][0]["text"],
+        "<system-reminder>Todo list is empty.</system-reminder>"
+    );
+}
+
+#[tokio::test]
+async fn text_blocks_sampling_and_strict_tools_arrive_as_written() {
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 1024,
+    "temperature": 0.2, "top_p": 0.9,
+    "tools": [{"name": "fetch_logs", "description": "Fetch logs", "strict": true,
+               "input_schema": {"type": "object", "properties": {"unit": {"type": "string"}},
+                                "required": ["unit"], "additionalProperties": false}}],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Hello"},
+                                     {"type": "text", "text": "World"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Erst "},
+                                          {"type": "text", "text": "die Logs."}]},
+        {"role": "user", "content": "Weiter — 続けて."}
+    ]});
+    let upstream = anthropic_upstream().await;
+    let url = anthropic_proxy(&upstream).await;
+    let sent = sent_through(&url, &upstream, &body, &[]).await;
+    assert_eq!(
+        sent["messages"][0]["content"],
+        body["messages"][0]["content"]
+    );
+    assert_eq!(
+        sent["messages"][1]["content"],
+        body["messages"][1]["content"]
+    );
+    assert_eq!(sent["temperature"], 0.2);
+    assert_eq!(sent["top_p"], 0.9);
+    assert_eq!(sent["tools"][0]["strict"], true);
+}
+
+#[tokio::test]
+async fn a_strict_function_tool_stays_strict_in_both_directions() {
+    let tools = json!([{"type": "function", "function": {"name": "fetch_logs", "strict": true,
+        "parameters": {"type": "object", "properties": {"unit": {"type": "string"}},
+                       "required": ["unit"], "additionalProperties": false}}}]);
+    let chat = json!({"model": "gpt-5.4", "tools": tools,
+                      "messages": [{"role": "user", "content": "Logs?"}]});
+    let openai_up = openai_upstream().await;
+    let url = openai_proxy(&openai_up).await;
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .body(chat.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent: Value =
+        serde_json::from_slice(&openai_up.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(
+        sent["tools"][0], tools[0],
+        "the Agents SDK's tool, as it sent it (the read tool follows)"
+    );
+    // The same tools reaching Claude.
+    let anthropic_up = anthropic_upstream().await;
+    let proxy = Proxy::builder()
+        .anthropic(anthropic(&anthropic_up.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut chat = chat;
+    chat["model"] = json!("claude-sonnet-4-6");
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .body(chat.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent: Value =
+        serde_json::from_slice(&anthropic_up.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(sent["tools"][0]["strict"], true);
+}

@@ -82,6 +82,10 @@ impl StableHasher {
             self.str(&tool.name);
             self.str(&tool.description);
             self.json(&tool.parameters);
+            // Absent and unset hash alike, so keys made before the field stay valid.
+            if let Some(strict) = tool.strict {
+                self.str(if strict { "strict" } else { "not strict" });
+            }
         }
     }
 

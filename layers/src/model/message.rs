@@ -329,6 +329,10 @@ pub struct ToolSpec {
     /// JSON Schema of the arguments.
     #[serde(default = "empty_object_schema")]
     pub parameters: Value,
+    /// Whether calls must follow the schema exactly (OpenAI's and Anthropic's `strict`),
+    /// when the caller said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }
 
 fn empty_object_schema() -> Value {
@@ -342,7 +346,15 @@ impl ToolSpec {
             name: name.into(),
             description: description.into(),
             parameters,
+            strict: None,
         }
+    }
+
+    /// The same tool, with `strict` set.
+    #[must_use]
+    pub fn with_strict(mut self, strict: bool) -> Self {
+        self.strict = Some(strict);
+        self
     }
 }
 

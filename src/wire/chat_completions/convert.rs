@@ -106,6 +106,7 @@ fn tool(t: &ToolSpec) -> Tool {
             name: t.name.clone(),
             description: (!t.description.is_empty()).then(|| t.description.clone()),
             parameters: t.parameters.clone(),
+            strict: t.strict,
         },
     }
 }

@@ -206,6 +206,9 @@ pub struct FunctionObject {
     pub description: Option<String>,
     /// JSON Schema of the arguments.
     pub parameters: Value,
+    /// Whether calls must follow the schema exactly (structured outputs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }
 
 /// The body of a successful response.

@@ -35,10 +35,18 @@ pub(crate) fn request(
         system,
         messages,
         tools,
-    } = render(req.prefix.as_deref(), &req.messages, &req.tools, req.cache)?;
+    } = render(
+        req.prefix.as_deref(),
+        &req.messages,
+        &req.tools,
+        req.cache,
+        faithful(req),
+    )?;
     let p = &req.params;
-    if p.temperature.is_some() || p.top_p.is_some() {
-        // The Messages API as of SDK 2.14.0 has no sampling fields; sending them is refused.
+    let sampling = [("temperature", p.temperature), ("top_p", p.top_p)];
+    if !faithful(req) && sampling.iter().any(|(_, v)| v.is_some()) {
+        // The Messages API as of SDK 2.16.0 has no sampling fields: a request of another
+        // format does not send them. A Messages caller's own go as it wrote them.
         tracing::debug!(
             event = "params_not_sent",
             "temperature / top_p are not sent to Anthropic"
@@ -54,6 +62,13 @@ pub(crate) fn request(
         .into_iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    if faithful(req) {
+        for (name, value) in sampling {
+            if let Some(v) = value {
+                extra.insert(name.into(), serde_json::json!(v));
+            }
+        }
+    }
     let mut max_tokens = max_tokens(p).unwrap_or(default_max_tokens);
     if let Some(budget) = thinking_budget(p)
         && !extra.contains_key("thinking")
@@ -125,15 +140,26 @@ const PASS_THROUGH: PassThrough = PassThrough {
     fields: FIELDS,
 };
 
+/// Whether `req` came in the Messages format (a Messages caller through a proxy): what it
+/// wrote goes on as written where the neutral model would write it otherwise (its
+/// mid-conversation system messages stay in place, its sampling fields are sent).
+fn faithful(req: &ChatRequest) -> bool {
+    req.params.extra_format == Some(llm_context_layers::WireFormat::Messages)
+}
+
 /// System blocks (from `prefix` and the leading system messages), messages and tools,
 /// with `hints` turned into `cache_control` markers: on the last tool, on the last
 /// system block, on the last block of the message before the newest real user request,
 /// and on the last block of the request (the rolling breakpoint).
+///
+/// A system message after the leading ones is sent in place as a `system` message when
+/// `system_in_place` (the caller wrote it so), else as user text.
 pub(crate) fn render(
     prefix: Option<&PrefixContext>,
     messages: &[Message],
     tools: &[ToolSpec],
     hints: CacheHints,
+    system_in_place: bool,
 ) -> Result<Rendered, ProviderError> {
     let hints = ttl_order(hints);
     let head_end = leading_system_end(messages);
@@ -147,9 +173,10 @@ pub(crate) fn render(
     let mut system = Vec::new();
     let prefix_messages = prefix.map(|p| p.as_messages()).unwrap_or_default();
     for m in prefix_messages.iter().chain(&messages[..head_end]) {
-        let text = system_text(m)?;
-        if !text.is_empty() {
-            system.push(TextBlockParam::new(text));
+        for text in system_texts(m)? {
+            if !text.is_empty() {
+                system.push(TextBlockParam::new(text));
+            }
         }
     }
     if let (Some(ttl), Some(last)) = (hints.prefix, system.last_mut()) {
@@ -163,7 +190,10 @@ pub(crate) fn render(
 
     let mut out: Vec<InputMessage> = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate().skip(head_end) {
-        let (role, mut blocks) = blocks(m)?;
+        let (mut role, mut blocks) = blocks(m)?;
+        if system_in_place && m.role == Role::System {
+            role = InputRole::System;
+        }
         if let Some((at, cc)) = history_mark
             && at == i
         {
@@ -251,16 +281,21 @@ fn cache_control(ttl: CacheTtl) -> CacheControl {
     }
 }
 
-fn system_text(m: &Message) -> Result<String, ProviderError> {
-    if let Content::Parts(parts) = &m.content
-        && parts.iter().any(|p| !matches!(p, ContentPart::Text { .. }))
-    {
-        return Err(unsupported(
-            Provider::Anthropic,
-            "the system prompt (prefix and leading system messages) can only carry text",
-        ));
+/// The text blocks of a system message of the head, each its own.
+fn system_texts(m: &Message) -> Result<Vec<&str>, ProviderError> {
+    match &m.content {
+        Content::Text(t) => Ok(vec![t.as_str()]),
+        Content::Parts(parts) => parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => Ok(text.as_str()),
+                _ => Err(unsupported(
+                    Provider::Anthropic,
+                    "the system prompt (prefix and leading system messages) can only carry text",
+                )),
+            })
+            .collect(),
     }
-    Ok(m.text().into_owned())
 }
 
 /// The role and blocks of one tail message. Empty text makes no block.
@@ -309,7 +344,11 @@ fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderEr
                     _ => None,
                 })
                 .collect();
-            blocks.extend(text_block(&m.text()));
+            match &m.content {
+                Content::Text(t) => blocks.extend(text_block(t)),
+                // Several text blocks stay several.
+                Content::Parts(parts) => blocks.extend(part_blocks(parts)?),
+            }
             blocks.extend(m.tool_calls.iter().map(|c| ContentBlockParam::ToolUse {
                 id: c.id.clone(),
                 name: c.name.clone(),
@@ -396,6 +435,7 @@ fn tool(t: &ToolSpec) -> ToolParam {
         name: t.name.clone(),
         description: (!t.description.is_empty()).then(|| t.description.clone()),
         input_schema: t.parameters.clone(),
+        strict: t.strict,
         cache_control: None,
     }
 }

@@ -179,13 +179,14 @@ fn read_message(
             }
         }
         "assistant" => {
-            let mut text = String::new();
+            let mut text = Vec::new();
             let mut calls = Vec::new();
             let mut reasoning = Vec::new();
             for (i, b) in blocks.iter().enumerate() {
                 assistant_block(b, &mut text, &mut calls, &mut reasoning, tool_names)
                     .map_err(at(i))?;
             }
+            let text = content(text);
             let message = if calls.is_empty() {
                 Message::assistant(text)
             } else {
@@ -193,8 +194,24 @@ fn read_message(
             };
             out.push(message.with_reasoning(reasoning));
         }
+        // A mid-conversation system message (Anthropic's beta, Claude Code's): it stays
+        // where the client put it (see `convert::render`).
+        "system" => {
+            let parts = blocks
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    match b["type"].as_str() {
+                        Some("text") => checks::string(b, "text").map(ContentPart::text),
+                        _ => Err(Invalid::new("type", "must be \"text\" in a system message")),
+                    }
+                    .map_err(at(i))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            out.push(Message::system(content(parts)));
+        }
         other => {
-            let why = format!("must be \"user\" or \"assistant\", not {other:?}");
+            let why = format!("must be \"user\", \"assistant\" or \"system\", not {other:?}");
             return Err(Invalid::new("role", why));
         }
     }
@@ -204,13 +221,13 @@ fn read_message(
 /// One block of an assistant message, into its text, calls or reasoning.
 fn assistant_block(
     b: &Value,
-    text: &mut String,
+    text: &mut Vec<ContentPart>,
     calls: &mut Vec<ToolCall>,
     reasoning: &mut Vec<Reasoning>,
     tool_names: &mut HashMap<String, String>,
 ) -> Result<(), Invalid> {
     match b["type"].as_str() {
-        Some("text") => text.push_str(checks::string(b, "text")?),
+        Some("text") => text.push(ContentPart::text(checks::string(b, "text")?)),
         Some("tool_use") => {
             let id = checks::string(b, "id")?;
             let name = checks::string(b, "name")?;
@@ -241,19 +258,13 @@ fn unsupported(kind: Option<&str>) -> Invalid {
     )
 }
 
-/// All text parts as plain text, else the parts.
-fn content(parts: Vec<ContentPart>) -> Content {
-    if parts.iter().all(|p| matches!(p, ContentPart::Text { .. })) {
-        let text: String = parts
-            .iter()
-            .map(|p| match p {
-                ContentPart::Text { text } => text.as_str(),
-                _ => "",
-            })
-            .collect();
-        Content::Text(text.into())
-    } else {
-        Content::from(parts)
+/// One text part as plain text, else the parts: several text blocks stay several (joined,
+/// `Hello` and `World` would reach the model as `HelloWorld`).
+fn content(mut parts: Vec<ContentPart>) -> Content {
+    match parts.as_mut_slice() {
+        [] => Content::default(),
+        [ContentPart::Text { text }] => Content::Text(std::mem::take(text).into()),
+        _ => Content::from(parts),
     }
 }
 
@@ -323,7 +334,10 @@ fn tool(t: &Value) -> Result<ToolSpec, Invalid> {
         None | Some(Value::Null) => "",
         Some(_) => checks::string(t, "description")?,
     };
-    Ok(ToolSpec::new(name, description, schema.clone()))
+    checks::field(t.get("strict"), "strict", Kind::Bool)?;
+    let mut tool = ToolSpec::new(name, description, schema.clone());
+    tool.strict = t.get("strict").and_then(Value::as_bool);
+    Ok(tool)
 }
 
 /// The typed choice and whether parallel calls are allowed, of a Messages `tool_choice`,

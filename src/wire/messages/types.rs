@@ -71,7 +71,7 @@ pub struct CountTokensResponse {
     pub input_tokens: u64,
 }
 
-/// Who wrote a message (the system prompt is not a message here).
+/// Who wrote a message (the system prompt at the top is not a message here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -80,6 +80,9 @@ pub enum InputRole {
     User,
     /// The model.
     Assistant,
+    /// A system message inside the conversation (the `mid-conversation-system` beta),
+    /// where the caller put it.
+    System,
 }
 
 /// One message: a role and its blocks.
@@ -270,6 +273,9 @@ pub struct ToolParam {
     pub description: Option<String>,
     /// JSON Schema of the input (an object schema).
     pub input_schema: Value,
+    /// Whether calls must follow the schema exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
     /// A breakpoint after this tool (and so after every tool before it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_control: Option<CacheControl>,

@@ -645,5 +645,7 @@ fn tool_from_wire(v: &Value) -> Result<ToolSpec, WireError> {
         .get("parameters")
         .cloned()
         .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-    Ok(ToolSpec::new(name, description, parameters))
+    let mut tool = ToolSpec::new(name, description, parameters);
+    tool.strict = f.get("strict").and_then(Value::as_bool);
+    Ok(tool)
 }

@@ -189,6 +189,9 @@ pub fn tool_to_wire(t: &ToolSpec) -> Value {
         f.insert("description".into(), Value::String(t.description.clone()));
     }
     f.insert("parameters".into(), t.parameters.clone());
+    if let Some(strict) = t.strict {
+        f.insert("strict".into(), Value::Bool(strict));
+    }
     json!({"type": "function", "function": f})
 }
 

@@ -1,0 +1,184 @@
+//! The routes the proxy does not manage: `GET /v1/models`, `/v1/models/{id}` and any
+//! other path under `/v1/` (embeddings, files, batches, moderations), passed on to the
+//! provider the path belongs to with the server's key and nothing else changed, the
+//! answer streamed back as it comes. Counted in `/metrics` as the route `passthrough`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use futures_util::TryStreamExt;
+
+use super::failures;
+use super::handler::{forwarded, not_found};
+use super::upstreams::provider_of;
+use super::{Shared, body};
+use crate::catalog::Provider;
+use crate::wire::chat_completions::serve::ChatCompletions;
+use crate::wire::messages::serve::Messages;
+use crate::wire::served::Format;
+
+/// The route label of every request passed through.
+const ROUTE: &str = "passthrough";
+
+/// Response headers that belong to the upstream's connection, not the answer.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+];
+
+/// Any path the proxy has no route for: passed through under `/v1/`, else 404.
+pub(crate) async fn or_not_found(state: State<Arc<Shared>>, request: Request) -> Response {
+    if request.uri().path().starts_with("/v1/") {
+        relayed(state, request).await
+    } else {
+        not_found(request.uri().clone()).await
+    }
+}
+
+/// Which provider a path belongs to: a Messages path Anthropic's, a model's page that of
+/// the model, else Anthropic's when the caller speaks its API (`anthropic-version`, which
+/// its SDKs always send), else OpenAI's.
+fn provider_for(shared: &Shared, path: &str, headers: &HeaderMap) -> Provider {
+    if path.starts_with(Messages::ROUTE) {
+        return Provider::Anthropic;
+    }
+    if let Some(id) = path.strip_prefix("/v1/models/").filter(|id| !id.is_empty()) {
+        return provider_of(&shared.routes, &shared.catalog, id);
+    }
+    if headers.contains_key("anthropic-version") {
+        Provider::Anthropic
+    } else {
+        Provider::OpenAi
+    }
+}
+
+/// An error in the shape of `provider`'s API.
+fn error(provider: Provider, status: StatusCode, message: &str) -> Response {
+    match provider {
+        Provider::Anthropic => failures::error::<Messages>(status, message),
+        _ => failures::error::<ChatCompletions>(status, message),
+    }
+}
+
+/// Passes `request` on to its provider, counted in the metrics.
+pub(crate) async fn relayed(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let tenant = super::keys::tenant(shared.keys.as_ref(), &parts.headers);
+    let label = match tenant {
+        Ok(Some(t)) => t.label.clone(),
+        _ => "-".to_owned(),
+    };
+    let provider = provider_for(&shared, parts.uri.path(), &parts.headers);
+    let limit = tenant.map(|t| t.map(|t| t.max_body_bytes));
+    let response = relay(&shared, provider, limit, &parts, body).await;
+    let took = started.elapsed();
+    shared
+        .metrics
+        .record(ROUTE, response.status().as_u16(), &label, took, None, None);
+    tracing::info!(
+        event = "serve_request",
+        route = ROUTE,
+        path = parts.uri.path(),
+        status = response.status().as_u16(),
+        tenant = label,
+        millis = took.as_secs_f64() * 1e3,
+        "request passed through"
+    );
+    response
+}
+
+/// The answer of `provider` to the request: the key checked, the body read within its
+/// limits, then sent with the server's credentials.
+async fn relay(
+    shared: &Shared,
+    provider: Provider,
+    tenant: Result<Option<Option<usize>>, &'static str>,
+    parts: &axum::http::request::Parts,
+    body: Body,
+) -> Response {
+    let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
+        let message = "the server is at its concurrency limit: retry shortly";
+        return retry_later(error(provider, StatusCode::SERVICE_UNAVAILABLE, message));
+    };
+    let limit = match tenant {
+        Ok(limit) => limit.flatten().unwrap_or(shared.max_body_bytes),
+        Err(why) => return error(provider, StatusCode::UNAUTHORIZED, why),
+    };
+    let Some(relay) = shared.relays.get(&provider) else {
+        let why = format!(
+            "{} is passed through to the provider {provider}, which this server has no \
+             upstream for",
+            parts.uri.path()
+        );
+        return error(provider, StatusCode::NOT_FOUND, &why);
+    };
+    let body = match body::read(&shared.bodies, &parts.headers, body, limit).await {
+        Ok(body) => body,
+        Err(refused) => {
+            let out = error(provider, refused.status, &refused.message);
+            return if refused.status == StatusCode::SERVICE_UNAVAILABLE {
+                retry_later(out)
+            } else {
+                out
+            };
+        }
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |p| p.as_str());
+    let headers = forwarded(&parts.headers);
+    let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
+    let sent = relay.send(
+        parts.method.clone(),
+        path,
+        headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+        content_type,
+        body.bytes.clone(),
+    );
+    // The body's share of the budget is held until the upstream has it.
+    let answer = sent.await;
+    drop(body);
+    match answer {
+        Ok(answer) => {
+            let (head, stream) = answer.into_parts();
+            // The stream holds its place in the concurrency limit to its end.
+            let body =
+                Body::from_stream(stream.map_err(std::io::Error::other).map_ok(move |piece| {
+                    let _held = &permit;
+                    piece
+                }));
+            let mut out = Response::new(body);
+            *out.status_mut() = head.status;
+            for (name, value) in &head.headers {
+                if !HOP_BY_HOP.contains(&name.as_str()) {
+                    out.headers_mut().append(name, value.clone());
+                }
+            }
+            out
+        }
+        Err(e) => {
+            let e = crate::BoxError::from(e);
+            match provider {
+                Provider::Anthropic => failures::failure::<Messages>(&e),
+                _ => failures::failure::<ChatCompletions>(&e),
+            }
+        }
+    }
+}
+
+fn retry_later(mut out: Response) -> Response {
+    out.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    out
+}
