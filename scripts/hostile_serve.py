@@ -12,6 +12,8 @@ while keyless 60 MB bodies arrive.
     # the big body the whole way, to a fake upstream:
     cargo run --release --example fake_upstream -- 127.0.0.1:9100 &
     OPENAI_BASE_URL=http://127.0.0.1:9100/v1 python3 scripts/hostile_serve.py target/release/llm-context
+    # the same-format path, to any fake answering POST /v1/messages:
+    ANTHROPIC_BASE_URL=http://127.0.0.1:9101 ANTHROPIC_API_KEY=sk-unused python3 scripts/hostile_serve.py target/release/llm-context
 
 Standard library only. Linux (it reads /proc/PID/status). The server is started on a free
 loopback port with a key table, a 5 s header timeout, and no upstream (none is needed).
@@ -195,9 +197,16 @@ def run(pid, port):
         role = "user" if len(messages) % 2 == 0 else "assistant"
         messages.append({"role": role, "content": [{"type": "text", "text": text}]})
     messages.append({"role": "user", "content": [{"type": "text", "text": "Warum?"}]})
-    # With OPENAI_BASE_URL set (examples/fake_upstream.rs), the body goes the whole way:
-    # through the stack, translated, to that upstream; else it is refused after reading.
-    model = "gpt-5.4" if os.environ.get("OPENAI_BASE_URL") else "claude-sonnet-4-6"
+    # With ANTHROPIC_BASE_URL set (a fake Messages upstream), the body goes the whole way
+    # as it came (the same-format path, which keeps the client's bytes); with
+    # OPENAI_BASE_URL (examples/fake_upstream.rs), through the stack, translated; else it
+    # is refused after reading.
+    if os.environ.get("ANTHROPIC_BASE_URL"):
+        model = "claude-sonnet-4-6"
+    elif os.environ.get("OPENAI_BASE_URL"):
+        model = "gpt-5.4"
+    else:
+        model = "claude-sonnet-4-6"
     big = json.dumps({"model": model, "max_tokens": 100,
                       "messages": messages}, ensure_ascii=False).encode()
     before = peak_rss_mb(pid)

@@ -76,9 +76,9 @@ pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
 pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,
-    FinishReason, GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Message, PrefixContext,
-    PreparationReport, Reasoning, Role, Scope, Text, ToolCall, ToolChoice, ToolSpec, Usage,
-    WireFormat,
+    FinishReason, GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Message, Origin,
+    PrefixContext, PreparationReport, Reasoning, Role, Scope, Text, ToolCall, ToolChoice, ToolSpec,
+    Usage, WireFormat,
 };
 pub use policy::{ContextPolicy, PolicyError};
 pub use prefix::PrefixLayer;

@@ -59,6 +59,15 @@ impl Default for Options {
 
 impl Api for MessagesApi {}
 
+/// A request body: written from the neutral request, or a Messages caller's own.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub(crate) enum Body {
+    Rendered(CreateMessageRequest),
+    #[cfg(feature = "serve")]
+    Faithful(crate::wire::messages::faithful::Body),
+}
+
 impl Speaks for MessagesApi {
     const NAME: &'static str = "Anthropic";
     const PROVIDER: Provider = Provider::Anthropic;
@@ -71,7 +80,7 @@ impl Speaks for MessagesApi {
     const FORMAT: llm_context_layers::WireFormat = llm_context_layers::WireFormat::Messages;
 
     type Options = Options;
-    type Body = CreateMessageRequest;
+    type Body = Body;
     type Response = MessageResponse;
     type Decoder = AnthropicDecoder;
 
@@ -110,17 +119,21 @@ impl Speaks for MessagesApi {
         headers
     }
 
-    fn body(
-        req: &ChatRequest,
-        options: &Options,
-        stream: bool,
-    ) -> Result<CreateMessageRequest, ProviderError> {
+    fn body(req: &ChatRequest, options: &Options, stream: bool) -> Result<Body, ProviderError> {
+        // A Messages caller's body, through a proxy: its own bytes but for the edits.
+        #[cfg(feature = "serve")]
+        if let Some(mut body) = crate::wire::messages::faithful::body(req)? {
+            if stream {
+                body.stream();
+            }
+            return Ok(Body::Faithful(body));
+        }
         let mut body = convert::request(req, options.default_max_tokens)?;
         if stream {
             body.extra
                 .insert("stream".into(), serde_json::Value::Bool(true));
         }
-        Ok(body)
+        Ok(Body::Rendered(body))
     }
 
     fn response(body: MessageResponse) -> Result<ChatResponse, ProviderError> {

@@ -34,7 +34,9 @@ pub(crate) trait Format: Send + Sync + 'static {
     type Events: EventWriter;
 
     /// The request in a body, or what is wrong with it (answered 400, and nothing sent).
-    fn read(body: &[u8]) -> Result<Read, Invalid>;
+    /// A format whose client sends a caller's body back as written keeps `body` (a cheap
+    /// clone) in the request.
+    fn read(body: &Bytes) -> Result<Read, Invalid>;
 
     /// A whole answer.
     fn answer(response: &ChatResponse, model: &str) -> Value;

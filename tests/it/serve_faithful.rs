@@ -475,3 +475,140 @@ async fn a_strict_function_tool_stays_strict_in_both_directions() {
         serde_json::from_slice(&anthropic_up.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(sent["tools"][0]["strict"], true);
 }
+
+/// A Claude Code-shaped Messages body full of what the neutral model has no place for:
+/// unknown top-level, message-level, block-level and tool-level fields, `is_error`, the
+/// client's own `cache_control` (a 1h TTL), a string and a block form of content.
+fn rich_messages_body() -> Value {
+    json!({"model": "claude-sonnet-4-6", "max_tokens": 32000,
+    "system": [{"type": "text", "text": "You are Claude Code.",
+                "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+    "metadata": {"user_id": "{\"session_id\":\"3f9c\"}"},
+    "thinking": {"type": "adaptive"},
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "output_config": {"effort": "medium"},
+    "tools": [
+        {"name": "Bash", "description": "Run a command", "defer_loading": false,
+         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}},
+        {"name": "Read", "description": "Read a file", "defer_loading": true,
+         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+         "cache_control": {"type": "ephemeral"}}
+    ],
+    "messages": [
+        {"role": "user", "content": "Warum schlägt der Test fehl? なぜ?"},
+        {"role": "system", "content": "<system-reminder>Todo list is empty.</system-reminder>",
+         "output_config": {"effort": "medium"}},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Erst die Logs.", "signature": "EqQBCgIYAhIM1gbc"},
+            {"type": "text", "text": "Ich sehe nach."},
+            {"type": "tool_use", "id": "toolu_01", "name": "Bash",
+             "input": {"command": "cargo test 2>&1 | tail"}, "caller": {"type": "direct"}}
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01", "is_error": true,
+             "content": [{"type": "text", "text": "error[E0308]: mismatched types\n  --> src/lib.rs:3:5"}],
+             "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+            {"type": "text", "text": "Und jetzt?"}
+        ], "x_client_note": {"turn": 2}}
+    ]})
+}
+
+#[tokio::test]
+async fn a_messages_callers_body_reaches_anthropic_as_written() {
+    let body = rich_messages_body();
+    let upstream = anthropic_upstream().await;
+    let url = anthropic_proxy(&upstream).await;
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let raw = upstream.received_requests().await.unwrap()[0].body.clone();
+    let raw = String::from_utf8(raw).unwrap();
+    let sent: Value = serde_json::from_str(&raw).unwrap();
+    // Each message byte for byte as the client wrote it.
+    for (i, m) in body["messages"].as_array().unwrap().iter().enumerate() {
+        assert!(raw.contains(&m.to_string()), "message {i} changed: {raw}");
+    }
+    assert_eq!(sent["messages"], body["messages"]);
+    assert_eq!(sent["system"], body["system"]);
+    // The client's tools as written; the stack's read tool after them.
+    let tools = sent["tools"].as_array().unwrap();
+    assert_eq!(tools[..2], body["tools"].as_array().unwrap()[..]);
+    assert_eq!(tools[2]["name"], "read_context_artifact");
+    for field in [
+        "metadata",
+        "thinking",
+        "context_management",
+        "output_config",
+        "max_tokens",
+    ] {
+        assert_eq!(sent[field], body[field], "{field}");
+    }
+    // The client manages its cache: the stack adds no marker of its own.
+    assert_eq!(
+        raw.matches("\"cache_control\"").count(),
+        body.to_string().matches("\"cache_control\"").count()
+    );
+}
+
+#[tokio::test]
+async fn an_offloaded_result_is_the_only_change_and_breakpoints_are_added_when_the_client_has_none()
+{
+    let logs: String = (0..500)
+        .map(|i| {
+            format!(
+                "{{\"level\":\"error\",\"i\":{i},\"msg\":\"接続拒否 — refusée \\\"db-{i}\\\"\"}}\n"
+            )
+        })
+        .collect();
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 1024,
+    "system": "Du bist ein SRE-Agent.",
+    "tools": [{"name": "fetch_logs", "description": "Fetch logs", "defer_loading": true,
+               "input_schema": {"type": "object", "properties": {"unit": {"type": "string"}}}}],
+    "messages": [
+        {"role": "user", "content": "Warum fällt die API aus?", "x_note": 1},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "fetch_logs", "input": {"unit": "api"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": logs}]},
+        {"role": "assistant", "content": "Die Datenbank verweigert Verbindungen.", "x_note": 2},
+        {"role": "user", "content": "Und was nun? 続けて。"}
+    ]});
+    let upstream = anthropic_upstream().await;
+    let url = anthropic_proxy(&upstream).await;
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-llm-context-offloaded"], "1");
+    let raw =
+        String::from_utf8(upstream.received_requests().await.unwrap()[0].body.clone()).unwrap();
+    let sent: Value = serde_json::from_str(&raw).unwrap();
+    let client = body["messages"].as_array().unwrap();
+    let messages = sent["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), client.len());
+    // The first two as written; the result a preview; the rest as written but for the
+    // stack's breakpoints (the client placed none).
+    for i in [0, 1] {
+        assert!(raw.contains(&client[i].to_string()), "message {i}: {raw}");
+    }
+    let result = &messages[2]["content"][0];
+    assert_eq!(result["tool_use_id"], "toolu_1");
+    assert!(result.to_string().contains("art_"), "a preview: {result}");
+    assert!(result.to_string().len() < logs.len() / 2);
+    assert_eq!(messages[3]["x_note"], 2);
+    assert_eq!(messages[4]["content"][0]["text"], "Und was nun? 続けて。");
+    assert!(
+        raw.contains("\"cache_control\""),
+        "the stack's breakpoints: {raw}"
+    );
+    assert_eq!(sent["tools"][0]["defer_loading"], true);
+}

@@ -14,7 +14,7 @@ mod text;
 
 pub use message::leading_system_end;
 pub use message::{Content, ContentPart, Message, Reasoning, Role, ToolCall, ToolSpec};
-pub use params::{GenerationParams, ToolChoice, WireFormat};
+pub use params::{GenerationParams, Origin, ToolChoice, WireFormat};
 pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;
 pub(crate) use request::infer_session;

@@ -76,6 +76,42 @@ pub struct GenerationParams {
     /// format. Not serialized; in the memo key.
     #[serde(skip)]
     pub query: Option<String>,
+    /// The body the request was read from, kept by a proxy's reader for the client of
+    /// that body's format, which sends it back as written but for the stack's edits
+    /// (removed, cleared and offloaded messages, added tools and breakpoints). Opaque to
+    /// the layers; not serialized, not compared, not in the memo key.
+    #[serde(skip)]
+    pub origin: Option<Origin>,
+}
+
+/// What a proxy's reader kept of a request's body, shared by the request's clones: see
+/// [`GenerationParams::origin`]. Equal to every other (a request's equality is its
+/// content's).
+#[derive(Clone)]
+pub struct Origin(std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl Origin {
+    /// Keeps `kept`.
+    pub fn new(kept: impl std::any::Any + Send + Sync) -> Self {
+        Self(std::sync::Arc::new(kept))
+    }
+
+    /// What was kept, if it is a `T`.
+    pub fn get<T: std::any::Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl PartialEq for Origin {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Origin(..)")
+    }
 }
 
 impl GenerationParams {

@@ -228,7 +228,7 @@ impl Format for ChatCompletions {
     const ROUTE: &'static str = "/v1/chat/completions";
     type Events = Chunks;
 
-    fn read(body: &[u8]) -> Result<Read, Invalid> {
+    fn read(body: &Bytes) -> Result<Read, Invalid> {
         let not_json =
             |e: &dyn std::fmt::Display| Invalid::body(format!("the body is not JSON: {e}"));
         // Straight from the text into the model, in one pass: a JSON tree of a

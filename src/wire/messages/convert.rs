@@ -241,7 +241,7 @@ fn mark_last_of(messages: &mut [InputMessage], cc: CacheControl) {
 
 /// Appends `blocks` to a message of the same role. Tool results go before any other
 /// block, after the results already there: Anthropic wants them first.
-fn merge(content: &mut Vec<ContentBlockParam>, blocks: Vec<ContentBlockParam>) {
+pub(super) fn merge(content: &mut Vec<ContentBlockParam>, blocks: Vec<ContentBlockParam>) {
     for b in blocks {
         if b.is_tool_result() {
             let at = content.iter().take_while(|c| c.is_tool_result()).count();
@@ -254,7 +254,7 @@ fn merge(content: &mut Vec<ContentBlockParam>, blocks: Vec<ContentBlockParam>) {
 
 /// A longer TTL may not follow a shorter one (tools → system → messages): later 1h
 /// breakpoints become 5m rather than make the request fail.
-fn ttl_order(hints: CacheHints) -> CacheHints {
+pub(super) fn ttl_order(hints: CacheHints) -> CacheHints {
     let mut shortest = CacheTtl::OneHour;
     let mut clamp = |ttl: Option<CacheTtl>| {
         ttl.map(|t| {
@@ -274,7 +274,7 @@ fn ttl_order(hints: CacheHints) -> CacheHints {
         .with_last(last)
 }
 
-fn cache_control(ttl: CacheTtl) -> CacheControl {
+pub(super) fn cache_control(ttl: CacheTtl) -> CacheControl {
     match ttl {
         CacheTtl::OneHour => CacheControl::ONE_HOUR,
         _ => CacheControl::FIVE_MINUTES,
@@ -282,7 +282,7 @@ fn cache_control(ttl: CacheTtl) -> CacheControl {
 }
 
 /// The text blocks of a system message of the head, each its own.
-fn system_texts(m: &Message) -> Result<Vec<&str>, ProviderError> {
+pub(super) fn system_texts(m: &Message) -> Result<Vec<&str>, ProviderError> {
     match &m.content {
         Content::Text(t) => Ok(vec![t.as_str()]),
         Content::Parts(parts) => parts
@@ -299,7 +299,7 @@ fn system_texts(m: &Message) -> Result<Vec<&str>, ProviderError> {
 }
 
 /// The role and blocks of one tail message. Empty text makes no block.
-fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderError> {
+pub(super) fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>), ProviderError> {
     if let Some(id) = &m.tool_call_id {
         let content = match &m.content {
             c if c.is_empty() => None,
@@ -430,7 +430,7 @@ pub(crate) fn tool_input(arguments: Value) -> Value {
     }
 }
 
-fn tool(t: &ToolSpec) -> ToolParam {
+pub(super) fn tool(t: &ToolSpec) -> ToolParam {
     ToolParam {
         name: t.name.clone(),
         description: (!t.description.is_empty()).then(|| t.description.clone()),

@@ -19,6 +19,8 @@
 
 // The simulator renders requests exactly as the client sends them.
 pub(crate) mod convert;
+#[cfg(feature = "serve")]
+pub(crate) mod faithful;
 pub(crate) mod params;
 #[cfg(feature = "serve")]
 pub(crate) mod serve;

@@ -2,11 +2,12 @@
 //! into the neutral request, and neutral answers written back as a `message` or as the
 //! Messages stream's events.
 //!
-//! What the neutral model has no place for is refused with a message naming it, never
-//! dropped silently: a content block kind other than text, image, tool use and result,
-//! thinking and redacted thinking (documents, server tools' blocks), and a tool without
-//! an `input_schema` (Anthropic's server tools). `cache_control` markers are not kept:
-//! the stack sets its own breakpoints (see `crate::prefix`).
+//! The body is kept beside the request ([`faithful`](super::faithful)): the Anthropic
+//! client sends it back as written but for the stack's edits, so unknown fields,
+//! `is_error` and the client's `cache_control` markers reach Anthropic unchanged. A
+//! content block kind the neutral model cannot estimate or move (documents, server
+//! tools' blocks) and a tool without an `input_schema` (Anthropic's server tools) are
+//! still refused with a message naming them, never dropped silently.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 use axum::body::Bytes;
 use axum::http::StatusCode;
 
+use super::faithful::Kept;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
@@ -43,8 +45,10 @@ const READ: &[&str] = &[
 ];
 
 /// The neutral request for a Messages body, or what is wrong with it: every field read is
-/// checked for its type, so none is read as absent because it was mistyped.
-fn request(body: &Value) -> Result<ChatRequest, Invalid> {
+/// checked for its type, so none is read as absent because it was mistyped. With it, for
+/// each neutral message after the top-level system prompt's, the wire message it was read
+/// from.
+fn request(body: &Value) -> Result<(ChatRequest, Vec<usize>), Invalid> {
     let obj = body
         .as_object()
         .ok_or_else(|| Invalid::body("the body must be a JSON object (a Messages request)"))?;
@@ -69,8 +73,11 @@ fn request(body: &Value) -> Result<ChatRequest, Invalid> {
     };
     // A tool result names no tool; its call, earlier in the transcript, does.
     let mut tool_names: HashMap<String, String> = HashMap::new();
+    let mut owners = Vec::with_capacity(wire.len());
     for (i, m) in wire.iter().enumerate() {
+        let before = messages.len();
         read_message(m, &mut messages, &mut tool_names).map_err(|e| e.item("messages", i))?;
+        owners.extend(std::iter::repeat_n(i, messages.len() - before));
     }
     let tools: Vec<ToolSpec> = match obj.get("tools") {
         None | Some(Value::Null) => Vec::new(),
@@ -110,9 +117,10 @@ fn request(body: &Value) -> Result<ChatRequest, Invalid> {
             params.extra.insert(k.clone(), v.clone());
         }
     }
-    Ok(ChatRequest::new(model, messages)
+    let request = ChatRequest::new(model, messages)
         .with_tools(tools)
-        .with_params(params))
+        .with_params(params);
+    Ok((request, owners))
 }
 
 /// The system prompt, a string or text blocks: one system message per block.
@@ -647,10 +655,14 @@ impl Format for Messages {
     const ROUTE: &'static str = "/v1/messages";
     type Events = Events;
 
-    fn read(body: &[u8]) -> Result<Read, Invalid> {
-        let body: Value = serde_json::from_slice(body)
+    fn read(bytes: &Bytes) -> Result<Read, Invalid> {
+        let body: Value = serde_json::from_slice(bytes)
             .map_err(|e| Invalid::body(format!("the body is not JSON: {e}")))?;
-        let request = request(&body)?;
+        let (mut request, owners) = request(&body)?;
+        // Kept for the Anthropic client, which sends it back as written but for the edits.
+        if let Some(kept) = Kept::new(bytes, &body, &request, &owners) {
+            request.params.origin = Some(llm_context_layers::Origin::new(kept));
+        }
         Ok(Read {
             request,
             stream: body["stream"] == json!(true),

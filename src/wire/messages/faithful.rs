@@ -1,0 +1,483 @@
+//! A Messages body sent back as the client wrote it, but for the stack's edits: what the
+//! proxy's Anthropic client sends for a Messages caller.
+//!
+//! The proxy's reader keeps the client's body ([`Kept`]: its bytes, where each message,
+//! tool and the system prompt lie in them, the other top-level fields, and a digest of
+//! every neutral message it read, with the wire message it came from). The writer then
+//! sends each wire message whose neutral messages all reached it unchanged as its own
+//! bytes, byte for byte (unknown fields, block kinds the neutral model has no place for,
+//! `is_error`, the client's `cache_control` and the string-or-blocks form included), and
+//! renders only what the stack changed or added: a stubbed or previewed result's message,
+//! the artifact rounds' messages, the read tool. Removed messages are left out. A thinking
+//! block stays valid, for everything before it is byte-unchanged.
+//!
+//! The stack's cache breakpoints are added only when the client placed none of its own
+//! (its markers win, and it may have used all four).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::ops::Range;
+
+use bytes::Bytes;
+use llm_context_layers::prefix::{leading_system_end, stable_history_end};
+use llm_context_layers::{CacheHints, ChatRequest, Message};
+use serde::ser::{Error as _, SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::convert::{blocks, cache_control, merge, system_texts, tool, ttl_order};
+use super::types::{InputMessage, InputRole, ToolParam};
+use crate::error::ProviderError;
+
+/// What the reader kept of a Messages body.
+pub(crate) struct Kept {
+    body: Bytes,
+    /// Each wire message's bytes, and its role.
+    messages: Vec<(Range<usize>, String)>,
+    /// Each tool's name and bytes.
+    tools: Vec<(String, Range<usize>)>,
+    /// The top-level `system`'s bytes.
+    system: Option<Range<usize>>,
+    /// A digest of the system prompt's texts as read.
+    head: u64,
+    /// The other top-level fields (not `model`, `messages`, `tools`, `system`, `stream`).
+    rest: Map<String, Value>,
+    /// For each wire message, how many neutral messages it was read into.
+    parts: Vec<usize>,
+    /// The wire messages (ascending) a neutral message of each digest was read from.
+    digests: HashMap<u64, Vec<usize>>,
+    keys: RandomState,
+    /// The client placed `cache_control` markers of its own.
+    markers: bool,
+}
+
+/// Where the parts of a body lie, borrowed from its bytes.
+#[derive(Deserialize)]
+struct Spans<'a> {
+    #[serde(borrow, default)]
+    messages: Vec<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    system: Option<&'a RawValue>,
+}
+
+impl Kept {
+    /// What to keep of `body` (already read into `req`, whose messages after the system
+    /// head came from the wire messages `owners` gives, one entry each), or `None` when
+    /// the body's parts cannot be located.
+    pub(crate) fn new(
+        body: &Bytes,
+        parsed: &Value,
+        req: &ChatRequest,
+        owners: &[usize],
+    ) -> Option<Self> {
+        let spans: Spans<'_> = serde_json::from_slice(body).ok()?;
+        let base = body.as_ptr() as usize;
+        let range = |raw: &RawValue| {
+            let start = raw.get().as_ptr() as usize - base;
+            start..start + raw.get().len()
+        };
+        let wire = parsed["messages"].as_array()?;
+        if wire.len() != spans.messages.len() {
+            return None;
+        }
+        let messages = spans
+            .messages
+            .iter()
+            .zip(wire)
+            .map(|(raw, m)| {
+                (
+                    range(raw),
+                    m["role"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let tools = match (&spans.tools, parsed["tools"].as_array()) {
+            (Some(raw), Some(tools)) => raw
+                .iter()
+                .zip(tools)
+                .map(|(raw, t)| {
+                    (
+                        t["name"].as_str().unwrap_or_default().to_owned(),
+                        range(raw),
+                    )
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let keys = RandomState::new();
+        let head_end = leading_system_end(&req.messages);
+        // The messages the top-level `system` was read into; a wire `system` message
+        // before the first user message joins them in the head, which the writer then
+        // writes from the neutral model (the head's digest matches no sent head).
+        let top = req.messages.len() - owners.len();
+        let in_head = head_end.checked_sub(top)?;
+        let head = if in_head == 0 {
+            head_digest(&keys, &req.messages[..head_end])?
+        } else {
+            keys.hash_one("a head with wire messages in it")
+        };
+        let mut parts = vec![0; wire.len()];
+        let mut digests: HashMap<u64, Vec<usize>> = HashMap::new();
+        for &w in &owners[..in_head] {
+            parts[w] += 1;
+        }
+        for (m, &w) in req.messages[head_end..].iter().zip(&owners[in_head..]) {
+            parts[w] += 1;
+            digests.entry(keys.hash_one(m)).or_default().push(w);
+        }
+        let rest = parsed
+            .as_object()?
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "model" | "messages" | "tools" | "system" | "stream"
+                )
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // A marker anywhere: the client manages its cache itself.
+        let markers = has_cache_control(body);
+        Some(Self {
+            body: body.clone(),
+            messages,
+            tools,
+            system: spans.system.map(range),
+            head,
+            rest,
+            parts,
+            digests,
+            keys,
+            markers,
+        })
+    }
+
+    /// The text of `range`, as it came.
+    fn raw(&self, range: &Range<usize>) -> Result<&RawValue, serde_json::Error> {
+        let text =
+            std::str::from_utf8(&self.body[range.clone()]).map_err(serde_json::Error::custom)?;
+        serde_json::from_str(text)
+    }
+
+    fn value(&self, range: &Range<usize>) -> Value {
+        serde_json::from_slice(&self.body[range.clone()]).unwrap_or(Value::Null)
+    }
+}
+
+/// Whether `body` holds a `cache_control` key anywhere.
+fn has_cache_control(body: &[u8]) -> bool {
+    body.windows(b"\"cache_control\"".len())
+        .any(|w| w == b"\"cache_control\"")
+}
+
+/// A digest of the system prompt's texts, or `None` when it holds more than text.
+fn head_digest(keys: &RandomState, head: &[Message]) -> Option<u64> {
+    let mut texts = Vec::new();
+    for m in head {
+        texts.extend(system_texts(m).ok()?);
+    }
+    Some(keys.hash_one(&texts))
+}
+
+/// One part of the body written: as it came, or as written here.
+enum Part {
+    Raw(Range<usize>),
+    Value(Value),
+    Message(InputMessage),
+    Tool(ToolParam),
+}
+
+/// The body for a Messages caller's request: its own bytes where the stack changed
+/// nothing. `stream`: the call is streamed.
+pub(crate) struct Body {
+    origin: llm_context_layers::Origin,
+    fields: Map<String, Value>,
+    system: Option<Part>,
+    tools: Vec<Part>,
+    messages: Vec<Part>,
+}
+
+impl Body {
+    /// Asks for a stream.
+    pub(crate) fn stream(&mut self) {
+        self.fields.insert("stream".into(), Value::Bool(true));
+    }
+}
+
+/// The faithful body of `req`, when it carries a Messages body kept by the reader.
+pub(crate) fn body(req: &ChatRequest) -> Result<Option<Body>, ProviderError> {
+    let Some(origin) = req.params.origin.clone() else {
+        return Ok(None);
+    };
+    let Some(kept) = origin.get::<Kept>() else {
+        return Ok(None);
+    };
+    let head_end = leading_system_end(&req.messages);
+    // The system prompt: as it came unless the stack changed it (a prefix of its own).
+    let system = if req.prefix.is_none()
+        && head_digest(&kept.keys, &req.messages[..head_end]) == Some(kept.head)
+    {
+        kept.system.clone().map(Part::Raw)
+    } else {
+        let mut texts = Vec::new();
+        let prefix = req
+            .prefix
+            .as_deref()
+            .map(|p| p.as_messages())
+            .unwrap_or_default();
+        for m in prefix.iter().chain(&req.messages[..head_end]) {
+            texts.extend(
+                system_texts(m)?
+                    .into_iter()
+                    .filter(|t| !t.is_empty())
+                    .map(|t| serde_json::json!({"type": "text", "text": t})),
+            );
+        }
+        (!texts.is_empty()).then_some(Part::Value(Value::Array(texts)))
+    };
+    let tools: Vec<Part> = req
+        .tools
+        .iter()
+        .map(
+            |t| match kept.tools.iter().find(|(name, _)| *name == t.name) {
+                Some((_, range)) => Part::Raw(range.clone()),
+                None => Part::Tool(tool(t)),
+            },
+        )
+        .collect();
+    let (mut messages, owners) = messages(kept, &req.messages[head_end..])?;
+    let mut fields = kept.rest.clone();
+    fields.insert("model".into(), Value::String(req.model.clone()));
+    if let Some(n) = req.params.max_output_tokens {
+        fields.insert("max_tokens".into(), n.into());
+    }
+    if req.tools.is_empty() {
+        fields.remove("tool_choice");
+    }
+    let mut out = Body {
+        origin: origin.clone(),
+        fields,
+        system,
+        tools,
+        messages: Vec::new(),
+    };
+    if !kept.markers {
+        let history = stable_history_end(&req.messages)
+            .and_then(|end| end.checked_sub(head_end + 1))
+            .and_then(|at| owners.get(at).copied());
+        mark(kept, &mut out, &mut messages, req.cache, history);
+    }
+    out.messages = messages;
+    Ok(Some(out))
+}
+
+/// The wire messages for `tail` (the neutral messages after the system head), and for
+/// each neutral message the index of the part it went into.
+fn messages(kept: &Kept, tail: &[Message]) -> Result<(Vec<Part>, Vec<usize>), ProviderError> {
+    let mut w = Written {
+        out: Vec::with_capacity(tail.len()),
+        roles: Vec::with_capacity(tail.len()),
+        owners: Vec::with_capacity(tail.len()),
+    };
+    // The wire message whose neutral messages are being gathered, and those.
+    let mut group: Option<(usize, Vec<&Message>)> = None;
+    let mut cursor = 0;
+    for m in tail {
+        let digest = kept.keys.hash_one(m);
+        let from = kept
+            .digests
+            .get(&digest)
+            .and_then(|ws| ws.iter().copied().find(|&at| at >= cursor));
+        match (from, group.as_mut()) {
+            (Some(at), Some((g, members))) if *g == at => members.push(m),
+            (Some(at), _) => {
+                w.flush(kept, group.take())?;
+                cursor = at;
+                group = Some((at, vec![m]));
+            }
+            (None, _) => {
+                w.flush(kept, group.take())?;
+                w.render(m)?;
+            }
+        }
+    }
+    w.flush(kept, group.take())?;
+    Ok((w.out, w.owners))
+}
+
+/// The parts written so far, their roles, and for each neutral message its part.
+struct Written {
+    out: Vec<Part>,
+    roles: Vec<InputRole>,
+    owners: Vec<usize>,
+}
+
+impl Written {
+    /// Writes the neutral messages gathered from wire message `at`: as it came when every
+    /// one of them reached the writer unchanged, else from the neutral model.
+    fn flush(
+        &mut self,
+        kept: &Kept,
+        group: Option<(usize, Vec<&Message>)>,
+    ) -> Result<(), ProviderError> {
+        let Some((at, members)) = group else {
+            return Ok(());
+        };
+        if members.len() == kept.parts[at] {
+            self.owners
+                .extend(std::iter::repeat_n(self.out.len(), members.len()));
+            self.out.push(Part::Raw(kept.messages[at].0.clone()));
+            self.roles.push(role_of(&kept.messages[at].1));
+            return Ok(());
+        }
+        for m in members {
+            self.render(m)?;
+        }
+        Ok(())
+    }
+
+    /// `m` written from the neutral model, merged into the part before when that is a
+    /// message written here of the same role.
+    fn render(&mut self, m: &Message) -> Result<(), ProviderError> {
+        let (mut role, content) = blocks(m)?;
+        if m.role == llm_context_layers::Role::System {
+            role = InputRole::System;
+        }
+        if !content.is_empty() {
+            match (self.out.last_mut(), self.roles.last()) {
+                (Some(Part::Message(last)), Some(&last_role)) if last_role == role => {
+                    merge(&mut last.content, content);
+                }
+                _ => {
+                    self.out.push(Part::Message(InputMessage { role, content }));
+                    self.roles.push(role);
+                }
+            }
+        }
+        self.owners.push(self.out.len().saturating_sub(1));
+        Ok(())
+    }
+}
+
+fn role_of(role: &str) -> InputRole {
+    match role {
+        "assistant" => InputRole::Assistant,
+        "system" => InputRole::System,
+        _ => InputRole::User,
+    }
+}
+
+/// The stack's breakpoints, for a client that placed none: on the last tool, the last
+/// system block, the message before the newest request (`history`) and the last message.
+fn mark(
+    kept: &Kept,
+    body: &mut Body,
+    messages: &mut [Part],
+    hints: CacheHints,
+    history: Option<usize>,
+) {
+    let hints = ttl_order(hints);
+    let marker = |ttl| serde_json::to_value(cache_control(ttl)).unwrap_or(Value::Null);
+    if let (Some(ttl), Some(last)) = (hints.tools, body.tools.last_mut()) {
+        set_marker(kept, last, marker(ttl), false);
+    }
+    if let (Some(ttl), Some(system)) = (hints.prefix, body.system.as_mut()) {
+        set_marker(kept, system, marker(ttl), true);
+    }
+    if let (Some(ttl), Some(at)) = (hints.history, history)
+        && let Some(part) = messages.get_mut(at)
+    {
+        set_marker(kept, part, marker(ttl), false);
+    }
+    if let (Some(ttl), Some(last)) = (hints.last, messages.last_mut()) {
+        set_marker(kept, last, marker(ttl), false);
+    }
+}
+
+/// `part` as a value with `marker` on its last block that can carry one.
+fn set_marker(kept: &Kept, part: &mut Part, marker: Value, system: bool) {
+    let mut value = match std::mem::replace(part, Part::Value(Value::Null)) {
+        Part::Raw(range) => kept.value(&range),
+        Part::Value(v) => v,
+        Part::Message(m) => serde_json::to_value(m).unwrap_or(Value::Null),
+        Part::Tool(t) => serde_json::to_value(t).unwrap_or(Value::Null),
+    };
+    if system {
+        if let Value::String(text) = &value {
+            value = serde_json::json!([{"type": "text", "text": text}]);
+        }
+        if let Some(last) = value.as_array_mut().and_then(|b| b.last_mut()) {
+            last["cache_control"] = marker;
+        }
+    } else if value.get("input_schema").is_some() {
+        value["cache_control"] = marker;
+    } else {
+        if let Some(Value::String(text)) = value.get("content") {
+            value["content"] = serde_json::json!([{"type": "text", "text": text}]);
+        }
+        if let Some(block) = value["content"].as_array_mut().and_then(|blocks| {
+            blocks.iter_mut().rev().find(|b| {
+                !matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking"))
+                    && b.get("text")
+                        .is_none_or(|t| t.as_str().is_some_and(|t| !t.is_empty()))
+            })
+        }) {
+            block["cache_control"] = marker;
+        }
+    }
+    *part = Part::Value(value);
+}
+
+impl Serialize for Body {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let kept = self
+            .origin
+            .get::<Kept>()
+            .ok_or_else(|| S::Error::custom("the kept body is gone"))?;
+        let write = |part| part_out::<S::Error>(kept, part);
+        let mut map = serializer.serialize_map(None)?;
+        for (k, v) in &self.fields {
+            map.serialize_entry(k, v)?;
+        }
+        if let Some(system) = &self.system {
+            map.serialize_entry("system", &write(system)?)?;
+        }
+        if !self.tools.is_empty() {
+            let tools = self
+                .tools
+                .iter()
+                .map(write)
+                .collect::<Result<Vec<_>, _>>()?;
+            map.serialize_entry("tools", &tools)?;
+        }
+        let messages = self
+            .messages
+            .iter()
+            .map(write)
+            .collect::<Result<Vec<_>, _>>()?;
+        map.serialize_entry("messages", &messages)?;
+        map.end()
+    }
+}
+
+/// `part` as it is written.
+fn part_out<'a, E: serde::ser::Error>(kept: &'a Kept, part: &'a Part) -> Result<PartOut<'a>, E> {
+    Ok(match part {
+        Part::Raw(range) => PartOut::Raw(kept.raw(range).map_err(E::custom)?),
+        Part::Value(v) => PartOut::Value(v),
+        Part::Message(m) => PartOut::Message(m),
+        Part::Tool(t) => PartOut::Tool(t),
+    })
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum PartOut<'a> {
+    Raw(&'a RawValue),
+    Value(&'a Value),
+    Message(&'a InputMessage),
+    Tool(&'a ToolParam),
+}
