@@ -3,7 +3,8 @@
 # installs redis-server where it is missing, starts it on 127.0.0.1 on a free port, runs
 # `cargo test --workspace --all-features` (extra arguments are passed on) and stops the
 # server by its pid whatever happens; then the official OpenAI and Anthropic Python SDKs
-# against `llm-context serve` (tests/sdk, pinned, in a venv outside the repository).
+# against `llm-context serve` (tests/sdk, pinned, in a venv outside the repository), and
+# Claude Code (tests/agents, pinned, installed with npm outside the repository).
 # Exits with the first failure's status.
 set -euo pipefail
 
@@ -76,4 +77,19 @@ if ! "$SDK_VENV/bin/python" -c "import openai, anthropic, sys; sys.exit(openai._
 fi
 LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
     "$SDK_VENV/bin/python" -m unittest tests/sdk/test_openai_sdk.py tests/sdk/test_anthropic_sdk.py || status=$?
+
+# Claude Code itself (npm, pinned, outside the repository), its tool loop run through
+# `llm-context serve` and directly against recording fakes on 127.0.0.1 (tests/agents).
+AGENTS_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/llm-context-tests/agents"
+CLAUDE_CODE_VERSION=2.1.332
+CLAUDE_CODE_BIN="$AGENTS_DIR/node_modules/.bin/claude"
+if ! "$CLAUDE_CODE_BIN" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "; then
+    echo "test.sh: installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into $AGENTS_DIR" >&2
+    mkdir -p "$AGENTS_DIR"
+    npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
+fi
+CLAUDE_CODE_BIN="$CLAUDE_CODE_BIN" \
+    LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
+    python3 -m unittest tests/agents/test_claude_code.py || status=$?
 exit "$status"

@@ -1,0 +1,236 @@
+"""Claude Code itself, run non-interactively through `llm-context serve` and directly,
+each in front of a recording fake Anthropic on 127.0.0.1, and the two recordings compared.
+
+The fake answers Claude Code's main loop with a signed thinking block, a text and a Bash
+`tool_use`, then, once the tool's result comes back, with a text: a two-round tool loop,
+streamed (Claude Code always streams). Through the proxy the loop must complete, each turn
+must stay its own message (they were merged when every answer carried one id), and every
+body the upstream gets must equal the direct run's but for the stack's documented
+addition, the read tool, and what differs between two runs of Claude Code anyway (its
+session id).
+
+    CLAUDE_CODE_BIN=…/claude LLM_CONTEXT_BIN=target/debug/llm-context \\
+        python3 -m unittest tests/agents/test_claude_code.py
+
+scripts/test.sh installs Claude Code (pinned) outside the repository and runs this.
+"""
+
+import http.server
+import itertools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+MARKER = "llm-context-probe-接続"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Recording:
+    """A fake Anthropic on 127.0.0.1 that records every request it gets."""
+
+    def __init__(self):
+        self.requests = []
+        ids = itertools.count(1)
+        recording = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _read(self):
+                n = int(self.headers.get("content-length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def _send(self, status, content_type, body):
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self._read()
+                recording.requests.append({"method": "GET", "path": self.path})
+                self._send(200, "application/json", b'{"data": [], "has_more": false}')
+
+            def do_POST(self):
+                raw = self._read()
+                body = json.loads(raw)
+                recording.requests.append({"method": "POST", "path": self.path,
+                                           "headers": dict(self.headers), "body": body})
+                if "count_tokens" in self.path:
+                    self._send(200, "application/json", b'{"input_tokens": 1234}')
+                    return
+                n = next(ids)
+                last = (body.get("messages") or [{}])[-1].get("content")
+                answered = isinstance(last, list) and any(
+                    isinstance(b, dict) and b.get("type") == "tool_result" for b in last)
+                tools = [t.get("name") for t in body.get("tools") or []]
+                if "Bash" in tools and not answered:
+                    blocks = [
+                        {"type": "thinking", "thinking": "Erst die Probe ausführen.",
+                         "signature": f"sig-{n:04d}-EqQBCgIYAhIM"},
+                        {"type": "text", "text": "Ich prüfe das."},
+                        {"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash",
+                         "input": {"command": f"echo {MARKER}",
+                                   "description": "print the probe's marker"}},
+                    ]
+                    stop = "tool_use"
+                else:
+                    blocks = [{"type": "text", "text": f"Fertig: {MARKER}."}]
+                    stop = "end_turn"
+                self._send(200, "text/event-stream", stream(f"msg_{n:04d}", body, blocks, stop))
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+    def messages_calls(self):
+        return [r for r in self.requests
+                if r["method"] == "POST" and r["path"].startswith("/v1/messages")
+                and "count_tokens" not in r["path"]]
+
+
+def stream(message_id, body, blocks, stop):
+    """The Messages stream answering `body` with `blocks`."""
+    events = [("message_start", {"type": "message_start", "message": {
+        "id": message_id, "type": "message", "role": "assistant", "model": body.get("model"),
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 50, "output_tokens": 1}}})]
+    for i, b in enumerate(blocks):
+        if b["type"] == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": b["thinking"]},
+                      {"type": "signature_delta", "signature": b["signature"]}]
+        elif b["type"] == "text":
+            start = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": b["text"]}]
+        else:
+            start = {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(b["input"])}]
+        events.append(("content_block_start",
+                       {"type": "content_block_start", "index": i, "content_block": start}))
+        for d in deltas:
+            events.append(("content_block_delta",
+                           {"type": "content_block_delta", "index": i, "delta": d}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop, "stop_sequence": None},
+                                     "usage": {"output_tokens": 12}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return "".join(f"event: {k}\ndata: {json.dumps(v)}\n\n" for k, v in events).encode()
+
+
+def claude_code(base_url, home, workdir):
+    """Claude Code's `-p` run against `base_url`: its JSON result."""
+    env = dict(os.environ, HOME=home, ANTHROPIC_BASE_URL=base_url,
+               ANTHROPIC_API_KEY="sk-ant-client", IS_SANDBOX="1", DISABLE_TELEMETRY="1",
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")
+    out = subprocess.run(
+        [os.environ["CLAUDE_CODE_BIN"], "-p", "Run the probe.",
+         "--dangerously-skip-permissions", "--output-format", "json"],
+        cwd=workdir, env=env, capture_output=True, timeout=180, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"claude exited {out.returncode}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def normalized(body):
+    """`body` without what differs between two runs of Claude Code (its session id)."""
+    body = json.loads(json.dumps(body))
+    if "metadata" in body:
+        body["metadata"].pop("user_id", None)
+    return body
+
+
+class ClaudeCodeThroughServe(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.direct = Recording()
+        self.through = Recording()
+        port = free_port()
+        env = dict(os.environ, ANTHROPIC_BASE_URL=self.through.url,
+                   ANTHROPIC_API_KEY="sk-ant-server", OPENAI_API_KEY="sk-unused",
+                   RUST_LOG="error")
+        self.serve = subprocess.Popen(
+            [os.environ.get("LLM_CONTEXT_BIN", "target/debug/llm-context"), "serve",
+             "--listen", f"127.0.0.1:{port}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.url = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(f"{self.url}/healthz", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            self.fail("serve did not start")
+
+    def tearDown(self):
+        self.serve.terminate()
+        self.serve.wait(timeout=30)
+        self.direct.close()
+        self.through.close()
+        self.tmp.cleanup()
+
+    def run_in(self, url):
+        # The same fresh home and working directory for each run: Claude Code's prompt
+        # names both, and what a run leaves in them would change the next one's.
+        home = os.path.join(self.tmp.name, "home")
+        work = os.path.join(self.tmp.name, "work")
+        for d in (home, work):
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+        return claude_code(url, home, work)
+
+    def test_the_tool_loop_completes_and_the_upstream_gets_what_claude_code_sent(self):
+        direct = self.run_in(self.direct.url)
+        through = self.run_in(self.url)
+        for result in (direct, through):
+            self.assertFalse(result["is_error"], result)
+            self.assertEqual(result["result"], f"Fertig: {MARKER}.")
+            self.assertEqual(result["num_turns"], 2)
+        sent_direct = self.direct.messages_calls()
+        sent_through = self.through.messages_calls()
+        self.assertEqual(len(sent_direct), 2)
+        self.assertEqual(len(sent_through), 2)
+        for a, b in zip(sent_direct, sent_through):
+            self.assertEqual(a["path"], b["path"])  # `?beta=true` kept
+            self.assertEqual(a["headers"].get("anthropic-beta"),
+                             b["headers"].get("anthropic-beta"))
+            self.assertEqual(b["headers"].get("x-api-key"), "sk-ant-server")
+            direct_body, through_body = normalized(a["body"]), normalized(b["body"])
+            # The stack's one documented addition: its read tool, after the client's.
+            added = through_body["tools"].pop()
+            self.assertEqual(added["name"], "read_context_artifact")
+            self.assertEqual(direct_body, through_body)
+        # The second round: the first answer came back as one assistant message of its
+        # own, thinking and signature unchanged, before the tool's result.
+        second = sent_through[1]["body"]["messages"]
+        assistant = [m for m in second if m["role"] == "assistant"]
+        self.assertEqual(len(assistant), 1)
+        thinking = assistant[0]["content"][0]
+        self.assertEqual(thinking["type"], "thinking")
+        self.assertEqual(thinking["signature"], "sig-0001-EqQBCgIYAhIM")
+        self.assertIn(MARKER, json.dumps(second[-1], ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    unittest.main()
