@@ -76,7 +76,7 @@ pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
 pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,
-    FinishReason, GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Message, Origin,
+    FinishReason, GenerationParams, INFERRED_SESSION_PREFIX, MemoHint, Message, OpaqueTool, Origin,
     PrefixContext, PreparationReport, Reasoning, Role, Scope, Text, ToolCall, ToolChoice, ToolSpec,
     Usage, WireFormat,
 };

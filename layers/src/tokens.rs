@@ -151,6 +151,7 @@ fn content_chars_of(content: &Content) -> (usize, usize) {
         Content::Parts(parts) => parts.iter().fold((0, 0), |(c, i), p| match p {
             ContentPart::Text { text } => (c + char_count(text), i),
             ContentPart::Image { .. } => (c, i + 1),
+            ContentPart::Opaque { json, .. } => (c + char_count(json), i),
         }),
     }
 }
@@ -521,6 +522,7 @@ mod exact {
                         n += match p {
                             ContentPart::Text { text } => tok.count(text),
                             ContentPart::Image { .. } => IMAGE_TOKENS,
+                            ContentPart::Opaque { json, .. } => tok.count(json),
                         };
                     }
                 }

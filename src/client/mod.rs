@@ -42,8 +42,8 @@ pub use builder::{Builder, ConfigError};
 pub(crate) use relay::Relay;
 pub use transfer::ResponseFuture;
 pub(crate) use transfer::{
-    Headers, Reading, Settings, base_url, env, exchange, log_request, poll_transport, post_json,
-    provider_fields, transport_error, unsupported,
+    Headers, Reading, Settings, base_url, cannot_cross, env, exchange, log_request, poll_transport,
+    post_json, provider_fields, transport_error, unsupported,
 };
 #[cfg(feature = "serve")]
 pub(crate) use transfer::{NOT_FORWARDED, request};

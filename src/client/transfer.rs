@@ -385,6 +385,52 @@ pub(crate) fn provider_fields(
     out
 }
 
+/// The refusal of a request holding a part kept whole in another format than `format`
+/// (an Anthropic `document` bound for OpenAI): it cannot cross, and is never dropped.
+pub(crate) fn cannot_cross(
+    req: &llm_context_layers::ChatRequest,
+    format: llm_context_layers::WireFormat,
+    provider: Provider,
+) -> Result<(), ProviderError> {
+    use llm_context_layers::{Content, ContentPart};
+    if let Some(t) = req
+        .tools
+        .iter()
+        .find(|t| t.opaque.as_ref().is_some_and(|o| o.format != format))
+    {
+        let kind = t.opaque.as_ref().map_or("", |o| o.kind.as_str());
+        return Err(unsupported(
+            provider,
+            format!(
+                "the tool {:?} is a server tool of type {kind:?}, which {provider}'s API does \
+                 not have: the request cannot be sent there as it is",
+                t.name
+            ),
+        ));
+    }
+    for m in &req.messages {
+        let Content::Parts(parts) = &m.content else {
+            continue;
+        };
+        for p in parts {
+            if let ContentPart::Opaque {
+                format: came, kind, ..
+            } = p
+                && *came != format
+            {
+                return Err(unsupported(
+                    provider,
+                    format!(
+                        "a {kind:?} block (of the {came:?} format) has no counterpart in \
+                         {provider}'s API: the request cannot be sent there as it is"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

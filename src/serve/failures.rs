@@ -12,8 +12,8 @@ use crate::error::ProviderError;
 use crate::wire::served::{Format, find};
 use crate::{BoxError, ContextLimitError};
 
-/// The status of a failure: 400 for a request that cannot fit or whose tools clash with
-/// the read tool (nothing was sent), the
+/// The status of a failure: 400 for a request that cannot fit, whose tools clash with the
+/// read tool, or that the upstream's format cannot express (nothing was sent), the
 /// provider's own status for its errors (502 when it gave none), else 500.
 pub(crate) fn classify(e: &BoxError) -> StatusCode {
     if find::<BudgetExceeded>(e).is_some() {
@@ -27,6 +27,12 @@ pub(crate) fn classify(e: &BoxError) -> StatusCode {
         StatusCode::BAD_REQUEST
     } else if find::<tower::timeout::error::Elapsed>(e).is_some() {
         StatusCode::GATEWAY_TIMEOUT
+    } else if let Some(p) = find::<ProviderError>(e)
+        && p.kind == crate::error::ProviderErrorKind::Unsupported
+    {
+        // The request cannot be written in the upstream's format (a block of another
+        // format's kind): the request's fault, and nothing was sent.
+        StatusCode::BAD_REQUEST
     } else if let Some(p) = find::<ProviderError>(e) {
         // The provider's error status; a success it sent that could not be read (or no
         // status at all: a timeout, a reset) is a bad gateway, never a 200.

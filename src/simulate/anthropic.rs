@@ -219,6 +219,8 @@ fn block_size(b: &ContentBlockParam) -> (u64, Option<CacheControl>) {
             };
             (estimate(char_count(tool_use_id)) + inner, *cache_control)
         }
+        // As the estimate counts an opaque part: its JSON.
+        ContentBlockParam::Other(block) => (estimate(json_chars(block)), None),
     }
 }
 
@@ -279,6 +281,10 @@ fn feed(h: &mut StableHasher, b: &ContentBlockParam) {
                     }
                 }
             }
+        }
+        ContentBlockParam::Other(block) => {
+            h.str("other");
+            h.json(block);
         }
     }
 }

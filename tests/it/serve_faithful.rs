@@ -612,3 +612,57 @@ async fn an_offloaded_result_is_the_only_change_and_breakpoints_are_added_when_t
     );
     assert_eq!(sent["tools"][0]["defer_loading"], true);
 }
+
+#[tokio::test]
+async fn a_server_tool_and_its_blocks_reach_claude_and_are_refused_by_name_for_gpt() {
+    // Claude Code's WebSearch: a server tool, and the call and result blocks it left in
+    // the history.
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 1024,
+    "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8}],
+    "messages": [
+        {"role": "user", "content": "Wie ist das Wetter in 東京?"},
+        {"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+             "input": {"query": "Wetter Tokio"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+             "content": [{"type": "web_search_result", "url": "https://example.org/w",
+                          "title": "Wetter", "encrypted_content": "EqgfCioIARgBIiQ3"}]},
+            {"type": "text", "text": "Sonnig, 21 °C.",
+             "citations": [{"type": "web_search_result_location", "url": "https://example.org/w",
+                            "title": "Wetter", "encrypted_index": "Eo8BCioIAhgB",
+                            "cited_text": "sonnig"}]}
+        ]},
+        {"role": "user", "content": "Und morgen?"}
+    ]});
+    let anthropic_up = anthropic_upstream().await;
+    let openai_up = openai_upstream().await;
+    let proxy = Proxy::builder()
+        .anthropic(anthropic(&anthropic_up.uri()))
+        .openai(openai(&openai_up.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let sent = sent_through(&url, &anthropic_up, &body, &[]).await;
+    assert_eq!(sent["messages"], body["messages"]);
+    assert_eq!(sent["tools"][0], body["tools"][0]);
+    // GPT has neither the tool nor the blocks: 400, named, nothing sent.
+    let mut gpt = body.clone();
+    gpt["model"] = json!("gpt-5.4");
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("content-type", "application/json")
+        .body(gpt.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v = json_of(r).await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("web_search"),
+        "{v}"
+    );
+    assert!(openai_up.received_requests().await.unwrap().is_empty());
+}

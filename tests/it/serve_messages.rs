@@ -389,7 +389,7 @@ async fn errors_come_in_anthropics_shape() {
     let response = post(&url, &request).await;
     assert_eq!(response.status(), 413);
     shape(&json_of(response).await, "request_too_large");
-    // Not JSON; a block kind the proxy cannot carry, named.
+    // Not JSON.
     let response = reqwest::Client::new()
         .post(format!("{url}/v1/messages"))
         .body("{not json")
@@ -398,16 +398,47 @@ async fn errors_come_in_anthropics_shape() {
         .unwrap();
     assert_eq!(response.status(), 400);
     shape(&json_of(response).await, "invalid_request_error");
-    let mut request = body("claude-sonnet-4-6", false);
-    request["messages"][0]["content"] = json!([{"type": "document", "source": {}}]);
+}
+
+/// A Messages body whose first message holds a document block.
+fn with_document(model: &str) -> Value {
+    let mut request = body(model, false);
+    request["messages"][0]["content"] = json!([
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                        "data": "Betriebshandbuch — 運用手順"},
+         "title": "runbook", "citations": {"enabled": true}},
+        {"type": "text", "text": "Was sagt das Handbuch?"}
+    ]);
+    request
+}
+
+#[tokio::test]
+async fn a_document_goes_to_claude_as_written_and_is_refused_by_name_for_gpt() {
+    let anthropic_up = crate::support::proxy::anthropic_upstream().await;
+    let openai_up = crate::support::proxy::openai_upstream().await;
+    let proxy = Proxy::builder()
+        .anthropic(anthropic(&anthropic_up.uri()))
+        .openai(openai(&openai_up.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let request = with_document("claude-sonnet-4-6");
     let response = post(&url, &request).await;
+    assert_eq!(response.status(), 200);
+    let sent: Value =
+        serde_json::from_slice(&anthropic_up.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(sent["messages"][0], request["messages"][0]);
+    // GPT has no document block: refused, named, nothing sent.
+    let response = post(&url, &with_document("gpt-5.4")).await;
     assert_eq!(response.status(), 400);
     let v = json_of(response).await;
-    shape(&v, "invalid_request_error");
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     assert!(
         v["error"]["message"].as_str().unwrap().contains("document"),
         "{v}"
     );
+    assert!(openai_up.received_requests().await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -27,6 +27,12 @@ impl StableHasher {
                             self.str(url);
                             self.opt_str(detail.as_deref());
                         }
+                        ContentPart::Opaque { format, kind, json } => {
+                            self.raw(&[2]);
+                            self.str(&format!("{format:?}"));
+                            self.str(kind);
+                            self.str(json);
+                        }
                     }
                 }
             }
@@ -85,6 +91,10 @@ impl StableHasher {
             // Absent and unset hash alike, so keys made before the field stay valid.
             if let Some(strict) = tool.strict {
                 self.str(if strict { "strict" } else { "not strict" });
+            }
+            if let Some(opaque) = &tool.opaque {
+                self.str("opaque");
+                self.str(&opaque.json);
             }
         }
     }

@@ -75,6 +75,19 @@ pub enum ContentPart {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// A part of a kind the neutral model does not represent (an Anthropic `document`,
+    /// `search_result`, a server tool's `server_tool_use` or result, …), kept whole as its
+    /// wire format wrote it: a client of that format sends it back as it came; a client
+    /// of another format refuses the request, naming its kind, rather than drop it. It is
+    /// estimated by the length of its JSON.
+    Opaque {
+        /// The format it is written in.
+        format: crate::model::WireFormat,
+        /// Its `type`.
+        kind: String,
+        /// The part, as JSON text.
+        json: String,
+    },
 }
 
 impl ContentPart {
@@ -134,7 +147,7 @@ impl Content {
             Content::Text(t) => t.is_empty(),
             Content::Parts(parts) => parts.iter().all(|p| match p {
                 ContentPart::Text { text } => text.is_empty(),
-                ContentPart::Image { .. } => false,
+                ContentPart::Image { .. } | ContentPart::Opaque { .. } => false,
             }),
         }
     }
@@ -333,6 +346,39 @@ pub struct ToolSpec {
     /// when the caller said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
+    /// A tool the neutral model does not describe (a provider's server tool, such as
+    /// Anthropic's `web_search_20250305`), kept whole as its wire format wrote it: a
+    /// client of that format sends it as it came; a client of another refuses the request,
+    /// naming it, rather than drop it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opaque: Option<OpaqueTool>,
+}
+
+/// A tool definition kept whole: see [`ToolSpec::opaque`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct OpaqueTool {
+    /// The format it is written in.
+    pub format: crate::model::WireFormat,
+    /// Its `type`.
+    pub kind: String,
+    /// The definition, as JSON text.
+    pub json: String,
+}
+
+impl OpaqueTool {
+    /// A definition of `kind` written in `format`.
+    pub fn new(
+        format: crate::model::WireFormat,
+        kind: impl Into<String>,
+        json: impl Into<String>,
+    ) -> Self {
+        Self {
+            format,
+            kind: kind.into(),
+            json: json.into(),
+        }
+    }
 }
 
 fn empty_object_schema() -> Value {
@@ -347,6 +393,7 @@ impl ToolSpec {
             description: description.into(),
             parameters,
             strict: None,
+            opaque: None,
         }
     }
 

@@ -13,7 +13,7 @@ mod summary;
 mod text;
 
 pub use message::leading_system_end;
-pub use message::{Content, ContentPart, Message, Reasoning, Role, ToolCall, ToolSpec};
+pub use message::{Content, ContentPart, Message, OpaqueTool, Reasoning, Role, ToolCall, ToolSpec};
 pub use params::{GenerationParams, Origin, ToolChoice, WireFormat};
 pub use prefix_context::PrefixContext;
 pub use report::PreparationReport;

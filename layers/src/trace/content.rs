@@ -32,6 +32,7 @@ fn content_parts(content: &Content, parts: &mut Vec<Value>) {
                         }),
                         None => json!({"type": "uri", "modality": "image", "uri": url}),
                     },
+                    ContentPart::Opaque { kind, .. } => json!({"type": kind}),
                 });
             }
         }

@@ -40,6 +40,7 @@ const PASS_THROUGH: PassThrough = PassThrough {
 
 /// The request body for `req`: the prefix rendered first, then the tail.
 pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, ProviderError> {
+    crate::client::cannot_cross(req, WireFormat::ChatCompletions, Provider::OpenAi)?;
     let mut messages = Vec::with_capacity(req.messages.len() + 3);
     if let Some(prefix) = &req.prefix {
         for m in prefix.as_messages() {

@@ -31,6 +31,17 @@ pub(crate) fn request(
     req: &ChatRequest,
     default_max_tokens: u32,
 ) -> Result<CreateMessageRequest, ProviderError> {
+    crate::client::cannot_cross(req, WireFormat::Messages, Provider::Anthropic)?;
+    // A server tool is sent only as its caller wrote it, by the faithful body.
+    if let Some(t) = req.tools.iter().find(|t| t.opaque.is_some()) {
+        return Err(unsupported(
+            Provider::Anthropic,
+            format!(
+                "the server tool {:?} can only be sent as its caller wrote it",
+                t.name
+            ),
+        ));
+    }
     let Rendered {
         system,
         messages,
@@ -380,6 +391,10 @@ fn part_blocks(parts: &[ContentPart]) -> Result<Vec<ContentBlockParam>, Provider
                 source: image_source(url)?,
                 cache_control: None,
             }),
+            // A Messages block kept whole (`cannot_cross` refused any other format's).
+            ContentPart::Opaque { json, .. } => out.push(ContentBlockParam::Other(
+                serde_json::from_str(json).unwrap_or(Value::Null),
+            )),
             // A part kind added to the neutral model later carries no text that
             // `Content::text` would read (it keeps only text parts): nothing is sent.
             _ => {}

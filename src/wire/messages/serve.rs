@@ -5,16 +5,17 @@
 //! The body is kept beside the request ([`faithful`](super::faithful)): the Anthropic
 //! client sends it back as written but for the stack's edits, so unknown fields,
 //! `is_error` and the client's `cache_control` markers reach Anthropic unchanged. A
-//! content block kind the neutral model cannot estimate or move (documents, server
-//! tools' blocks) and a tool without an `input_schema` (Anthropic's server tools) are
-//! still refused with a message naming them, never dropped silently.
+//! content block kind the neutral model does not represent (documents, server tools'
+//! blocks) is read as a `ContentPart::Opaque`, and a server tool (no `input_schema`) as a
+//! `ToolSpec` with `opaque` set: both kept whole for Anthropic, and refused by name by
+//! an OpenAI upstream, never dropped silently.
 
 use std::collections::{BTreeMap, HashMap};
 
 use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
 use llm_context_layers::{
     ChatRequest, ChatResponse, Content, ContentPart, FinishReason, GenerationParams, Message,
-    Reasoning, Role, ToolCall, ToolChoice, ToolSpec, Usage, WireFormat,
+    OpaqueTool, Reasoning, Role, ToolCall, ToolChoice, ToolSpec, Usage, WireFormat,
 };
 use serde_json::{Value, json};
 
@@ -250,20 +251,9 @@ fn assistant_block(
         Some("redacted_thinking") => reasoning.push(Reasoning::RedactedThinking {
             data: checks::string(b, "data")?.to_owned(),
         }),
-        other => return Err(unsupported(other)),
+        other => text.push(opaque(b, other)?),
     }
     Ok(())
-}
-
-fn unsupported(kind: Option<&str>) -> Invalid {
-    Invalid::new(
-        "type",
-        format!(
-            "the content block type {:?} is not supported by this proxy (it takes text, \
-             image, tool_use, tool_result, thinking and redacted_thinking)",
-            kind.unwrap_or("(none)")
-        ),
-    )
 }
 
 /// One text part as plain text, else the parts: several text blocks stay several (joined,
@@ -295,8 +285,20 @@ fn part(b: &Value) -> Result<ContentPart, Invalid> {
                 _ => Err(Invalid::new("source.type", "must be \"base64\" or \"url\"")),
             }
         }
-        other => Err(unsupported(other)),
+        other => opaque(b, other),
     }
+}
+
+/// A block of a kind the neutral model does not represent (a document, a search result,
+/// a server tool's call or result, a kind newer than this proxy), kept whole: the
+/// Anthropic client sends it back as it came, an OpenAI upstream refuses it by name.
+fn opaque(b: &Value, kind: Option<&str>) -> Result<ContentPart, Invalid> {
+    let kind = kind.ok_or_else(|| Invalid::new("type", "is required (a string)"))?;
+    Ok(ContentPart::Opaque {
+        format: WireFormat::Messages,
+        kind: kind.to_owned(),
+        json: b.to_string(),
+    })
 }
 
 fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Message, Invalid> {
@@ -325,19 +327,22 @@ fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Messag
 
 fn tool(t: &Value) -> Result<ToolSpec, Invalid> {
     let name = checks::string(t, "name")?;
+    // A server tool (`web_search_20250305`, …): no schema, a `type` of its own. Kept whole,
+    // for Anthropic only.
+    if let Some(kind) = t
+        .get("type")
+        .and_then(Value::as_str)
+        .filter(|k| *k != "custom")
+        && t.get("input_schema").is_none()
+    {
+        let mut tool = ToolSpec::new(name, "", json!({"type": "object", "properties": {}}));
+        tool.opaque = Some(OpaqueTool::new(WireFormat::Messages, kind, t.to_string()));
+        return Ok(tool);
+    }
     let schema = t
         .get("input_schema")
         .filter(|s| s.is_object())
-        .ok_or_else(|| {
-            Invalid::new(
-                "input_schema",
-                format!(
-                    "is missing from the tool {name:?}: server tools (type {:?}) are not \
-                     supported by this proxy",
-                    t["type"].as_str().unwrap_or("custom")
-                ),
-            )
-        })?;
+        .ok_or_else(|| Invalid::new("input_schema", "is required (an object schema)"))?;
     let description = match t.get("description") {
         None | Some(Value::Null) => "",
         Some(_) => checks::string(t, "description")?,

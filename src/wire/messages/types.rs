@@ -206,6 +206,10 @@ pub enum ContentBlockParam {
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
+    /// A block of a kind this client does not model (a document, a server tool's call or
+    /// result), sent as the caller wrote it (its `type` included).
+    #[serde(untagged)]
+    Other(Value),
 }
 
 impl ContentBlockParam {
@@ -223,6 +227,8 @@ impl ContentBlockParam {
             ContentBlockParam::Thinking { .. } | ContentBlockParam::RedactedThinking { .. } => {
                 false
             }
+            // A block as the caller wrote it is not marked: not every kind takes one.
+            ContentBlockParam::Other(_) => false,
         }
     }
 
