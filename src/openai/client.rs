@@ -44,6 +44,45 @@ pub type OpenAiBuilder = Builder<ChatCompletionsApi>;
 
 impl Api for ChatCompletionsApi {}
 
+/// A request body: written from the neutral request, or a Chat Completions caller's own.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub(crate) enum Body {
+    Rendered(Box<CreateChatCompletionRequest>),
+    #[cfg(feature = "serve")]
+    Faithful(serde_json::Map<String, serde_json::Value>),
+}
+
+/// The body of a request a proxy read from a Chat Completions caller, written back as it
+/// came but for the stack's edits, with the stack's `prompt_cache_key` when the caller
+/// set none and the request has a stable head.
+#[cfg(feature = "serve")]
+fn faithful(req: &ChatRequest) -> Option<serde_json::Map<String, serde_json::Value>> {
+    use crate::wire::chat_completions::body::{BodyContext, body_from_request};
+    if req.params.extra_format != Some(llm_context_layers::WireFormat::ChatCompletions) {
+        return None;
+    }
+    let ctx = req.params.origin.as_ref()?.get::<BodyContext>()?;
+    let serde_json::Value::Object(mut body) = body_from_request(req, ctx) else {
+        return None;
+    };
+    let has_head = req.prefix.as_ref().is_some_and(|p| !p.is_empty())
+        || req
+            .messages
+            .first()
+            .is_some_and(|m| m.role == llm_context_layers::Role::System)
+        || !req.tools.is_empty();
+    if has_head && !body.contains_key("prompt_cache_key") {
+        body.insert("prompt_cache_key".into(), req.stable_head_key().into());
+    }
+    if req.tools.is_empty() {
+        // Only valid with tools; a body whose tools were all removed must drop them.
+        body.remove("tool_choice");
+        body.remove("parallel_tool_calls");
+    }
+    Some(body)
+}
+
 impl Speaks for ChatCompletionsApi {
     const NAME: &'static str = "OpenAi";
     const PROVIDER: Provider = Provider::OpenAi;
@@ -55,7 +94,7 @@ impl Speaks for ChatCompletionsApi {
     const FORMAT: llm_context_layers::WireFormat = llm_context_layers::WireFormat::ChatCompletions;
 
     type Options = ();
-    type Body = CreateChatCompletionRequest;
+    type Body = Body;
     type Response = CreateChatCompletionResponse;
     type Decoder = OpenAiDecoder;
 
@@ -93,11 +132,22 @@ impl Speaks for ChatCompletionsApi {
     }
 
     /// With `stream`, usage is asked for too (`stream_options.include_usage`).
-    fn body(
-        req: &ChatRequest,
-        (): &(),
-        stream: bool,
-    ) -> Result<CreateChatCompletionRequest, ProviderError> {
+    fn body(req: &ChatRequest, (): &(), stream: bool) -> Result<Body, ProviderError> {
+        // A Chat Completions caller's body, through a proxy: written back with what the
+        // reader kept beside each message (unknown fields, `developer`, …).
+        #[cfg(feature = "serve")]
+        if let Some(mut body) = faithful(req) {
+            body.remove("stream");
+            body.remove("stream_options");
+            if stream {
+                body.insert("stream".into(), serde_json::Value::Bool(true));
+                body.insert(
+                    "stream_options".into(),
+                    serde_json::json!({"include_usage": true}),
+                );
+            }
+            return Ok(Body::Faithful(body));
+        }
         let mut body = convert::request(req)?;
         if stream {
             body.extra
@@ -107,7 +157,7 @@ impl Speaks for ChatCompletionsApi {
                 serde_json::json!({"include_usage": true}),
             );
         }
-        Ok(body)
+        Ok(Body::Rendered(Box::new(body)))
     }
 
     fn response(body: CreateChatCompletionResponse) -> Result<ChatResponse, ProviderError> {

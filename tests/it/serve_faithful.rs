@@ -666,3 +666,45 @@ async fn a_server_tool_and_its_blocks_reach_claude_and_are_refused_by_name_for_g
     );
     assert!(openai_up.received_requests().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_chat_completions_callers_messages_reach_openai_as_written() {
+    // What the Agents SDK and pydantic-ai send: `developer`, explicit nulls, a refusal
+    // field, vendor fields, a named user, tool calls with their ids.
+    let messages = json!([
+        {"role": "developer", "content": "Sei knapp."},
+        {"role": "user", "content": "Warum? なぜ?", "name": "ops", "x_trace": {"id": 7}},
+        {"role": "assistant", "content": null, "refusal": null, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "fetch_logs", "arguments": "{\"unit\": \"api\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "E connexion refusée 接続拒否"},
+        {"role": "user", "content": [{"type": "text", "text": "Und jetzt?"}]}
+    ]);
+    let body = json!({"model": "gpt-5.4", "messages": messages, "temperature": 0.2,
+        "tools": [{"type": "function", "function": {"name": "fetch_logs", "strict": true,
+            "parameters": {"type": "object", "properties": {"unit": {"type": "string"}},
+                           "required": ["unit"], "additionalProperties": false}}}],
+        "metadata": {"run": "r-1"}, "store": false});
+    let upstream = openai_upstream().await;
+    let url = openai_proxy(&upstream).await;
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent: Value =
+        serde_json::from_slice(&upstream.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(sent["messages"], messages, "{sent}");
+    for field in ["temperature", "metadata", "store"] {
+        assert_eq!(sent[field], body[field], "{field}");
+    }
+    assert_eq!(sent["tools"][0], body["tools"][0]);
+    // The stack's documented additions.
+    assert_eq!(
+        sent["tools"][1]["function"]["name"],
+        "read_context_artifact"
+    );
+    assert!(sent["prompt_cache_key"].is_string());
+}

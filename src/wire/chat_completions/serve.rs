@@ -234,7 +234,7 @@ impl Format for ChatCompletions {
         // Straight from the text into the model, in one pass: a JSON tree of a
         // megabyte-long transcript first would cost more than preparing it.
         let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
-        let (request, _) = request_from_str(text).map_err(|e| {
+        let (mut request, kept) = request_from_str(text).map_err(|e| {
             if e.is_syntax() {
                 not_json(&e)
             } else {
@@ -248,6 +248,8 @@ impl Format for ChatCompletions {
             .get("stream_options")
             .and_then(|o| o.get("include_usage"))
             == Some(&Value::Bool(true));
+        // Kept for the OpenAI client, which writes the body back with it.
+        request.params.origin = Some(llm_context_layers::Origin::new(kept));
         Ok(Read {
             request,
             stream,
