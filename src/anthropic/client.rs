@@ -8,7 +8,9 @@ use crate::error::ProviderError;
 use crate::transport::ReqwestTransport;
 use crate::wire::messages::convert;
 use crate::wire::messages::stream::AnthropicDecoder;
-use crate::wire::messages::types::{CreateMessageRequest, MessageResponse};
+use crate::wire::messages::types::CreateMessageRequest;
+#[cfg(not(feature = "serve"))]
+use crate::wire::messages::types::MessageResponse;
 use llm_context_layers::{ChatRequest, ChatResponse};
 
 /// Anthropic's API, the default base URL (without `/v1`, as in Anthropic's SDKs).
@@ -81,6 +83,9 @@ impl Speaks for MessagesApi {
 
     type Options = Options;
     type Body = Body;
+    #[cfg(feature = "serve")]
+    type Response = crate::wire::messages::types::Answered;
+    #[cfg(not(feature = "serve"))]
     type Response = MessageResponse;
     type Decoder = AnthropicDecoder;
 
@@ -136,6 +141,14 @@ impl Speaks for MessagesApi {
         Ok(Body::Rendered(body))
     }
 
+    #[cfg(feature = "serve")]
+    fn response(body: Self::Response) -> Result<ChatResponse, ProviderError> {
+        use crate::wire::messages::types::AnthropicAnswer;
+        let origin = llm_context_layers::Origin::new(AnthropicAnswer(body.raw));
+        Ok(convert::response(body.typed).with_origin(origin))
+    }
+
+    #[cfg(not(feature = "serve"))]
     fn response(body: MessageResponse) -> Result<ChatResponse, ProviderError> {
         Ok(convert::response(body))
     }

@@ -708,3 +708,40 @@ async fn a_chat_completions_callers_messages_reach_openai_as_written() {
     );
     assert!(sent["prompt_cache_key"].is_string());
 }
+
+#[tokio::test]
+async fn a_messages_answer_reaches_its_caller_as_anthropic_gave_it() {
+    // A WebSearch answer: the server tool's call and result before the text, citations on
+    // the text, the cache-write breakdown and a field newer than the proxy.
+    let answer = json!({"id": "msg_01WEB", "type": "message", "role": "assistant",
+        "model": "claude-sonnet-4-6-20260101",
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+             "input": {"query": "Wetter Tokio"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+             "content": [{"type": "web_search_result", "url": "https://example.org/w",
+                          "title": "Wetter", "encrypted_content": "EqgfCioIARgBIiQ3"}]},
+            {"type": "text", "text": "Sonnig, 21 °C.",
+             "citations": [{"type": "web_search_result_location", "url": "https://example.org/w",
+                            "title": "Wetter", "encrypted_index": "Eo8BCioIAhgB",
+                            "cited_text": "sonnig"}]}
+        ],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "container": null,
+        "usage": {"input_tokens": 40, "output_tokens": 12, "cache_read_input_tokens": 0,
+                  "cache_creation_input_tokens": 2048,
+                  "cache_creation": {"ephemeral_5m_input_tokens": 0,
+                                     "ephemeral_1h_input_tokens": 2048},
+                  "server_tool_use": {"web_search_requests": 1}, "service_tier": "standard"}});
+    let upstream = crate::support::servers::mock_post(
+        "/v1/messages",
+        wiremock::ResponseTemplate::new(200).set_body_raw(answer.to_string(), "application/json"),
+    )
+    .await;
+    let url = anthropic_proxy(&upstream).await;
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 1024,
+        "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+        "messages": [{"role": "user", "content": "Wie ist das Wetter in 東京?"}]});
+    let got = json_of(post(&url, "/v1/messages", &body).await).await;
+    assert_eq!(got, answer);
+}

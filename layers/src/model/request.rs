@@ -464,6 +464,12 @@ pub struct ChatResponse {
     /// client), as sent; empty when no provider answered (the mock model).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub provider_fields: BTreeMap<String, Value>,
+    /// The provider's answer as it came, kept by a client for a relay of the same format
+    /// (a proxy answers a caller with it, unchanged but for what the stack summed).
+    /// Opaque to the layers; not serialized (a memo entry holds the neutral response),
+    /// not compared.
+    #[serde(skip)]
+    pub origin: Option<crate::model::Origin>,
 }
 
 impl ChatResponse {
@@ -480,7 +486,15 @@ impl ChatResponse {
             finish_reason,
             report: PreparationReport::default(),
             provider_fields: BTreeMap::new(),
+            origin: None,
         }
+    }
+
+    /// Keeps the provider's answer as it came: see [`origin`](Self::origin).
+    #[must_use]
+    pub fn with_origin(mut self, origin: crate::model::Origin) -> Self {
+        self.origin = Some(origin);
+        self
     }
 
     /// Sets the provider's unmodelled fields.

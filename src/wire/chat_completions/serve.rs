@@ -91,6 +91,11 @@ impl Head {
 /// A whole `chat.completion` for `r`, asked of `model`.
 fn completion(r: &ChatResponse, model: &str, created: u64) -> Value {
     let mut message = message_to_wire(&r.message);
+    // An answer's content is a string in Chat Completions: several text blocks (an
+    // Anthropic answer's) join into one.
+    if message["content"].is_array() {
+        message["content"] = json!(r.message.text());
+    }
     // The response schema requires both, null when there is none.
     for key in ["content", "refusal"] {
         if message.get(key).is_none() {

@@ -526,7 +526,8 @@ fn stop(p: &GenerationParams) -> Vec<String> {
 
 /// The neutral response.
 pub(crate) fn response(body: MessageResponse) -> ChatResponse {
-    let mut text = String::new();
+    // Several text blocks stay several parts (a Messages caller gets them back apart).
+    let mut text: Vec<ContentPart> = Vec::new();
     let mut calls = Vec::new();
     let mut reasoning = Vec::new();
     // Blocks the neutral message has no place for (server tools' calls and results, kinds
@@ -534,7 +535,7 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
     let mut unmodelled = Vec::new();
     for block in body.content {
         match block {
-            ResponseBlock::Text { text: t } => text.push_str(&t),
+            ResponseBlock::Text { text: t } => text.push(ContentPart::Text { text: t }),
             ResponseBlock::ToolUse { id, name, input } => {
                 calls.push(ToolCall::new(id, name, input))
             }
@@ -551,6 +552,11 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
             ResponseBlock::Other(block) => unmodelled.push(block),
         }
     }
+    let text = match text.as_mut_slice() {
+        [] => Content::default(),
+        [ContentPart::Text { text }] => Content::Text(std::mem::take(text).into()),
+        _ => Content::from(text),
+    };
     let message = if calls.is_empty() {
         Message::assistant(text)
     } else {

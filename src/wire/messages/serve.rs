@@ -439,9 +439,24 @@ fn blocks(r: &ChatResponse) -> Vec<Value> {
             _ => {}
         }
     }
-    let text = r.message.text();
-    if !text.is_empty() {
-        out.push(json!({"type": "text", "text": text}));
+    match &r.message.content {
+        Content::Parts(parts) => {
+            for p in parts {
+                match p {
+                    ContentPart::Text { text } if !text.is_empty() => {
+                        out.push(json!({"type": "text", "text": text}));
+                    }
+                    ContentPart::Opaque { json, .. } => {
+                        out.push(serde_json::from_str(json).unwrap_or(Value::Null));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Content::Text(text) if !text.is_empty() => {
+            out.push(json!({"type": "text", "text": text.as_str()}));
+        }
+        Content::Text(_) => {}
     }
     for c in &r.message.tool_calls {
         let input = super::convert::tool_input(c.arguments_value());
@@ -453,8 +468,25 @@ fn blocks(r: &ChatResponse) -> Vec<Value> {
     out
 }
 
-/// A whole `message` for `r`, asked of `model`.
+/// A whole `message` for `r`, asked of `model`: Anthropic's answer as it came when it
+/// gave one (its blocks in their order, `citations`, the `cache_creation` breakdown and
+/// every field newer than this proxy), with the usage of the rounds answered inside
+/// added; else written from the neutral response.
 fn message(r: &ChatResponse, model: &str) -> Value {
+    use super::types::AnthropicAnswer;
+    if let Some(AnthropicAnswer(raw)) = r.origin.as_ref().and_then(|o| o.get::<AnthropicAnswer>())
+        && raw.is_object()
+    {
+        let mut out = raw.clone();
+        if !r.report.resolved_messages.is_empty() {
+            // The client is billed for every round: the figures are their sum.
+            let summed = usage(&r.usage);
+            for (k, v) in summed.as_object().into_iter().flatten() {
+                out["usage"][k] = v.clone();
+            }
+        }
+        return out;
+    }
     let model = r
         .provider_fields
         .get("model")
