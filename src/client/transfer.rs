@@ -227,6 +227,14 @@ pub(crate) fn request<'a>(
     if let Some(content_type) = content_type {
         map.insert(http::header::CONTENT_TYPE, content_type);
     }
+    // Never replaced by a caller's: the builder's headers and the credentials.
+    let kept = |n: &http::HeaderName| {
+        headers.configured.contains_key(n)
+            || headers
+                .own
+                .iter()
+                .any(|(own, _, secret)| *secret && n.as_str() == *own)
+    };
     let mut forwarded: Vec<(http::HeaderName, http::HeaderValue)> = Vec::new();
     for (name, value) in headers.forwarded {
         let (Ok(name), Ok(value)) = (
@@ -235,13 +243,8 @@ pub(crate) fn request<'a>(
         ) else {
             continue;
         };
-        let kept = |n: &http::HeaderName| {
-            headers.configured.contains_key(n)
-                || headers
-                    .own
-                    .iter()
-                    .any(|(own, _, secret)| *secret && n.as_str() == *own)
-        };
+        // The proxy's reader leaves these out already; a caller setting
+        // `GenerationParams::headers` by hand is held to the same rule here.
         if !NOT_FORWARDED.contains(&name.as_str()) && !kept(&name) {
             forwarded.push((name, value));
         }

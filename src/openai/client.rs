@@ -66,14 +66,10 @@ fn faithful(req: &ChatRequest) -> Option<serde_json::Map<String, serde_json::Val
     let serde_json::Value::Object(mut body) = body_from_request(req, ctx) else {
         return None;
     };
-    let has_head = req.prefix.as_ref().is_some_and(|p| !p.is_empty())
-        || req
-            .messages
-            .first()
-            .is_some_and(|m| m.role == llm_context_layers::Role::System)
-        || !req.tools.is_empty();
-    if has_head && !body.contains_key("prompt_cache_key") {
-        body.insert("prompt_cache_key".into(), req.stable_head_key().into());
+    if !body.contains_key("prompt_cache_key")
+        && let Some(key) = convert::cache_key(req)
+    {
+        body.insert("prompt_cache_key".into(), key.into());
     }
     if req.tools.is_empty() {
         // Only valid with tools; a body whose tools were all removed must drop them.

@@ -15,11 +15,12 @@ use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceExt;
 use tracing::Instrument;
 
+use super::admit::{Admitted, admit};
 use super::failures::{self, classify};
 use super::keys::Tenant;
 use super::upstreams::{no_upstream, provider_of};
 use super::{
-    AGENT_SESSION_HEADERS, SESSION_HEADER, Shared, body, metrics, plausible, request_span, timing,
+    AGENT_SESSION_HEADERS, SESSION_HEADER, Shared, metrics, plausible, request_span, timing,
 };
 use crate::budget::{BudgetKey, BudgetLayer, Limit, Window};
 use crate::redis::RedisStores;
@@ -108,34 +109,15 @@ async fn handle<F: Format>(
     body: Body,
 ) -> Response {
     let headers = &parts.headers;
-    // Shed, not queued: a queue behind calls of seconds each only makes every client late.
-    let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
-        let message = "the server is at its concurrency limit: retry shortly";
-        let mut out = failures::error::<F>(StatusCode::SERVICE_UNAVAILABLE, message);
-        out.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return out;
+    let shape = failures::error::<F>;
+    let Admitted { permit, body } = match admit(shared, tenant, headers, body, shape).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
-    let tenant = match tenant {
-        Ok(tenant) => tenant,
-        Err(why) => return failures::error::<F>(StatusCode::UNAUTHORIZED, why),
-    };
-    let limit = tenant
-        .and_then(|t| t.max_body_bytes)
-        .unwrap_or(shared.max_body_bytes);
-    let body = match body::read(&shared.bodies, headers, body, limit).await {
-        Ok(body) => body,
-        Err(refused) => {
-            let mut out = failures::error::<F>(refused.status, &refused.message);
-            if refused.status == StatusCode::SERVICE_UNAVAILABLE {
-                out.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            return out;
-        }
-    };
+    let tenant = tenant.ok().flatten();
     let read = F::read(&body.bytes);
-    // The body's bytes and their share of the budget go now: the request holds its own.
+    // The body's share of the budget goes now: the request holds what it needs of it (a
+    // Messages request its bytes, to send them back as they came).
     drop(body);
     let Read {
         request: mut req,

@@ -97,6 +97,7 @@
 //!   it a child of the client's span, so the agent's trace holds what the proxy did.
 //!
 
+mod admit;
 mod body;
 mod failures;
 mod handler;

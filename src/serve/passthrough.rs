@@ -8,14 +8,16 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use futures_util::TryStreamExt;
 
+use super::Shared;
+use super::admit::{Admitted, admit};
 use super::failures;
 use super::handler::{forwarded, not_found};
+use super::keys::Tenant;
 use super::upstreams::provider_of;
-use super::{Shared, body};
 use crate::catalog::Provider;
 use crate::wire::chat_completions::serve::ChatCompletions;
 use crate::wire::messages::serve::Messages;
@@ -74,17 +76,13 @@ pub(crate) async fn relayed(State(shared): State<Arc<Shared>>, request: Request)
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let tenant = super::keys::tenant(shared.keys.as_ref(), &parts.headers);
-    let label = match tenant {
-        Ok(Some(t)) => t.label.clone(),
-        _ => "-".to_owned(),
-    };
+    let label = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let provider = provider_for(&shared, parts.uri.path(), &parts.headers);
-    let limit = tenant.map(|t| t.map(|t| t.max_body_bytes));
-    let response = relay(&shared, provider, limit, &parts, body).await;
+    let response = relay(&shared, provider, tenant, &parts, body).await;
     let took = started.elapsed();
     shared
         .metrics
-        .record(ROUTE, response.status().as_u16(), &label, took, None, None);
+        .record(ROUTE, response.status().as_u16(), label, took, None, None);
     tracing::info!(
         event = "serve_request",
         route = ROUTE,
@@ -97,22 +95,19 @@ pub(crate) async fn relayed(State(shared): State<Arc<Shared>>, request: Request)
     response
 }
 
-/// The answer of `provider` to the request: the key checked, the body read within its
-/// limits, then sent with the server's credentials.
+/// The answer of `provider` to the request, let in as on every route, then sent with the
+/// server's credentials.
 async fn relay(
     shared: &Shared,
     provider: Provider,
-    tenant: Result<Option<Option<usize>>, &'static str>,
+    tenant: Result<Option<&Tenant>, &'static str>,
     parts: &axum::http::request::Parts,
     body: Body,
 ) -> Response {
-    let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
-        let message = "the server is at its concurrency limit: retry shortly";
-        return retry_later(error(provider, StatusCode::SERVICE_UNAVAILABLE, message));
-    };
-    let limit = match tenant {
-        Ok(limit) => limit.flatten().unwrap_or(shared.max_body_bytes),
-        Err(why) => return error(provider, StatusCode::UNAUTHORIZED, why),
+    let shape = |status, message: &str| error(provider, status, message);
+    let Admitted { permit, body } = match admit(shared, tenant, &parts.headers, body, shape).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
     let Some(relay) = shared.relays.get(&provider) else {
         let why = format!(
@@ -121,17 +116,6 @@ async fn relay(
             parts.uri.path()
         );
         return error(provider, StatusCode::NOT_FOUND, &why);
-    };
-    let body = match body::read(&shared.bodies, &parts.headers, body, limit).await {
-        Ok(body) => body,
-        Err(refused) => {
-            let out = error(provider, refused.status, &refused.message);
-            return if refused.status == StatusCode::SERVICE_UNAVAILABLE {
-                retry_later(out)
-            } else {
-                out
-            };
-        }
     };
     let path = parts
         .uri
@@ -175,10 +159,4 @@ async fn relay(
             }
         }
     }
-}
-
-fn retry_later(mut out: Response) -> Response {
-    out.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    out
 }

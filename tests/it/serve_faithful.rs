@@ -39,16 +39,28 @@ fn messages_turn(text: &str) -> Value {
            "messages": [{"role": "user", "content": text}]})
 }
 
-async fn post(url: &str, route: &str, body: &Value) -> reqwest::Response {
-    let r = reqwest::Client::new()
+/// `body` posted as JSON to `route` with `headers`.
+async fn send(url: &str, route: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
         .post(format!("{url}{route}"))
         .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+/// `body` posted as JSON to `route`, answered 200.
+async fn post(url: &str, route: &str, body: &Value) -> reqwest::Response {
+    let r = send(url, route, body, &[]).await;
     assert_eq!(r.status(), 200);
     r
+}
+
+/// The body of the `i`th request `upstream` got, as JSON.
+async fn received(upstream: &wiremock::MockServer, i: usize) -> Value {
+    serde_json::from_slice(&upstream.received_requests().await.unwrap()[i].body).unwrap()
 }
 
 /// The `data` of each server-sent event of `text` (`[DONE]` left out).
@@ -224,13 +236,8 @@ async fn an_agents_own_session_header_names_the_session() {
         ],
     ];
     for headers in cases {
-        let mut request = reqwest::Client::new()
-            .post(format!("{url}/v1/chat/completions"))
-            .body(turn.to_string());
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        assert_eq!(request.send().await.unwrap().status(), 200);
+        let r = send(&url, "/v1/chat/completions", &turn, headers).await;
+        assert_eq!(r.status(), 200);
     }
     let ids: Vec<String> = upstream
         .received_requests()
@@ -261,25 +268,21 @@ async fn a_clients_headers_and_query_reach_its_own_formats_upstream() {
     let url = anthropic_proxy(&upstream).await;
     let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 256,
                       "messages": [{"role": "user", "content": "Warum? なぜ?"}]});
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/messages?beta=true"))
-        .header("content-type", "application/json")
-        // Claude Code's: two lines of betas, a newer API version, its session.
-        .header(
+    // Claude Code's: two lines of betas, a newer API version, its session.
+    let headers = [
+        (
             "anthropic-beta",
             "interleaved-thinking-2025-05-14,context-1m-2025-08-07",
-        )
-        .header("anthropic-beta", "context-management-2025-06-27")
-        .header("anthropic-version", "2026-09-01")
-        .header("x-claude-code-session-id", "3f9c-session")
-        .header("user-agent", "claude-cli/2.1.0 (external, cli)")
-        .header("x-stainless-lang", "js")
-        .header("x-api-key", "sk-ant-the-clients-own")
-        .header("x-llm-context-session", "mine")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+        ),
+        ("anthropic-beta", "context-management-2025-06-27"),
+        ("anthropic-version", "2026-09-01"),
+        ("x-claude-code-session-id", "3f9c-session"),
+        ("user-agent", "claude-cli/2.1.0 (external, cli)"),
+        ("x-stainless-lang", "js"),
+        ("x-api-key", "sk-ant-the-clients-own"),
+        ("x-llm-context-session", "mine"),
+    ];
+    let r = send(&url, "/v1/messages?beta=true", &body, &headers).await;
     assert_eq!(r.status(), 200);
     let sent = upstream.received_requests().await.unwrap();
     let sent = &sent[0];
@@ -318,18 +321,14 @@ async fn openai_headers_reach_openai_and_no_provider_gets_anothers() {
         ("/v1/chat/completions", &chat, "api-version=2026-01-01"),
         ("/v1/messages", &messages, "beta=true"),
     ] {
-        let r = reqwest::Client::new()
-            .post(format!("{url}{route}?{query}"))
-            .header("content-type", "application/json")
-            .header("OpenAI-Organization", "org-client")
-            .header("OpenAI-Project", "proj_client")
-            .header("X-Client-Request-Id", "req-7f3a")
-            .header("anthropic-beta", "context-management-2025-06-27")
-            .header("authorization", "Bearer sk-the-clients-own")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        let headers = [
+            ("OpenAI-Organization", "org-client"),
+            ("OpenAI-Project", "proj_client"),
+            ("X-Client-Request-Id", "req-7f3a"),
+            ("anthropic-beta", "context-management-2025-06-27"),
+            ("authorization", "Bearer sk-the-clients-own"),
+        ];
+        let r = send(&url, &format!("{route}?{query}"), body, &headers).await;
         assert_eq!(r.status(), 200, "{route}");
     }
     let sent = upstream.received_requests().await.unwrap();
@@ -355,14 +354,7 @@ async fn sent_through(
     body: &Value,
     headers: &[(&str, &str)],
 ) -> Value {
-    let mut request = reqwest::Client::new()
-        .post(format!("{url}/v1/messages"))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let r = request.send().await.unwrap();
+    let r = send(url, "/v1/messages", body, headers).await;
     let status = r.status();
     assert_eq!(status, 200, "{}", r.text().await.unwrap());
     let sent = upstream.received_requests().await.unwrap();
@@ -442,15 +434,8 @@ async fn a_strict_function_tool_stays_strict_in_both_directions() {
                       "messages": [{"role": "user", "content": "Logs?"}]});
     let openai_up = openai_upstream().await;
     let url = openai_proxy(&openai_up).await;
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/chat/completions"))
-        .body(chat.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let sent: Value =
-        serde_json::from_slice(&openai_up.received_requests().await.unwrap()[0].body).unwrap();
+    post(&url, "/v1/chat/completions", &chat).await;
+    let sent = received(&openai_up, 0).await;
     assert_eq!(
         sent["tools"][0], tools[0],
         "the Agents SDK's tool, as it sent it (the read tool follows)"
@@ -464,15 +449,8 @@ async fn a_strict_function_tool_stays_strict_in_both_directions() {
     let url = serving(proxy).await;
     let mut chat = chat;
     chat["model"] = json!("claude-sonnet-4-6");
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/chat/completions"))
-        .body(chat.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let sent: Value =
-        serde_json::from_slice(&anthropic_up.received_requests().await.unwrap()[0].body).unwrap();
+    post(&url, "/v1/chat/completions", &chat).await;
+    let sent = received(&anthropic_up, 0).await;
     assert_eq!(sent["tools"][0]["strict"], true);
 }
 
@@ -518,14 +496,7 @@ async fn a_messages_callers_body_reaches_anthropic_as_written() {
     let body = rich_messages_body();
     let upstream = anthropic_upstream().await;
     let url = anthropic_proxy(&upstream).await;
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/messages"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    post(&url, "/v1/messages", &body).await;
     let raw = upstream.received_requests().await.unwrap()[0].body.clone();
     let raw = String::from_utf8(raw).unwrap();
     let sent: Value = serde_json::from_str(&raw).unwrap();
@@ -580,14 +551,7 @@ async fn an_offloaded_result_is_the_only_change_and_breakpoints_are_added_when_t
     ]});
     let upstream = anthropic_upstream().await;
     let url = anthropic_proxy(&upstream).await;
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/messages"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = post(&url, "/v1/messages", &body).await;
     assert_eq!(r.headers()["x-llm-context-offloaded"], "1");
     let raw =
         String::from_utf8(upstream.received_requests().await.unwrap()[0].body.clone()).unwrap();
@@ -648,13 +612,7 @@ async fn a_server_tool_and_its_blocks_reach_claude_and_are_refused_by_name_for_g
     // GPT has neither the tool nor the blocks: 400, named, nothing sent.
     let mut gpt = body.clone();
     gpt["model"] = json!("gpt-5.4");
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/messages"))
-        .header("content-type", "application/json")
-        .body(gpt.to_string())
-        .send()
-        .await
-        .unwrap();
+    let r = send(&url, "/v1/messages", &gpt, &[]).await;
     assert_eq!(r.status(), 400);
     let v = json_of(r).await;
     assert!(
@@ -687,15 +645,8 @@ async fn a_chat_completions_callers_messages_reach_openai_as_written() {
         "metadata": {"run": "r-1"}, "store": false});
     let upstream = openai_upstream().await;
     let url = openai_proxy(&upstream).await;
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/chat/completions"))
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let sent: Value =
-        serde_json::from_slice(&upstream.received_requests().await.unwrap()[0].body).unwrap();
+    post(&url, "/v1/chat/completions", &body).await;
+    let sent = received(&upstream, 0).await;
     assert_eq!(sent["messages"], messages, "{sent}");
     for field in ["temperature", "metadata", "store"] {
         assert_eq!(sent[field], body[field], "{field}");

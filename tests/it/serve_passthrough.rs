@@ -35,6 +35,22 @@ async fn both(openai_up: &MockServer, anthropic_up: &MockServer) -> String {
     serving(proxy).await
 }
 
+/// `method url` with `headers` and `body`, as a client sends it.
+async fn call(
+    method: reqwest::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .request(method, url)
+        .body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
 fn header(r: &wiremock::Request, name: &str) -> Option<String> {
     r.headers.get(name).map(|v| v.to_str().unwrap().to_owned())
 }
@@ -47,25 +63,19 @@ async fn models_are_listed_by_the_provider_the_client_speaks_to() {
     let openai_up = provider("GET", "/v1/models", 200, &openai_models).await;
     let anthropic_up = provider("GET", "/v1/models", 200, &anthropic_models).await;
     let url = both(&openai_up, &anthropic_up).await;
-    let http = reqwest::Client::new();
     // The OpenAI SDK.
-    let r = http
-        .get(format!("{url}/v1/models"))
-        .header("authorization", "Bearer sk-the-clients-own")
-        .send()
-        .await
-        .unwrap();
+    let key = [("authorization", "Bearer sk-the-clients-own")];
+    let r = call(reqwest::Method::GET, &format!("{url}/v1/models"), &key, "").await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-request-id"], "req_upstream_1");
     assert_eq!(json_of(r).await, openai_models);
     // The Anthropic SDK (it always sends `anthropic-version`), with a query.
-    let r = http
-        .get(format!("{url}/v1/models?limit=20"))
-        .header("anthropic-version", "2023-06-01")
-        .header("x-api-key", "sk-ant-the-clients-own")
-        .send()
-        .await
-        .unwrap();
+    let headers = [
+        ("anthropic-version", "2023-06-01"),
+        ("x-api-key", "sk-ant-the-clients-own"),
+    ];
+    let models = format!("{url}/v1/models?limit=20");
+    let r = call(reqwest::Method::GET, &models, &headers, "").await;
     assert_eq!(r.status(), 200);
     assert_eq!(json_of(r).await, anthropic_models);
     let sent = &openai_up.received_requests().await.unwrap()[0];
@@ -109,14 +119,17 @@ async fn other_paths_go_through_byte_for_byte_and_their_errors_too() {
     let url = both(&openai_up, &anthropic_up).await;
     // Spacing and key order as the client wrote them: the body is not re-encoded.
     let raw = "{\"model\": \"text-embedding-3-small\",  \"input\": \"接続拒否 — refusée\"}";
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/embeddings"))
-        .header("content-type", "application/json")
-        .header("OpenAI-Project", "proj_client")
-        .body(raw)
-        .send()
-        .await
-        .unwrap();
+    let headers = [
+        ("content-type", "application/json"),
+        ("OpenAI-Project", "proj_client"),
+    ];
+    let r = call(
+        reqwest::Method::POST,
+        &format!("{url}/v1/embeddings"),
+        &headers,
+        raw,
+    )
+    .await;
     assert_eq!(r.status(), 200);
     assert_eq!(json_of(r).await, vectors);
     let sent = &openai_up.received_requests().await.unwrap()[0];
@@ -132,14 +145,12 @@ async fn other_paths_go_through_byte_for_byte_and_their_errors_too() {
     // Claude Code's count of every turn: never a 404 again.
     let body = json!({"model": "claude-sonnet-4-6",
                       "messages": [{"role": "user", "content": "Wie lang ist das?"}]});
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/messages/count_tokens?beta=true"))
-        .header("content-type", "application/json")
-        .header("anthropic-beta", "token-counting-2024-11-01")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let headers = [
+        ("content-type", "application/json"),
+        ("anthropic-beta", "token-counting-2024-11-01"),
+    ];
+    let count = format!("{url}/v1/messages/count_tokens?beta=true");
+    let r = call(reqwest::Method::POST, &count, &headers, &body.to_string()).await;
     assert_eq!(r.status(), 200);
     assert_eq!(json_of(r).await, counted);
     let sent = &anthropic_up.received_requests().await.unwrap()[0];
@@ -174,12 +185,13 @@ async fn a_path_without_an_upstream_or_a_key_is_refused_in_its_providers_shape()
         .build()
         .unwrap();
     let url = serving(proxy).await;
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/embeddings"))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        reqwest::Method::POST,
+        &format!("{url}/v1/embeddings"),
+        &[],
+        "{}",
+    )
+    .await;
     assert_eq!(r.status(), 404);
     let body = json_of(r).await;
     let message = body["error"]["message"].as_str().unwrap();
@@ -195,12 +207,8 @@ async fn a_path_without_an_upstream_or_a_key_is_refused_in_its_providers_shape()
     let r = reqwest::get(format!("{url}/v1/models")).await.unwrap();
     assert_eq!(r.status(), 401);
     assert!(upstream.received_requests().await.unwrap().is_empty());
-    let r = reqwest::Client::new()
-        .get(format!("{url}/v1/models"))
-        .header("authorization", "Bearer sk-acme")
-        .send()
-        .await
-        .unwrap();
+    let key = [("authorization", "Bearer sk-acme")];
+    let r = call(reqwest::Method::GET, &format!("{url}/v1/models"), &key, "").await;
     assert_eq!(r.status(), 200);
     let sent = &upstream.received_requests().await.unwrap()[0];
     assert_eq!(

@@ -39,6 +39,16 @@ const PASS_THROUGH: PassThrough = PassThrough {
 };
 
 /// The request body for `req`: the prefix rendered first, then the tail.
+/// The `prompt_cache_key` the client sets: the stable head (tools, prefix, leading system
+/// messages) routes requests that share it to one cache; a request with no head has
+/// nothing stable to key on.
+pub(crate) fn cache_key(req: &ChatRequest) -> Option<String> {
+    let has_head = req.prefix.as_ref().is_some_and(|p| !p.is_empty())
+        || req.messages.first().is_some_and(|m| m.role == Role::System)
+        || !req.tools.is_empty();
+    has_head.then(|| req.stable_head_key())
+}
+
 pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, ProviderError> {
     crate::client::cannot_cross(req, WireFormat::ChatCompletions, Provider::OpenAi)?;
     let mut messages = Vec::with_capacity(req.messages.len() + 3);
@@ -68,13 +78,11 @@ pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, 
     typed("stop", !p.stop.is_empty());
     typed("seed", p.seed.is_some());
     typed("tool_choice", p.tool_choice.is_some());
-    // The stable head (tools, prefix, leading system messages) routes requests that share
-    // it to one cache; a request with no head has nothing stable to key on.
-    let has_head = req.prefix.as_ref().is_some_and(|p| !p.is_empty())
-        || req.messages.first().is_some_and(|m| m.role == Role::System)
-        || !req.tools.is_empty();
-    let cache_key =
-        (has_head && !extra.contains_key("prompt_cache_key")).then(|| req.stable_head_key());
+    let cache_key = if extra.contains_key("prompt_cache_key") {
+        None
+    } else {
+        cache_key(req)
+    };
     let mut tool_choice = p.tool_choice.as_ref().map(tool_choice_to_wire);
     if let Some(parallel) = p.parallel_tool_calls {
         extra.insert("parallel_tool_calls".into(), Value::Bool(parallel));

@@ -180,16 +180,7 @@ pub(crate) fn render(
         last.cache_control = Some(cache_control(ttl));
     }
 
-    // The prefix, then the leading system messages: Anthropic takes them as `system`.
-    let mut system = Vec::new();
-    let prefix_messages = prefix.map(|p| p.as_messages()).unwrap_or_default();
-    for m in prefix_messages.iter().chain(&messages[..head_end]) {
-        for text in system_texts(m)? {
-            if !text.is_empty() {
-                system.push(TextBlockParam::new(text));
-            }
-        }
-    }
+    let mut system = system_blocks(prefix, &messages[..head_end])?;
     if let (Some(ttl), Some(last)) = (hints.prefix, system.last_mut()) {
         last.cache_control = Some(cache_control(ttl));
     }
@@ -290,6 +281,34 @@ pub(super) fn cache_control(ttl: CacheTtl) -> CacheControl {
         CacheTtl::OneHour => CacheControl::ONE_HOUR,
         _ => CacheControl::FIVE_MINUTES,
     }
+}
+
+/// One text part as plain text, else the parts: several text blocks stay several (joined,
+/// `Hello` and `World` would reach the model as `HelloWorld`).
+pub(super) fn content(mut parts: Vec<ContentPart>) -> Content {
+    match parts.as_mut_slice() {
+        [] => Content::default(),
+        [ContentPart::Text { text }] => Content::Text(std::mem::take(text).into()),
+        _ => Content::from(parts),
+    }
+}
+
+/// The system prompt's blocks: the prefix's, then those of `head` (the leading system
+/// messages), which Anthropic takes as `system`; empty texts make none.
+pub(super) fn system_blocks(
+    prefix: Option<&PrefixContext>,
+    head: &[Message],
+) -> Result<Vec<TextBlockParam>, ProviderError> {
+    let mut system = Vec::new();
+    let prefix_messages = prefix.map(|p| p.as_messages()).unwrap_or_default();
+    for m in prefix_messages.iter().chain(head) {
+        for text in system_texts(m)? {
+            if !text.is_empty() {
+                system.push(TextBlockParam::new(text));
+            }
+        }
+    }
+    Ok(system)
 }
 
 /// The text blocks of a system message of the head, each its own.
@@ -552,11 +571,7 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
             ResponseBlock::Other(block) => unmodelled.push(block),
         }
     }
-    let text = match text.as_mut_slice() {
-        [] => Content::default(),
-        [ContentPart::Text { text }] => Content::Text(std::mem::take(text).into()),
-        _ => Content::from(text),
-    };
+    let text = content(text);
     let message = if calls.is_empty() {
         Message::assistant(text)
     } else {

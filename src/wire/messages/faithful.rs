@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::convert::{blocks, cache_control, merge, system_texts, tool, ttl_order};
+use super::convert::{blocks, cache_control, merge, system_blocks, system_texts, tool, ttl_order};
 use super::types::{InputMessage, InputRole, ToolParam};
 use crate::error::ProviderError;
 
@@ -34,13 +34,15 @@ use crate::error::ProviderError;
 pub(crate) struct Kept {
     body: Bytes,
     /// Each wire message's bytes, and its role.
-    messages: Vec<(Range<usize>, String)>,
+    messages: Vec<(Range<usize>, InputRole)>,
     /// Each tool's name and bytes.
     tools: Vec<(String, Range<usize>)>,
     /// The top-level `system`'s bytes.
     system: Option<Range<usize>>,
-    /// A digest of the system prompt's texts as read.
-    head: u64,
+    /// A digest of the system prompt's texts as read; `None` when the head holds wire
+    /// messages too (a `system` message before the first user message), which the writer
+    /// then writes from the neutral model.
+    head: Option<u64>,
     /// The other top-level fields (not `model`, `messages`, `tools`, `system`, `stream`).
     rest: Map<String, Value>,
     /// For each wire message, how many neutral messages it was read into.
@@ -87,12 +89,7 @@ impl Kept {
             .messages
             .iter()
             .zip(wire)
-            .map(|(raw, m)| {
-                (
-                    range(raw),
-                    m["role"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
+            .map(|(raw, m)| (range(raw), role_of(m["role"].as_str().unwrap_or_default())))
             .collect();
         let tools = match (&spans.tools, parsed["tools"].as_array()) {
             (Some(raw), Some(tools)) => raw
@@ -110,14 +107,13 @@ impl Kept {
         let keys = RandomState::new();
         let head_end = leading_system_end(&req.messages);
         // The messages the top-level `system` was read into; a wire `system` message
-        // before the first user message joins them in the head, which the writer then
-        // writes from the neutral model (the head's digest matches no sent head).
+        // before the first user message joins them in the head.
         let top = req.messages.len() - owners.len();
         let in_head = head_end.checked_sub(top)?;
         let head = if in_head == 0 {
-            head_digest(&keys, &req.messages[..head_end])?
+            Some(head_digest(&keys, &req.messages[..head_end])?)
         } else {
-            keys.hash_one("a head with wire messages in it")
+            None
         };
         let mut parts = vec![0; wire.len()];
         let mut digests: HashMap<u64, Vec<usize>> = HashMap::new();
@@ -139,8 +135,7 @@ impl Kept {
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        // A marker anywhere: the client manages its cache itself.
-        let markers = has_cache_control(body);
+        let markers = has_markers(parsed);
         Some(Self {
             body: body.clone(),
             messages,
@@ -167,10 +162,21 @@ impl Kept {
     }
 }
 
-/// Whether `body` holds a `cache_control` key anywhere.
-fn has_cache_control(body: &[u8]) -> bool {
-    body.windows(b"\"cache_control\"".len())
-        .any(|w| w == b"\"cache_control\"")
+/// Whether the client placed `cache_control` markers of its own, on a tool, a system block,
+/// a message's block or a tool result's block: it then manages its cache itself.
+fn has_markers(body: &Value) -> bool {
+    fn marked(blocks: &Value) -> bool {
+        blocks.as_array().is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| b.get("cache_control").is_some() || marked(&b["content"]))
+        })
+    }
+    marked(&body["tools"])
+        || marked(&body["system"])
+        || body["messages"]
+            .as_array()
+            .is_some_and(|ms| ms.iter().any(|m| marked(&m["content"])))
 }
 
 /// A digest of the system prompt's texts, or `None` when it holds more than text.
@@ -209,7 +215,7 @@ impl Body {
 
 /// The faithful body of `req`, when it carries a Messages body kept by the reader.
 pub(crate) fn body(req: &ChatRequest) -> Result<Option<Body>, ProviderError> {
-    let Some(origin) = req.params.origin.clone() else {
+    let Some(origin) = req.params.origin.as_ref() else {
         return Ok(None);
     };
     let Some(kept) = origin.get::<Kept>() else {
@@ -217,26 +223,14 @@ pub(crate) fn body(req: &ChatRequest) -> Result<Option<Body>, ProviderError> {
     };
     let head_end = leading_system_end(&req.messages);
     // The system prompt: as it came unless the stack changed it (a prefix of its own).
-    let system = if req.prefix.is_none()
-        && head_digest(&kept.keys, &req.messages[..head_end]) == Some(kept.head)
-    {
+    let unchanged = kept.head.is_some()
+        && req.prefix.is_none()
+        && head_digest(&kept.keys, &req.messages[..head_end]) == kept.head;
+    let system = if unchanged {
         kept.system.clone().map(Part::Raw)
     } else {
-        let mut texts = Vec::new();
-        let prefix = req
-            .prefix
-            .as_deref()
-            .map(|p| p.as_messages())
-            .unwrap_or_default();
-        for m in prefix.iter().chain(&req.messages[..head_end]) {
-            texts.extend(
-                system_texts(m)?
-                    .into_iter()
-                    .filter(|t| !t.is_empty())
-                    .map(|t| serde_json::json!({"type": "text", "text": t})),
-            );
-        }
-        (!texts.is_empty()).then_some(Part::Value(Value::Array(texts)))
+        let blocks = system_blocks(req.prefix.as_deref(), &req.messages[..head_end])?;
+        (!blocks.is_empty()).then(|| Part::Value(serde_json::to_value(blocks).unwrap_or_default()))
     };
     let tools: Vec<Part> = req
         .tools
@@ -329,8 +323,9 @@ impl Written {
         if members.len() == kept.parts[at] {
             self.owners
                 .extend(std::iter::repeat_n(self.out.len(), members.len()));
-            self.out.push(Part::Raw(kept.messages[at].0.clone()));
-            self.roles.push(role_of(&kept.messages[at].1));
+            let (range, role) = &kept.messages[at];
+            self.out.push(Part::Raw(range.clone()));
+            self.roles.push(*role);
             return Ok(());
         }
         for m in members {
@@ -382,50 +377,65 @@ fn mark(
     let hints = ttl_order(hints);
     let marker = |ttl| serde_json::to_value(cache_control(ttl)).unwrap_or(Value::Null);
     if let (Some(ttl), Some(last)) = (hints.tools, body.tools.last_mut()) {
-        set_marker(kept, last, marker(ttl), false);
+        set_marker(kept, last, marker(ttl), Marked::Tool);
     }
     if let (Some(ttl), Some(system)) = (hints.prefix, body.system.as_mut()) {
-        set_marker(kept, system, marker(ttl), true);
+        set_marker(kept, system, marker(ttl), Marked::System);
     }
     if let (Some(ttl), Some(at)) = (hints.history, history)
         && let Some(part) = messages.get_mut(at)
     {
-        set_marker(kept, part, marker(ttl), false);
+        set_marker(kept, part, marker(ttl), Marked::Message);
     }
     if let (Some(ttl), Some(last)) = (hints.last, messages.last_mut()) {
-        set_marker(kept, last, marker(ttl), false);
+        set_marker(kept, last, marker(ttl), Marked::Message);
     }
 }
 
-/// `part` as a value with `marker` on its last block that can carry one.
-fn set_marker(kept: &Kept, part: &mut Part, marker: Value, system: bool) {
+/// What a part written with a marker is.
+#[derive(Clone, Copy)]
+enum Marked {
+    /// A tool: the marker on the definition.
+    Tool,
+    /// The system prompt (a string or text blocks): on its last block.
+    System,
+    /// A message: on its last block that can carry one (not thinking, not empty text).
+    Message,
+}
+
+/// `part` as a value with `marker` where `kind` takes it.
+fn set_marker(kept: &Kept, part: &mut Part, marker: Value, kind: Marked) {
     let mut value = match std::mem::replace(part, Part::Value(Value::Null)) {
         Part::Raw(range) => kept.value(&range),
         Part::Value(v) => v,
         Part::Message(m) => serde_json::to_value(m).unwrap_or(Value::Null),
         Part::Tool(t) => serde_json::to_value(t).unwrap_or(Value::Null),
     };
-    if system {
-        if let Value::String(text) = &value {
-            value = serde_json::json!([{"type": "text", "text": text}]);
+    match kind {
+        Marked::Tool => value["cache_control"] = marker,
+        Marked::System => {
+            if let Value::String(text) = &value {
+                value = serde_json::json!([{"type": "text", "text": text}]);
+            }
+            if let Some(last) = value.as_array_mut().and_then(|b| b.last_mut()) {
+                last["cache_control"] = marker;
+            }
         }
-        if let Some(last) = value.as_array_mut().and_then(|b| b.last_mut()) {
-            last["cache_control"] = marker;
-        }
-    } else if value.get("input_schema").is_some() {
-        value["cache_control"] = marker;
-    } else {
-        if let Some(Value::String(text)) = value.get("content") {
-            value["content"] = serde_json::json!([{"type": "text", "text": text}]);
-        }
-        if let Some(block) = value["content"].as_array_mut().and_then(|blocks| {
-            blocks.iter_mut().rev().find(|b| {
+        Marked::Message => {
+            if let Some(Value::String(text)) = value.get("content") {
+                value["content"] = serde_json::json!([{"type": "text", "text": text}]);
+            }
+            let takes_one = |b: &&mut Value| {
                 !matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking"))
                     && b.get("text")
                         .is_none_or(|t| t.as_str().is_some_and(|t| !t.is_empty()))
-            })
-        }) {
-            block["cache_control"] = marker;
+            };
+            if let Some(block) = value["content"]
+                .as_array_mut()
+                .and_then(|blocks| blocks.iter_mut().rev().find(takes_one))
+            {
+                block["cache_control"] = marker;
+            }
         }
     }
     *part = Part::Value(value);

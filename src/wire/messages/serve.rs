@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use axum::body::Bytes;
 use axum::http::StatusCode;
 
+use super::convert::content;
 use super::faithful::Kept;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
@@ -254,16 +255,6 @@ fn assistant_block(
         other => text.push(opaque(b, other)?),
     }
     Ok(())
-}
-
-/// One text part as plain text, else the parts: several text blocks stay several (joined,
-/// `Hello` and `World` would reach the model as `HelloWorld`).
-fn content(mut parts: Vec<ContentPart>) -> Content {
-    match parts.as_mut_slice() {
-        [] => Content::default(),
-        [ContentPart::Text { text }] => Content::Text(std::mem::take(text).into()),
-        _ => Content::from(parts),
-    }
 }
 
 /// A text or image block.
