@@ -9,8 +9,8 @@ use bytes::BytesMut;
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
 use llm_context_layers::stream::Streaming;
-use llm_context_layers::stream::{Accumulator, ChatStream, StreamError, StreamEvent};
-use llm_context_layers::{ChatRequest, FinishReason};
+use llm_context_layers::stream::{Accumulator, ChatStream, StreamError, StreamEvent, WireEvent};
+use llm_context_layers::{ChatRequest, FinishReason, WireFormat};
 use serde_json::Value;
 use tower::Service;
 
@@ -53,6 +53,7 @@ pub(crate) struct Ending {
 /// [`ProviderErrorKind::StreamInterrupted`].
 async fn open<D, C>(
     provider: Provider,
+    relay: Option<WireFormat>,
     sent: impl Future<Output = Result<HttpStreamResponse, TransportError>>,
     client: Arc<C>,
     decoder: D,
@@ -70,6 +71,8 @@ where
     }
     let mut state = State {
         provider,
+        relay,
+        closing: false,
         client,
         events: Box::pin(resp.into_body().eventsource()),
         decoder,
@@ -94,7 +97,7 @@ where
 /// A client's streamed call: `http` (the request built, or why it could not be) sent
 /// through `transport` and read with `decoder`, as [`open`] does.
 pub(crate) fn call<T, D, C>(
-    provider: Provider,
+    (provider, format): (Provider, WireFormat),
     transport: &mut T,
     req: &ChatRequest,
     http: Result<HttpRequest, ProviderError>,
@@ -112,8 +115,11 @@ where
         Err(e) => return Box::pin(std::future::ready(Err(e))),
     };
     log_request(provider, req, true);
+    // A proxy relaying a caller of this format gets the stream's own events too.
+    let relay =
+        (req.params.origin.is_some() && req.params.extra_format == Some(format)).then_some(format);
     let sent = transport.call(Streaming(http));
-    Box::pin(open(provider, sent, client, decoder))
+    Box::pin(open(provider, relay, sent, client, decoder))
 }
 
 type Events =
@@ -121,6 +127,11 @@ type Events =
 
 struct State<D, C> {
     provider: Provider,
+    /// The format whose events are passed on as they came ([`StreamEvent::Wire`]), ahead
+    /// of the neutral events each decodes to.
+    relay: Option<WireFormat>,
+    /// Whether the relayed events have reached the stream's closing part.
+    closing: bool,
     client: Arc<C>,
     events: Events,
     decoder: D,
@@ -195,6 +206,19 @@ impl<D: Decoder, C: AsRef<Reading>> State<D, C> {
         };
         for e in &self.queue {
             self.acc.push(e).map_err(invalid)?;
+        }
+        if let Some(format) = self.relay {
+            // The closing part begins at the event that gives the usage and nothing else,
+            // or at the last one.
+            let usage_only = !self.queue.is_empty()
+                && self
+                    .queue
+                    .iter()
+                    .all(|e| matches!(e, StreamEvent::Usage(_)));
+            self.closing |= usage_only || ending.is_some();
+            let raw = WireEvent::new(format, event.event.clone(), event.data.clone())
+                .closing(self.closing);
+            self.queue.push_front(StreamEvent::Wire(raw));
         }
         if let Some(ending) = ending {
             let response = std::mem::take(&mut self.acc)

@@ -84,7 +84,7 @@ impl Speaks for MessagesApi {
     type Options = Options;
     type Body = Body;
     #[cfg(feature = "serve")]
-    type Response = crate::wire::messages::types::Answered;
+    type Response = crate::wire::served::Answered<crate::wire::messages::types::MessageResponse>;
     #[cfg(not(feature = "serve"))]
     type Response = MessageResponse;
     type Decoder = AnthropicDecoder;
@@ -143,9 +143,9 @@ impl Speaks for MessagesApi {
 
     #[cfg(feature = "serve")]
     fn response(body: Self::Response) -> Result<ChatResponse, ProviderError> {
-        use crate::wire::messages::types::AnthropicAnswer;
-        let origin = llm_context_layers::Origin::new(AnthropicAnswer(body.raw));
-        Ok(convert::response(body.typed).with_origin(origin))
+        use crate::wire::served::AsGiven;
+        let response = convert::response(body.typed);
+        Ok(AsGiven::keep(Self::FORMAT, response, body.raw))
     }
 
     #[cfg(not(feature = "serve"))]

@@ -245,7 +245,7 @@ where
     fn call(&mut self, req: Streaming) -> Self::Future {
         let http = self.http_request(&req.0, true);
         sse::call(
-            A::PROVIDER,
+            (A::PROVIDER, A::FORMAT),
             &mut self.transport,
             &req.0,
             http,

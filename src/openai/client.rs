@@ -91,6 +91,9 @@ impl Speaks for ChatCompletionsApi {
 
     type Options = ();
     type Body = Body;
+    #[cfg(feature = "serve")]
+    type Response = crate::wire::served::Answered<CreateChatCompletionResponse>;
+    #[cfg(not(feature = "serve"))]
     type Response = CreateChatCompletionResponse;
     type Decoder = OpenAiDecoder;
 
@@ -156,6 +159,14 @@ impl Speaks for ChatCompletionsApi {
         Ok(Body::Rendered(Box::new(body)))
     }
 
+    #[cfg(feature = "serve")]
+    fn response(body: Self::Response) -> Result<ChatResponse, ProviderError> {
+        use crate::wire::served::AsGiven;
+        let response = convert::response(body.typed)?;
+        Ok(AsGiven::keep(Self::FORMAT, response, body.raw))
+    }
+
+    #[cfg(not(feature = "serve"))]
     fn response(body: CreateChatCompletionResponse) -> Result<ChatResponse, ProviderError> {
         convert::response(body)
     }

@@ -7,11 +7,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::checks::Invalid;
-use crate::stream::StreamEvent;
-use crate::{BoxError, ChatRequest, ChatResponse};
+use crate::stream::{StreamEvent, WireEvent};
+use crate::{BoxError, ChatRequest, ChatResponse, WireFormat};
 
 /// A request read from a client's body.
 pub(crate) struct Read {
@@ -104,4 +105,138 @@ pub(crate) fn made_up_id(prefix: &str) -> String {
         keys.hash_one((n, 0u8)),
         keys.hash_one((n, 1u8))
     )
+}
+
+/// A stream relayed as the upstream sent it, when it came in the caller's format (see
+/// [`StreamEvent::Wire`]): each event written as it came, and the neutral events beside
+/// them written by nobody. The stream's closing part is held until `Done`, to add the
+/// usage of the rounds answered inside, or to be replaced by an error event when the
+/// answer fails a check. A stream without the provider's events (a memo entry replayed,
+/// the mock model, another format's upstream) is written from its neutral events.
+pub(crate) struct Relay {
+    format: WireFormat,
+    /// Whether the stream is relayed: decided by its first event.
+    relayed: Option<bool>,
+    tail: Vec<WireEvent>,
+}
+
+impl Relay {
+    /// A relay of streams in `format`.
+    pub(crate) fn new(format: WireFormat) -> Self {
+        Self {
+            format,
+            relayed: None,
+            tail: Vec::new(),
+        }
+    }
+
+    /// The frames for `event` when the stream is relayed; `None` when the writer writes
+    /// it. At `Done`, when the answer covers rounds answered inside or `always`, each held
+    /// event whose data is JSON is given to `amend` with the answer, which edits it and
+    /// says whether to write it at all.
+    pub(crate) fn event(
+        &mut self,
+        event: &StreamEvent,
+        always: bool,
+        amend: impl Fn(&mut Value, &ChatResponse) -> bool,
+    ) -> Option<Vec<Bytes>> {
+        let relayed = *self.relayed.get_or_insert_with(
+            || matches!(event, StreamEvent::Wire(e) if e.format == self.format),
+        );
+        if !relayed {
+            return None;
+        }
+        Some(match event {
+            StreamEvent::Wire(e) if e.format != self.format => Vec::new(),
+            StreamEvent::Wire(e) if e.closing => {
+                self.tail.push(e.clone());
+                Vec::new()
+            }
+            StreamEvent::Wire(e) => vec![Bytes::from(e.frame())],
+            StreamEvent::Done(r) => {
+                let look = always || hidden_rounds(r);
+                std::mem::take(&mut self.tail)
+                    .into_iter()
+                    .filter_map(|mut e| {
+                        if look && let Ok(mut data) = serde_json::from_str::<Value>(&e.data) {
+                            if !amend(&mut data, r) {
+                                return None;
+                            }
+                            e.data = data.to_string();
+                        }
+                        Some(Bytes::from(e.frame()))
+                    })
+                    .collect()
+            }
+            // What the provider's events said already.
+            _ => Vec::new(),
+        })
+    }
+}
+
+/// Whether `r` answers after rounds the proxy answered inside (artifact reads), whose
+/// usage its figures include.
+pub(crate) fn hidden_rounds(r: &ChatResponse) -> bool {
+    !r.report.resolved_messages.is_empty()
+}
+
+/// `raw`'s usage with the figures of `summed` written over it, nested objects merged
+/// (a provider's breakdowns this proxy does not know are kept).
+pub(crate) fn amend_usage(raw: &mut Value, summed: &Value) {
+    let (Some(raw), Some(summed)) = (raw.as_object_mut(), summed.as_object()) else {
+        return;
+    };
+    for (k, v) in summed {
+        match (raw.get_mut(k), v) {
+            (Some(old @ Value::Object(_)), Value::Object(_)) => amend_usage(old, v),
+            _ => {
+                raw.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// A provider's whole answer, typed and as it came: read by a client built for a proxy,
+/// which answers a caller of the provider's own format with it (see
+/// [`ChatResponse::origin`](llm_context_layers::ChatResponse::origin)).
+#[derive(Clone, Debug)]
+pub(crate) struct Answered<T> {
+    pub(crate) typed: T,
+    pub(crate) raw: Value,
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Answered<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(d)?;
+        let typed = T::deserialize(&raw).map_err(serde::de::Error::custom)?;
+        Ok(Self { typed, raw })
+    }
+}
+
+/// A provider's answer as it came, in `format`, kept in a response's `origin`.
+pub(crate) struct AsGiven {
+    pub(crate) format: WireFormat,
+    pub(crate) body: Value,
+}
+
+impl AsGiven {
+    /// The neutral response of `typed`, keeping `raw` as it came.
+    pub(crate) fn keep(format: WireFormat, response: ChatResponse, raw: Value) -> ChatResponse {
+        response.with_origin(llm_context_layers::Origin::new(Self { format, body: raw }))
+    }
+
+    /// `r`'s answer as its provider gave it in `format`, if it came so, with the usage of
+    /// the rounds answered inside (`usage`, the figures written in `format`) added: the
+    /// client is billed for every round.
+    pub(crate) fn of(r: &ChatResponse, format: WireFormat, usage: &Value) -> Option<Value> {
+        let given = r.origin.as_ref()?.get::<Self>()?;
+        if given.format != format || !given.body.is_object() {
+            return None;
+        }
+        let mut out = given.body.clone();
+        if hidden_rounds(r) {
+            amend_usage(&mut out["usage"], usage);
+        }
+        Some(out)
+    }
 }

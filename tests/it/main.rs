@@ -63,6 +63,7 @@ mod serve_messages;
 mod serve_passthrough;
 #[cfg(feature = "serve")]
 mod serve_redis;
+mod serve_relay;
 #[cfg(feature = "serve")]
 mod trace_tree;
 mod usage;

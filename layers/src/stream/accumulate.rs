@@ -58,7 +58,7 @@ impl Accumulator {
         Self::default()
     }
 
-    /// Adds an event. A `Started` or `Done` event adds nothing (it is already the whole response). A
+    /// Adds an event. A `Started`, `Wire` or `Done` event adds nothing (it is already the whole response). A
     /// reasoning delta of another kind than its block's is an error.
     pub fn push(&mut self, event: &StreamEvent) -> Result<(), StreamError> {
         match event {
@@ -66,8 +66,9 @@ impl Accumulator {
             StreamEvent::Reasoning { index, delta } => self.reason(*index, delta)?,
             StreamEvent::ToolCall(d) => self.call(d),
             StreamEvent::Usage(u) => self.usage = Some(*u),
-            // The opening fields come again in the response; `Done` is the whole response.
-            StreamEvent::Started(_) | StreamEvent::Done(_) => {}
+            // The opening fields come again in the response; `Done` is the whole response;
+            // a provider's own event is what the neutral ones beside it say.
+            StreamEvent::Started(_) | StreamEvent::Done(_) | StreamEvent::Wire(_) => {}
         }
         Ok(())
     }

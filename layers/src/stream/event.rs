@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::model::{ChatResponse, Usage};
+use crate::model::{ChatResponse, Usage, WireFormat};
 
 /// What a streamed call yields, in order: deltas as the model writes, usage, and last
 /// the complete response ([`StreamEvent::Done`]). Nothing follows `Done`.
@@ -33,6 +33,75 @@ pub enum StreamEvent {
     /// The end: the complete response, as a non-streamed call would have returned it
     /// (message, usage, finish reason, report).
     Done(Box<ChatResponse>),
+    /// One of the provider's own events, as it came, beside the neutral events it decodes
+    /// to (which follow it). Sent only for a request a proxy read in the provider's own
+    /// format ([`GenerationParams::origin`](crate::GenerationParams::origin)), so that the
+    /// proxy relays the provider's stream byte for byte (ids, fields and event types no
+    /// neutral event holds). Everything else passes it by: it adds nothing to the answer.
+    Wire(WireEvent),
+}
+
+/// A provider's server-sent event as it came: see [`StreamEvent::Wire`].
+///
+/// ```
+/// use llm_context_layers::WireFormat;
+/// use llm_context_layers::stream::WireEvent;
+///
+/// let e = WireEvent::new(WireFormat::Messages, "message_stop", r#"{"type":"message_stop"}"#);
+/// assert_eq!(e.frame(), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WireEvent {
+    /// The format of the stream it came in.
+    pub format: WireFormat,
+    /// Its `event:` name (`message` when the stream names none, as the SSE standard has it).
+    pub event: String,
+    /// Its data, its lines joined by `\n`.
+    pub data: String,
+    /// Whether it is of the stream's closing part: the event that gives the final usage
+    /// and nothing else (Anthropic's `message_delta`, OpenAI's usage chunk), the one that
+    /// ends the stream, or any after them. A relay holds these until [`StreamEvent::Done`]:
+    /// they are what it amends when the answer's figures cover rounds the client never
+    /// saw, and what it replaces with an error when the answer fails a check.
+    pub closing: bool,
+}
+
+impl WireEvent {
+    /// An event of a `format` stream.
+    pub fn new(format: WireFormat, event: impl Into<String>, data: impl Into<String>) -> Self {
+        Self {
+            format,
+            event: event.into(),
+            data: data.into(),
+            closing: false,
+        }
+    }
+
+    /// Marks it as of the stream's closing part (see [`closing`](Self::closing)).
+    #[must_use]
+    pub fn closing(mut self, closing: bool) -> Self {
+        self.closing = closing;
+        self
+    }
+
+    /// The event written back as one server-sent event frame: its name unless it is the
+    /// default `message`, then a `data:` line for each of its data's lines.
+    pub fn frame(&self) -> String {
+        let mut out = String::with_capacity(self.data.len() + self.event.len() + 16);
+        if self.event != "message" {
+            out.push_str("event: ");
+            out.push_str(&self.event);
+            out.push('\n');
+        }
+        for line in self.data.split('\n') {
+            out.push_str("data: ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push('\n');
+        out
+    }
 }
 
 impl StreamEvent {

@@ -65,4 +65,4 @@ pub use accumulate::Accumulator;
 pub(crate) use chat_stream::on_end;
 pub use chat_stream::{ChatStream, StreamFuture, Streaming};
 pub use error::StreamError;
-pub use event::{ReasoningDelta, StreamEvent, ToolCallDelta};
+pub use event::{ReasoningDelta, StreamEvent, ToolCallDelta, WireEvent};

@@ -5,14 +5,19 @@
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
-use llm_context_layers::{ChatRequest, ChatResponse, FinishReason, Reasoning, ToolChoice, Usage};
+use llm_context_layers::{
+    ChatRequest, ChatResponse, FinishReason, Reasoning, ToolChoice, Usage, WireFormat,
+};
 use serde_json::{Value, json};
 
 use super::body::{message_to_wire, request_from_str};
 use crate::budget::{BudgetExceeded, rfc3339};
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
-use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find, made_up_id};
+use crate::wire::served::{
+    AsGiven, EventWriter, Format, Read, Relay, StreamOptions, amend_usage, find, hidden_rounds,
+    made_up_id,
+};
 use crate::{BoxError, ContextLimitError};
 
 /// OpenAI's `finish_reason` for the neutral one.
@@ -262,8 +267,16 @@ impl Format for ChatCompletions {
         })
     }
 
+    /// OpenAI's answer as it came when it gave one (`annotations`, `audio`, `logprobs`,
+    /// the usage's details, every field newer than this proxy), with the usage of the
+    /// rounds answered inside added; else written from the neutral response.
     fn answer(response: &ChatResponse, model: &str) -> Value {
-        completion(response, model, crate::wire::served::created())
+        AsGiven::of(
+            response,
+            WireFormat::ChatCompletions,
+            &usage(&response.usage),
+        )
+        .unwrap_or_else(|| completion(response, model, crate::wire::served::created()))
     }
 
     fn events(model: String, options: &StreamOptions) -> Chunks {
@@ -272,6 +285,7 @@ impl Format for ChatCompletions {
             created: options.created,
             include_usage: options.include_usage,
             head: None,
+            relay: Relay::new(WireFormat::ChatCompletions),
         }
     }
 
@@ -327,10 +341,32 @@ pub(crate) struct Chunks {
     /// Every chunk's head, set by the first event: the provider's (`Started`) when the
     /// stream opens with it, else made up once.
     head: Option<Head>,
+    /// OpenAI's own chunks, relayed as they came when they are.
+    relay: Relay,
 }
 
 impl EventWriter for Chunks {
     fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
+        // OpenAI's own chunks. The proxy asks for the usage whatever the client asked, so
+        // a client that did not gets no usage chunk (and no usage in the last one); one
+        // that did gets the usage of rounds answered inside added.
+        let include_usage = self.include_usage;
+        let relayed = self.relay.event(event, !include_usage, |data, r| {
+            if !include_usage {
+                if data["choices"].as_array().is_some_and(Vec::is_empty) {
+                    return false;
+                }
+                if let Some(chunk) = data.as_object_mut() {
+                    chunk.remove("usage");
+                }
+            } else if hidden_rounds(r) && data["usage"].is_object() {
+                amend_usage(&mut data["usage"], &usage(&r.usage));
+            }
+            true
+        });
+        if let Some(frames) = relayed {
+            return frames;
+        }
         let (model, created) = (&self.model, self.created);
         let head = self.head.get_or_insert_with(|| match event {
             StreamEvent::Started(fields) => Head::of(fields, model, created),

@@ -27,7 +27,9 @@ use super::faithful::Kept;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
-use crate::wire::served::{EventWriter, Format, Read, StreamOptions, find, made_up_id};
+use crate::wire::served::{
+    AsGiven, EventWriter, Format, Read, Relay, StreamOptions, amend_usage, find, made_up_id,
+};
 use crate::{BoxError, ContextLimitError};
 
 /// Top-level fields read into the neutral request; every other one is carried in
@@ -464,19 +466,8 @@ fn blocks(r: &ChatResponse) -> Vec<Value> {
 /// every field newer than this proxy), with the usage of the rounds answered inside
 /// added; else written from the neutral response.
 fn message(r: &ChatResponse, model: &str) -> Value {
-    use super::types::AnthropicAnswer;
-    if let Some(AnthropicAnswer(raw)) = r.origin.as_ref().and_then(|o| o.get::<AnthropicAnswer>())
-        && raw.is_object()
-    {
-        let mut out = raw.clone();
-        if !r.report.resolved_messages.is_empty() {
-            // The client is billed for every round: the figures are their sum.
-            let summed = usage(&r.usage);
-            for (k, v) in summed.as_object().into_iter().flatten() {
-                out["usage"][k] = v.clone();
-            }
-        }
-        return out;
+    if let Some(given) = AsGiven::of(r, WireFormat::Messages, &usage(&r.usage)) {
+        return given;
     }
     let model = r
         .provider_fields
@@ -511,6 +502,8 @@ pub(crate) struct Events {
     open: Option<Open>,
     /// The index of the next block.
     next: usize,
+    /// Anthropic's own stream, relayed as it came when it is one.
+    relay: Relay,
 }
 
 impl Events {
@@ -520,6 +513,7 @@ impl Events {
             started: false,
             open: None,
             next: 0,
+            relay: Relay::new(WireFormat::Messages),
         }
     }
 
@@ -729,6 +723,16 @@ impl Format for Messages {
 
 impl EventWriter for Events {
     fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
+        // Anthropic's own events, the usage of rounds answered inside added to the last.
+        let relayed = self.relay.event(event, false, |data, r| {
+            if data["type"] == "message_delta" {
+                amend_usage(&mut data["usage"], &usage(&r.usage));
+            }
+            true
+        });
+        if let Some(frames) = relayed {
+            return frames;
+        }
         self.on(event)
             .into_iter()
             .map(|(name, data)| Bytes::from(format!("event: {name}\ndata: {data}\n\n")))

@@ -208,6 +208,16 @@ impl AnthropicDecoder {
                 ToolCallDelta::new(index).with_arguments(d.partial_json.unwrap_or_default()),
             ),
             (_, Block::Other) => return Ok(()),
+            // A delta this client does not model (a text block's `citations_delta`, kinds
+            // newer than it): nothing of the neutral answer. A relay passes it on.
+            (Some(kind), _)
+                if !matches!(
+                    kind,
+                    "text_delta" | "thinking_delta" | "signature_delta" | "input_json_delta"
+                ) =>
+            {
+                return Ok(());
+            }
             (kind, _) => {
                 return Err(invalid(format!(
                     "a {} delta does not belong to its content block",

@@ -409,28 +409,6 @@ pub struct CacheCreation {
     pub ephemeral_1h_input_tokens: u64,
 }
 
-/// A successful response, typed and as it came: what the proxy answers a Messages caller
-/// with (see [`ChatResponse::origin`](llm_context_layers::ChatResponse::origin)).
-#[cfg(feature = "serve")]
-#[derive(Clone, Debug)]
-pub(crate) struct Answered {
-    pub(crate) typed: MessageResponse,
-    pub(crate) raw: Value,
-}
-
-#[cfg(feature = "serve")]
-impl<'de> Deserialize<'de> for Answered {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Value::deserialize(d)?;
-        let typed = MessageResponse::deserialize(&raw).map_err(serde::de::Error::custom)?;
-        Ok(Self { typed, raw })
-    }
-}
-
-/// An Anthropic answer as it came, kept in a response's `origin`.
-#[cfg(feature = "serve")]
-pub(crate) struct AnthropicAnswer(pub(crate) Value);
-
 #[cfg(test)]
 mod tests {
     use super::*;
