@@ -127,17 +127,7 @@ async fn handle<F: Format>(
         Ok(read) => read,
         Err(why) => return failures::invalid::<F>(&why),
     };
-    req.params.headers = forwarded(headers);
-    req.params.query = parts.uri.query().map(str::to_owned);
-    if let Some(session) = session_of(headers) {
-        req = req.with_session(super::keys::session_id(session));
-    }
-    if let Some(tenant) = tenant {
-        req = req.with_scope(tenant.scope.clone());
-    }
-    if let Some(redis) = &shared.redis {
-        load_cuts(redis, &mut req).await;
-    }
+    addressed(shared, tenant, parts, &mut req).await;
     let provider = provider_of(&shared.routes, &shared.catalog, &req.model);
     let stacks = &shared.stacks[tenant.map_or(0, |t| t.stacks)];
     let Some(upstream) = stacks.get(&provider).cloned() else {
@@ -174,6 +164,28 @@ async fn handle<F: Format>(
             out
         }
         Err(e) => failures::failure::<F>(&e),
+    }
+}
+
+/// What the request's HTTP head says of it, set on `req`: the caller's headers and query
+/// to pass on, its session and its tenant's scope; and the session's cuts from Redis.
+pub(crate) async fn addressed(
+    shared: &Shared,
+    tenant: Option<&Tenant>,
+    parts: &Parts,
+    req: &mut ChatRequest,
+) {
+    let headers = &parts.headers;
+    req.params.headers = forwarded(headers);
+    req.params.query = parts.uri.query().map(str::to_owned);
+    if let Some(session) = session_of(headers) {
+        req.session = super::keys::session_id(session).into_owned();
+    }
+    if let Some(tenant) = tenant {
+        req.scope = tenant.scope.clone();
+    }
+    if let Some(redis) = &shared.redis {
+        load_cuts(redis, req).await;
     }
 }
 
@@ -242,7 +254,7 @@ fn sse<W: EventWriter>(
 }
 
 /// The report of a prepared request, as headers, and for the metrics.
-fn report_headers(out: &mut Response, r: &PreparationReport) {
+pub(crate) fn report_headers(out: &mut Response, r: &PreparationReport) {
     out.extensions_mut().insert(metrics::Outcome {
         report: Some((r.before_tokens, r.after_tokens, r.memo_hit)),
         upstream_error: None,

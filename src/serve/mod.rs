@@ -99,6 +99,7 @@
 
 mod admit;
 mod body;
+mod count;
 mod failures;
 mod handler;
 mod keys;
@@ -179,6 +180,9 @@ pub(crate) struct Shared {
     pub(crate) catalog: Arc<Catalog>,
     /// The default policy's stacks first, then one per tenant with its own policy.
     pub(crate) stacks: Vec<Stacks>,
+    /// The context layer of each policy, in the order of `stacks` (which it is part of):
+    /// what prepares a request that is counted, not sent.
+    pub(crate) contexts: Vec<ContextPolicyLayer>,
     /// The key table, by SHA-256 of the key; `None`: single-tenant, no key asked for.
     pub(crate) keys: Option<HashMap<[u8; 32], Tenant>>,
     /// Model-name prefixes to providers, longest first; they win over the catalog.
@@ -289,6 +293,10 @@ impl Proxy {
             .route(
                 Messages::ROUTE,
                 post(endpoint::<Messages>).fallback(not_allowed::<Messages>),
+            )
+            .route(
+                count::ROUTE,
+                post(count::count_tokens).fallback(not_allowed::<Messages>),
             )
             .route(
                 "/v1/models",
@@ -587,43 +595,47 @@ impl ProxyBuilder {
             (Some(b), Some(redis)) => Some(b.with_store(Arc::new(redis.budgets.clone()))),
             (b, _) => b,
         };
-        let stacks_for = |policy: ContextPolicy| -> Result<Stacks, PolicyError> {
-            let mut context = ContextPolicyLayer::new(policy)?;
-            if let Some(store) = &artifacts {
-                context = context.with_artifact_store(store.clone());
-            }
-            if let Some(cuts) = &cuts {
-                context = context.with_cut_store(Arc::new(cuts.clone()));
-            }
-            let context = context
-                .with_catalog(catalog.clone())
-                // The client never sees the stack's artifact tool: its reads are answered
-                // here.
-                .with_auto_resolve()
-                .with_memo(MemoLayer::new(memo.clone()));
-            let stack = || {
-                ServiceBuilder::new()
-                    // One GenAI span per call, around everything the stack does for it.
-                    .layer(GenAiSpanLayer::with_catalog(catalog.clone()))
-                    .layer(context.clone())
-                    // Under the memo (inside the context layer): a hit never reaches it.
-                    .option_layer(budgets.clone())
-                    .layer(timing::TimedLayer)
-                    .retry(RetryPolicy::default())
-                    // One span per attempt, under the call's.
-                    .layer(AttemptSpanLayer)
-                    // Per attempt: a retry gets the whole time again.
-                    .timeout(timeout)
+        let stacks_for =
+            |policy: ContextPolicy| -> Result<(Stacks, ContextPolicyLayer), PolicyError> {
+                let mut context = ContextPolicyLayer::new(policy)?;
+                if let Some(store) = &artifacts {
+                    context = context.with_artifact_store(store.clone());
+                }
+                if let Some(cuts) = &cuts {
+                    context = context.with_cut_store(Arc::new(cuts.clone()));
+                }
+                let context = context
+                    .with_catalog(catalog.clone())
+                    // The client never sees the stack's artifact tool: its reads are answered
+                    // here.
+                    .with_auto_resolve()
+                    .with_memo(MemoLayer::new(memo.clone()));
+                let stack = || {
+                    ServiceBuilder::new()
+                        // One GenAI span per call, around everything the stack does for it.
+                        .layer(GenAiSpanLayer::with_catalog(catalog.clone()))
+                        .layer(context.clone())
+                        // Under the memo (inside the context layer): a hit never reaches it.
+                        .option_layer(budgets.clone())
+                        .layer(timing::TimedLayer)
+                        .retry(RetryPolicy::default())
+                        // One span per attempt, under the call's.
+                        .layer(AttemptSpanLayer)
+                        // Per attempt: a retry gets the whole time again.
+                        .timeout(timeout)
+                };
+                let stacks = self
+                    .upstreams
+                    .iter()
+                    .map(|(&provider, client)| {
+                        (provider, Upstream::new(stack().service(client.clone())))
+                    })
+                    .collect();
+                Ok((stacks, context))
             };
-            Ok(self
-                .upstreams
-                .iter()
-                .map(|(&provider, client)| {
-                    (provider, Upstream::new(stack().service(client.clone())))
-                })
-                .collect())
-        };
-        let mut stacks = vec![stacks_for(self.policy.clone())?];
+        let (first, context) = stacks_for(self.policy.clone())?;
+        let mut stacks = vec![first];
+        let mut contexts = vec![context];
         let keys = if self.keys.is_empty() {
             None
         } else {
@@ -631,7 +643,9 @@ impl ProxyBuilder {
             for (digest, scope, policy) in self.keys {
                 let index = match policy {
                     Some(policy) => {
-                        stacks.push(stacks_for(policy)?);
+                        let (tenants, context) = stacks_for(policy)?;
+                        stacks.push(tenants);
+                        contexts.push(context);
                         stacks.len() - 1
                     }
                     None => 0,
@@ -669,6 +683,7 @@ impl ProxyBuilder {
                 in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_concurrency)),
                 catalog,
                 stacks,
+                contexts,
                 keys,
                 routes,
                 metrics: metrics::Metrics::new(),

@@ -134,23 +134,7 @@ async fn relay(
     let answer = sent.await;
     drop(body);
     match answer {
-        Ok(answer) => {
-            let (head, stream) = answer.into_parts();
-            // The stream holds its place in the concurrency limit to its end.
-            let body =
-                Body::from_stream(stream.map_err(std::io::Error::other).map_ok(move |piece| {
-                    let _held = &permit;
-                    piece
-                }));
-            let mut out = Response::new(body);
-            *out.status_mut() = head.status;
-            for (name, value) in &head.headers {
-                if !HOP_BY_HOP.contains(&name.as_str()) {
-                    out.headers_mut().append(name, value.clone());
-                }
-            }
-            out
-        }
+        Ok(answer) => relayed_answer(answer, permit),
         Err(e) => {
             let e = crate::BoxError::from(e);
             match provider {
@@ -159,4 +143,25 @@ async fn relay(
             }
         }
     }
+}
+
+/// The upstream's answer as it came (status, headers but the connection's, the body
+/// streamed), holding `permit`, the request's place in the concurrency limit, to its end.
+pub(crate) fn relayed_answer(
+    answer: crate::transport::HttpStreamResponse,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Response {
+    let (head, stream) = answer.into_parts();
+    let body = Body::from_stream(stream.map_err(std::io::Error::other).map_ok(move |piece| {
+        let _held = &permit;
+        piece
+    }));
+    let mut out = Response::new(body);
+    *out.status_mut() = head.status;
+    for (name, value) in &head.headers {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            out.headers_mut().append(name, value.clone());
+        }
+    }
+    out
 }

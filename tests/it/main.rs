@@ -53,6 +53,7 @@ mod serve_artifacts;
 mod serve_bad_input;
 #[cfg(all(feature = "cli", feature = "serve"))]
 mod serve_cli;
+mod serve_count;
 #[cfg(feature = "serve")]
 mod serve_faithful;
 #[cfg(feature = "serve")]

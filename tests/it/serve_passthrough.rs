@@ -1,7 +1,8 @@
 //! The routes `serve` does not manage, passed on to their provider over real HTTP on
 //! 127.0.0.1: `GET /v1/models` and `/v1/models/{id}`, and any other path under `/v1/`
-//! (embeddings, Anthropic's `count_tokens`), with the server's key, everything else as the
-//! client sent it, and the answer as the provider gave it.
+//! (embeddings, files), with the server's key, everything else as the client sent it, and
+//! the answer as the provider gave it. (Anthropic's `count_tokens` has a route of its own:
+//! `serve_count`.)
 
 use crate::support::proxy::{anthropic, json_of, openai, serving};
 use llm_context::Scope;

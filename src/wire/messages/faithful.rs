@@ -211,6 +211,13 @@ impl Body {
     pub(crate) fn stream(&mut self) {
         self.fields.insert("stream".into(), Value::Bool(true));
     }
+
+    /// The body of a count (`count_tokens`), which takes neither an output limit nor a
+    /// stream.
+    pub(crate) fn count(&mut self) {
+        self.fields.remove("max_tokens");
+        self.fields.remove("stream");
+    }
 }
 
 /// The faithful body of `req`, when it carries a Messages body kept by the reader.
