@@ -4,8 +4,9 @@
 # `cargo test --workspace --all-features` (extra arguments are passed on) and stops the
 # server by its pid whatever happens; then the official OpenAI and Anthropic Python SDKs
 # against `llm-context serve` (tests/sdk, pinned, in a venv outside the repository), and
-# Claude Code (tests/agents, pinned, installed with npm outside the repository).
-# Exits with the first failure's status.
+# Claude Code (tests/agents, pinned, installed with npm outside the repository), and the
+# OpenAI Agents SDK, the Vercel AI SDK, LangChain and pydantic-ai (tests/agents, pinned, in
+# a venv and an npm prefix outside the repository). Exits with the first failure's status.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -92,4 +93,43 @@ fi
 CLAUDE_CODE_BIN="$CLAUDE_CODE_BIN" \
     LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
     python3 -m unittest tests/agents/test_claude_code.py || status=$?
+
+# Agent frameworks (pinned, outside the repository), each one's two-round tool loop run
+# through `llm-context serve` and directly against recording fakes on 127.0.0.1, streamed
+# and not (tests/agents): the OpenAI Agents SDK (chat mode), LangChain (`ChatOpenAI`,
+# `ChatAnthropic`) and pydantic-ai in a venv, the Vercel AI SDK (`ai`, `@ai-sdk/openai`,
+# `@ai-sdk/anthropic`) with npm.
+AGENTS_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/llm-context-tests/agents-venv"
+OPENAI_AGENTS_VERSION=0.24.0
+LANGCHAIN_OPENAI_VERSION=1.8.1
+LANGCHAIN_ANTHROPIC_VERSION=1.7.10
+PYDANTIC_AI_VERSION=2.78.0
+AGENTS_PINS="openai-agents==$OPENAI_AGENTS_VERSION langchain-openai==$LANGCHAIN_OPENAI_VERSION langchain-anthropic==$LANGCHAIN_ANTHROPIC_VERSION pydantic-ai-slim==$PYDANTIC_AI_VERSION"
+if ! "$AGENTS_VENV/bin/python" -c "import sys; from importlib.metadata import version; sys.exit(any(version(n) != v for n, v in (p.split('==') for p in sys.argv[1:])))" $AGENTS_PINS 2>/dev/null; then
+    echo "test.sh: installing $AGENTS_PINS into $AGENTS_VENV" >&2
+    if ! python3 -m venv "$AGENTS_VENV" 2>/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q
+        apt-get install -y -q --no-install-recommends python3-venv
+        python3 -m venv "$AGENTS_VENV"
+    fi
+    "$AGENTS_VENV/bin/pip" install -q "openai-agents==$OPENAI_AGENTS_VERSION" \
+        "langchain-openai==$LANGCHAIN_OPENAI_VERSION" "langchain-anthropic==$LANGCHAIN_ANTHROPIC_VERSION" \
+        "pydantic-ai-slim[openai,anthropic]==$PYDANTIC_AI_VERSION"
+fi
+AI_SDK_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/llm-context-tests/ai-sdk"
+AI_SDK_VERSION=7.0.173
+AI_SDK_OPENAI_VERSION=4.0.118
+AI_SDK_ANTHROPIC_VERSION=4.0.105
+AI_SDK_PINS="ai@$AI_SDK_VERSION @ai-sdk/openai@$AI_SDK_OPENAI_VERSION @ai-sdk/anthropic@$AI_SDK_ANTHROPIC_VERSION"
+if ! AI_SDK_DIR="$AI_SDK_DIR" node -e 'for (const p of process.argv.slice(1)) { const at = p.lastIndexOf("@"); if (require(`${process.env.AI_SDK_DIR}/node_modules/${p.slice(0, at)}/package.json`).version !== p.slice(at + 1)) process.exit(1); }' $AI_SDK_PINS 2>/dev/null; then
+    echo "test.sh: installing $AI_SDK_PINS into $AI_SDK_DIR" >&2
+    mkdir -p "$AI_SDK_DIR"
+    npm install --prefix "$AI_SDK_DIR" --no-audit --no-fund --loglevel=error --save-exact $AI_SDK_PINS
+fi
+AI_SDK_DIR="$AI_SDK_DIR" \
+    LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
+    "$AGENTS_VENV/bin/python" -m unittest tests/agents/test_openai_agents.py \
+    tests/agents/test_ai_sdk.py tests/agents/test_langchain.py tests/agents/test_pydantic_ai.py \
+    || status=$?
 exit "$status"

@@ -136,14 +136,21 @@ impl Speaks for ChatCompletionsApi {
         // reader kept beside each message (unknown fields, `developer`, …).
         #[cfg(feature = "serve")]
         if let Some(mut body) = faithful(req) {
-            body.remove("stream");
-            body.remove("stream_options");
+            // A streamed call asks for the usage, which the proxy meters, whatever the
+            // caller asked (its other stream options kept); an unstreamed one is sent as
+            // the caller wrote it, `"stream": false` included.
             if stream {
                 body.insert("stream".into(), serde_json::Value::Bool(true));
-                body.insert(
-                    "stream_options".into(),
-                    serde_json::json!({"include_usage": true}),
-                );
+                let options = body
+                    .entry("stream_options")
+                    .or_insert_with(|| serde_json::json!({}));
+                if !options.is_object() {
+                    *options = serde_json::json!({});
+                }
+                options["include_usage"] = serde_json::Value::Bool(true);
+            } else if body.get("stream") == Some(&serde_json::Value::Bool(true)) {
+                body.remove("stream");
+                body.remove("stream_options");
             }
             return Ok(Body::Faithful(body));
         }

@@ -141,12 +141,14 @@ async fn a_streamed_chat_completion_reaches_its_caller_byte_for_byte() {
     let got = posted(&url, "/v1/chat/completions", &turn(true)).await;
     assert_eq!(got, pieces.concat());
 
-    // A client that did not ask for the usage gets every chunk but the usage chunk, which
-    // the proxy asked for on its own behalf.
+    // A client that did not ask for the usage gets the chunks as OpenAI would have sent
+    // them: no usage chunk and no `"usage": null`, which come of the proxy's asking.
     let got = posted(&url, "/v1/chat/completions", &turn(false)).await;
     let mut without_usage = pieces.clone();
     without_usage.remove(4);
-    assert_eq!(got, without_usage.concat());
+    let without_usage = without_usage.concat().replace(",\"usage\":null", "");
+    assert!(!without_usage.contains("usage"));
+    assert_eq!(got, without_usage);
     let sent = upstream.bodies.lock().unwrap().clone();
     assert_eq!(sent[1]["stream_options"], json!({"include_usage": true}));
 }
@@ -293,7 +295,80 @@ async fn a_whole_chat_completion_reaches_its_caller_as_openai_gave_it() {
     let url = serving(proxy).await;
     let body = json!({"model": "gpt-5.4", "logprobs": true,
         "messages": [{"role": "user", "content": "Warum fällt die DB aus?"}]});
-    let got: Value = serde_json::from_str(&posted(&url, "/v1/chat/completions", &body).await)
-        .unwrap();
+    let got: Value =
+        serde_json::from_str(&posted(&url, "/v1/chat/completions", &body).await).unwrap();
     assert_eq!(got, given);
+}
+
+/// `body` posted as written (its bytes, not re-encoded) to `route`; the answer's text.
+async fn posted_raw(url: &str, route: &str, body: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(format!("{url}{route}"))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn bodies_and_answers_keep_their_writers_key_order() {
+    // The order of a schema's properties is the order the model writes the arguments in:
+    // through the proxy it was sorted (`hinweis` before `ort`), and so was every answer.
+    let schema = r#"{"type":"object","properties":{"ort":{"type":"string","description":"Die Stadt, z. B. Zürich."},"hinweis":{"type":"string"}},"required":["ort","hinweis"],"additionalProperties":false}"#;
+    let chat_answer = r#"{"id":"chatcmpl-ORDER","object":"chat.completion","created":1767000000,"model":"gpt-5.4","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"ort\":\"Zürich\",\"hinweis\":\"接続拒否\"}"}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":8,"total_tokens":58},"system_fingerprint":"fp_1"}"#;
+    let openai_up = crate::support::servers::mock_post(
+        "/v1/chat/completions",
+        wiremock::ResponseTemplate::new(200).set_body_raw(chat_answer, "application/json"),
+    )
+    .await;
+    let messages_answer = r#"{"type":"message","id":"msg_ORDER","role":"assistant","model":"claude-sonnet-4-6","content":[{"type":"tool_use","id":"toolu_1","name":"lookup","input":{"ort":"Zürich","hinweis":"接続拒否"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"output_tokens":8,"input_tokens":50}}"#;
+    let anthropic_up = crate::support::servers::mock_post(
+        "/v1/messages",
+        wiremock::ResponseTemplate::new(200).set_body_raw(messages_answer, "application/json"),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .openai(openai(&openai_up.uri()))
+        .anthropic(anthropic(&anthropic_up.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+
+    let chat = format!(
+        r#"{{"model":"gpt-5.4","stream":false,"messages":[{{"role":"user","content":"Störung in Zürich?"}}],"tools":[{{"type":"function","function":{{"name":"lookup","parameters":{schema}}}}}]}}"#
+    );
+    assert_eq!(
+        posted_raw(&url, "/v1/chat/completions", &chat).await,
+        chat_answer
+    );
+    let sent =
+        String::from_utf8(openai_up.received_requests().await.unwrap()[0].body.clone()).unwrap();
+    // (The top-level members may come in another order: none of them is shown to the
+    // model in an order.)
+    assert!(sent.contains(r#""stream":false"#), "{sent}");
+    assert!(
+        sent.contains(&format!(r#""parameters":{schema}"#)),
+        "{sent}"
+    );
+
+    let messages = format!(
+        r#"{{"model":"claude-sonnet-4-6","max_tokens":512,"tools":[{{"name":"lookup","input_schema":{schema}}}],"messages":[{{"role":"user","content":"Störung in Zürich?"}}]}}"#
+    );
+    assert_eq!(
+        posted_raw(&url, "/v1/messages", &messages).await,
+        messages_answer
+    );
+    let sent = String::from_utf8(
+        anthropic_up.received_requests().await.unwrap()[0]
+            .body
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        sent.contains(&format!(r#""input_schema":{schema}"#)),
+        "{sent}"
+    );
 }

@@ -280,7 +280,7 @@ async fn content_is_captured_only_when_asked_and_cut_to_its_cap() {
     let cut = &spans[1]["gen_ai.input.messages"];
     assert!(cut.len() <= 64, "{} bytes", cut.len());
     assert!(
-        cut.starts_with("[{\"parts\":[{\"content\":\"Das Passwort"),
+        cut.starts_with("[{\"role\":\"user\",\"parts\":[{\"type\":\"text\",\"content\":\"Das"),
         "{cut}"
     );
     assert_eq!(spans[1]["llm_context.content_truncated"], "true");

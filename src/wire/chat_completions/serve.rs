@@ -4,7 +4,7 @@
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
-use llm_context_layers::stream::{ReasoningDelta, StreamEvent};
+use llm_context_layers::stream::{ReasoningDelta, StreamEvent, WireEvent};
 use llm_context_layers::{
     ChatRequest, ChatResponse, FinishReason, Reasoning, ToolChoice, Usage, WireFormat,
 };
@@ -351,6 +351,23 @@ impl EventWriter for Chunks {
         // a client that did not gets no usage chunk (and no usage in the last one); one
         // that did gets the usage of rounds answered inside added.
         let include_usage = self.include_usage;
+        // OpenAI writes `"usage": null` on every chunk of a stream that asked for the usage;
+        // a client that did not ask gets its chunks as OpenAI would have sent it them.
+        let unasked;
+        let event = match event {
+            StreamEvent::Wire(e) if !include_usage && !e.closing => {
+                match without_null_usage(&e.data) {
+                    Some(data) => {
+                        unasked = StreamEvent::Wire(
+                            WireEvent::new(e.format, e.event.clone(), data).closing(e.closing),
+                        );
+                        &unasked
+                    }
+                    None => event,
+                }
+            }
+            _ => event,
+        };
         let relayed = self.relay.event(event, !include_usage, |data, r| {
             if !include_usage {
                 if data["choices"].as_array().is_some_and(Vec::is_empty) {
@@ -388,5 +405,45 @@ impl EventWriter for Chunks {
             "data: {}\n\n",
             ChatCompletions::failure(error, status)
         ))
+    }
+}
+
+/// A chunk's compact JSON without its `"usage":null` member, if it has one (OpenAI writes
+/// it at the top level, before `obfuscation` or last). That text can only be a member:
+/// inside a string its quotes are escaped.
+fn without_null_usage(data: &str) -> Option<String> {
+    const MEMBER: &str = "\"usage\":null";
+    let at = data.find(MEMBER)?;
+    let end = at + MEMBER.len();
+    let (from, to) = if data[end..].starts_with(',') {
+        (at, end + 1)
+    } else if data[..at].ends_with(',') {
+        (at - 1, end)
+    } else {
+        return None;
+    };
+    Some([&data[..from], &data[to..]].concat())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_null_usage;
+
+    #[test]
+    fn a_null_usage_member_is_cut_wherever_it_stands_and_nothing_else() {
+        let last = r#"{"id":"c","choices":[{"delta":{"content":"a"}}],"usage":null}"#;
+        assert_eq!(
+            without_null_usage(last).as_deref(),
+            Some(r#"{"id":"c","choices":[{"delta":{"content":"a"}}]}"#)
+        );
+        let middle = r#"{"id":"c","usage":null,"obfuscation":"x"}"#;
+        assert_eq!(
+            without_null_usage(middle).as_deref(),
+            Some(r#"{"id":"c","obfuscation":"x"}"#)
+        );
+        // Text that says it, escaped inside a string, is not a member.
+        let quoted = r#"{"choices":[{"delta":{"content":"\"usage\":null"}}]}"#;
+        assert_eq!(without_null_usage(quoted), None);
+        assert_eq!(without_null_usage(r#"{"usage":{"prompt_tokens":1}}"#), None);
     }
 }

@@ -1,0 +1,82 @@
+"""The OpenAI Agents SDK (`openai-agents`) in chat mode (`OpenAIChatCompletionsModel` on
+an `AsyncOpenAI` with a base URL): an agent with one function tool runs its two-round tool
+loop, `Runner.run` and `Runner.run_streamed`, through `llm-context serve` and directly,
+each in front of a recording fake upstream on 127.0.0.1 (recording.py), and the bodies the
+upstream got are compared: equal but for the read tool and `prompt_cache_key`.
+
+    LLM_CONTEXT_BIN=target/debug/llm-context \\
+        …/agents-venv/bin/python -m unittest tests/agents/test_openai_agents.py
+
+scripts/test.sh installs the SDK (pinned) in a venv outside the repository and runs this.
+"""
+
+import asyncio
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import recording as rec  # noqa: E402
+from agents import (Agent, OpenAIChatCompletionsModel, Runner, function_tool,  # noqa: E402
+                    set_tracing_disabled)
+from openai import AsyncOpenAI  # noqa: E402
+
+# Nothing may reach the tracing backend (no network here, and none needed).
+set_tracing_disabled(True)
+
+
+@function_tool(name_override=rec.TOOL_NAME, description_override=rec.TOOL_DESCRIPTION)
+def lookup_outage(ort: str, hinweis: str) -> str:
+    """Looks up the state of an outage in a city.
+
+    Args:
+        ort: The city, e.g. Zürich.
+        hinweis: A note for the log.
+    """
+    return rec.tool_result(ort, hinweis)
+
+
+def agent(client):
+    model = OpenAIChatCompletionsModel(model=rec.OPENAI_MODEL, openai_client=client)
+    return Agent(name="Betrieb", instructions=rec.SYSTEM, tools=[lookup_outage], model=model)
+
+
+def run(root):
+    async def go():
+        async with AsyncOpenAI(base_url=f"{root}/v1", api_key=rec.CLIENT_OPENAI_KEY,
+                               max_retries=0) as client:
+            result = await Runner.run(agent(client), rec.PROMPT)
+            return result.final_output
+    return asyncio.run(go())
+
+
+def run_streamed(root):
+    async def go():
+        async with AsyncOpenAI(base_url=f"{root}/v1", api_key=rec.CLIENT_OPENAI_KEY,
+                               max_retries=0) as client:
+            result = Runner.run_streamed(agent(client), rec.PROMPT)
+            async for _ in result.stream_events():
+                pass
+            return result.final_output
+    return asyncio.run(go())
+
+
+class OpenAiAgentsThroughServe(rec.ToolLoop):
+    CASES = {"run": ("chat", run, False), "run_streamed": ("chat", run_streamed, True)}
+
+    def test_run_completes(self):
+        self.check_completed("run")
+
+    def test_run_bodies(self):
+        self.check_bodies("run")
+
+    def test_run_streamed_completes(self):
+        self.check_completed("run_streamed")
+
+    def test_run_streamed_bodies(self):
+        self.check_bodies("run_streamed")
+
+
+if __name__ == "__main__":
+    unittest.main()
