@@ -696,3 +696,44 @@ async fn a_messages_answer_reaches_its_caller_as_anthropic_gave_it() {
     let got = json_of(post(&url, "/v1/messages", &body).await).await;
     assert_eq!(got, answer);
 }
+
+#[tokio::test]
+async fn a_reminder_before_the_newest_request_is_kept_with_it_when_older_turns_go() {
+    // Claude Code puts a `<system-reminder>` system message right before the request it
+    // speaks to. It belonged to the turn before, and was pruned with it: the newest
+    // request then lost what the agent told the model about it.
+    let old_turn = |i: usize| {
+        [
+            json!({"role": "user", "content": format!("Frage {i}: {}", "слово ".repeat(1_500))}),
+            json!({"role": "assistant", "content": format!("Antwort {i}: {}", "説明 ".repeat(300))}),
+        ]
+    };
+    let mut messages: Vec<Value> = (0..6).flat_map(old_turn).collect();
+    messages.push(json!({"role": "system", "content": [{"type": "text",
+        "text": "<system-reminder>Todo list: fix the flaky test.</system-reminder>"}]}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Und jetzt?"}]}));
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 1024,
+        "system": [{"type": "text", "text": "You are Claude Code."}], "messages": messages});
+    let upstream = anthropic_upstream().await;
+    let policy = llm_context::ContextPolicy::default()
+        .with_max_context_tokens(3_000)
+        .with_reserve_tokens(1_024)
+        .with_preserve_recent(1);
+    let proxy = Proxy::builder()
+        .policy(policy)
+        .anthropic(anthropic(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let beta = [("anthropic-beta", "mid-conversation-system-2026-04-07")];
+    let sent = sent_through(&url, &upstream, &body, &beta).await;
+    let sent_messages = sent["messages"].as_array().unwrap();
+    assert!(
+        sent_messages.len() < messages.len(),
+        "older turns were pruned"
+    );
+    // The reminder and its request, as the client wrote them; the system prompt as it was
+    // (the reminder, now first, is not hoisted into it).
+    assert_eq!(sent_messages[..], messages[messages.len() - 2..]);
+    assert_eq!(sent["system"], body["system"]);
+}

@@ -26,7 +26,9 @@ super::fitting::fit_layer! {
 /// ```
 ///
 /// A turn is a real user request and everything up to the next one, so a tool call and its
-/// results always go together, whatever role the provider uses for results. The system
+/// results always go together, whatever role the provider uses for results; system
+/// messages right before a request (an agent's mid-conversation reminders) open the
+/// request's turn, so they go with the request they speak to. The system
 /// messages before the first turn and the newest `preserve_recent` turns are never
 /// pruned. When those still do not fit, the oldest complete tool rounds of the kept turns
 /// (an assistant tool-call message with all its results) are dropped, never a user

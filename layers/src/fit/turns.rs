@@ -47,12 +47,15 @@ pub(crate) struct Unit {
 }
 
 /// A turn: a real user request (absent for a preamble before the first one) and the units
-/// up to the next real user request.
+/// up to the next real user request. System messages right before a request (Claude
+/// Code's mid-conversation reminders) lead into it: they open its turn, so that they are
+/// kept, and pruned, with the request they speak to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Turn {
     /// The turn's messages.
     pub(crate) range: Span,
-    /// Whether `range.start` is a real user request.
+    /// Whether the turn holds a real user request: at `range.start`, or after the system
+    /// messages that lead into it.
     pub(crate) has_request: bool,
     /// The turn's units, as a range of [`Layout::units`].
     pub(crate) units: Span,
@@ -94,12 +97,23 @@ impl Layout {
         let mut i = self.head_end;
         while i < messages.len() {
             let start = i;
-            let has_request = messages[i].is_user_request();
-            if has_request {
-                i += 1;
+            let lead = leading_into_request(&messages[i..]);
+            let has_request = lead.is_some();
+            if let Some(lead) = lead {
+                i += lead + 1;
             }
             let first_unit = units.len();
+            // The end of a run of system messages known to lead into no request: each is
+            // looked at once, however long the run.
+            let mut leads_nowhere = i;
             while i < messages.len() && !messages[i].is_user_request() {
+                if i >= leads_nowhere && messages[i].role == crate::model::Role::System {
+                    match leading_into_request(&messages[i..]) {
+                        // System messages that lead into the next request open its turn.
+                        Some(_) => break,
+                        None => leads_nowhere = i + system_run(&messages[i..]),
+                    }
+                }
                 let unit_start = i;
                 let is_round = messages[i].has_tool_calls();
                 i += 1;
@@ -120,6 +134,24 @@ impl Layout {
             });
         }
     }
+}
+
+/// When `messages` opens with a real user request after system messages only, how many
+/// system messages come before it.
+fn leading_into_request(messages: &[Message]) -> Option<usize> {
+    let lead = system_run(messages);
+    messages
+        .get(lead)
+        .is_some_and(Message::is_user_request)
+        .then_some(lead)
+}
+
+/// How many system messages `messages` opens with.
+fn system_run(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .take_while(|m| m.role == crate::model::Role::System)
+        .count()
 }
 
 #[cfg(test)]
@@ -158,6 +190,34 @@ mod tests {
             ]
         );
         assert_eq!(layout.turns[1].range.range(), 5..6);
+    }
+
+    #[test]
+    fn system_messages_right_before_a_request_open_its_turn() {
+        // Claude Code's shape: a reminder before the request it speaks to.
+        let msgs = vec![
+            Message::system("You are Claude Code."),
+            Message::user("Fix the test."),
+            Message::assistant("Done."),
+            Message::system("<system-reminder>Todo list is empty.</system-reminder>"),
+            Message::system("<system-reminder>A file changed.</system-reminder>"),
+            Message::user("Und schnell."),
+            Message::assistant("Gut."),
+            // One that leads into no request stays in its turn.
+            Message::system("<system-reminder>Nothing follows.</system-reminder>"),
+        ];
+        let layout = Layout::of(&msgs);
+        assert_eq!(layout.head_end, 1);
+        let ranges: Vec<_> = layout.turns.iter().map(|t| t.range.range()).collect();
+        assert_eq!(ranges, [1..3, 3..8]);
+        assert!(layout.turns.iter().all(|t| t.has_request));
+        assert_eq!(
+            layout.units[layout.turns[1].units.range()]
+                .iter()
+                .map(|u| u.range.range())
+                .collect::<Vec<_>>(),
+            [6..7, 7..8]
+        );
     }
 
     #[test]
@@ -203,9 +263,25 @@ mod tests {
                 proptest::prop_assert_eq!(range.start, next);
                 proptest::prop_assert!(range.start < range.end);
                 next = range.end;
-                // A turn opens with a request when it has one, and holds no other.
-                proptest::prop_assert_eq!(turn.has_request, t[range.start].is_user_request());
-                let body = range.start + usize::from(turn.has_request)..range.end;
+                // A turn opens with a request when it has one, after the system messages
+                // leading into it, and holds no other.
+                let lead = t[range.clone()]
+                    .iter()
+                    .take_while(|m| m.role == crate::model::Role::System)
+                    .count();
+                let request = range.start + lead;
+                proptest::prop_assert_eq!(
+                    turn.has_request,
+                    request < range.end && t[request].is_user_request()
+                );
+                if !turn.has_request {
+                    proptest::prop_assert_eq!(lead, 0);
+                }
+                // No system message leading into the next request is left behind.
+                if range.end < t.len() && t[range.end].is_user_request() {
+                    proptest::prop_assert!(t[range.end - 1].role != crate::model::Role::System);
+                }
+                let body = if turn.has_request { request + 1 } else { range.start }..range.end;
                 proptest::prop_assert!(t[body.clone()].iter().all(|m| !m.is_user_request()));
                 // Its units cover the rest of it, in order, with no gap.
                 let units = turn.units.range();

@@ -43,6 +43,8 @@ pub(crate) struct Kept {
     /// messages too (a `system` message before the first user message), which the writer
     /// then writes from the neutral model.
     head: Option<u64>,
+    /// How many neutral messages the top-level `system` was read into.
+    top: usize,
     /// The other top-level fields (not `model`, `messages`, `tools`, `system`, `stream`).
     rest: Map<String, Value>,
     /// For each wire message, how many neutral messages it was read into.
@@ -142,6 +144,7 @@ impl Kept {
             tools,
             system: spans.system.map(range),
             head,
+            top,
             rest,
             parts,
             digests,
@@ -228,11 +231,15 @@ pub(crate) fn body(req: &ChatRequest) -> Result<Option<Body>, ProviderError> {
     let Some(kept) = origin.get::<Kept>() else {
         return Ok(None);
     };
-    let head_end = leading_system_end(&req.messages);
+    let leading = leading_system_end(&req.messages);
     // The system prompt: as it came unless the stack changed it (a prefix of its own).
+    // Only the messages it was read into are the head: a mid-conversation system message
+    // that pruning brought to the front stays a message, never hoisted into `system`.
     let unchanged = kept.head.is_some()
         && req.prefix.is_none()
-        && head_digest(&kept.keys, &req.messages[..head_end]) == kept.head;
+        && leading >= kept.top
+        && head_digest(&kept.keys, &req.messages[..kept.top]) == kept.head;
+    let head_end = if unchanged { kept.top } else { leading };
     let system = if unchanged {
         kept.system.clone().map(Part::Raw)
     } else {
