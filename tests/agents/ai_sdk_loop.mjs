@@ -5,9 +5,11 @@
 //     AI_SDK_DIR=…/ai-sdk node tests/agents/ai_sdk_loop.mjs '{"provider": …}'
 //
 // The one argument is JSON: provider ("openai" or "anthropic"), mode ("generate" or
-// "stream"), baseURL, apiKey, model, system, prompt, and the tool's name, description
-// and JSON schema. The packages are installed (pinned, by scripts/test.sh) in AI_SDK_DIR,
-// outside the repository, and loaded from there. Prints {"text", "steps"} as JSON.
+// "stream"), baseURL, apiKey, model, system, prompt, the tool's name, description and
+// JSON schema, and optionally toolResult, the text the tool answers (else the short
+// result of recording.tool_result). The packages are installed (pinned, by
+// scripts/test.sh) in AI_SDK_DIR, outside the repository, and loaded from there. Prints
+// {"text", "steps"} as JSON.
 
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -31,8 +33,9 @@ const tools = {
   [spec.toolName]: tool({
     description: spec.toolDescription,
     inputSchema: jsonSchema(spec.toolSchema),
-    // The same result as recording.tool_result in Python.
-    execute: async ({ ort, hinweis }) => `Störung in ${ort} behoben; Notiz «${hinweis}» gespeichert.`,
+    // The same result as recording.tool_result in Python, or the one given.
+    execute: async ({ ort, hinweis }) =>
+      spec.toolResult ?? `Störung in ${ort} behoben; Notiz «${hinweis}» gespeichert.`,
   }),
 };
 const call = {

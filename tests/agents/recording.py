@@ -2,11 +2,14 @@
 test_langchain.py, test_pydantic_ai.py): a recording fake upstream on 127.0.0.1 speaking
 both OpenAI Chat Completions and Anthropic Messages, JSON and SSE; `llm-context serve`
 started in front of one; and the comparison of what a direct run and a run through the
-proxy sent upstream, after removing only the stack's documented additions.
+proxy sent upstream, after removing only the stack's documented additions (ToolLoop) and,
+with serve under an offloading policy and a tool answering a large result, the offloaded
+result's preview (OffloadLoop).
 
 The fake is one model's two-round tool loop: while the last message is the user's and
 tools are offered it calls the first tool the client offered with ARGS; once a tool's
-result is there it answers FINAL. Every answer has an id of its own (`chatcmpl-…`,
+result is there it answers FINAL (never a read of an offloaded result: that is another
+test). Every answer has an id of its own (`chatcmpl-…`,
 `call_…`, `msg_…`, `toolu_…`, counted from 1 after each `reset`, so a direct run and a
 run through the proxy see the same ids).
 """
@@ -18,6 +21,7 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -61,6 +65,26 @@ FINAL = "Fertig: Zürich ist wieder erreichbar (接続 OK) ✓."
 def tool_result(ort, hinweis):
     """The one tool every client declares, run by the client."""
     return f"Störung in {ort} behoben; Notiz «{hinweis}» gespeichert."
+
+
+def large_tool_result(ort, hinweis):
+    """The same tool when it answers with its log: about 40 KB of JSON lines (quotes,
+    backslashes, non-ASCII, one line each), over OFFLOAD_POLICY's threshold."""
+    levels = ("INFO", "WARN", "ERROR")
+    lines = [_dumps({
+        "ts": f"2026-03-14T08:{i // 60:02d}:{i % 60:02d}.{(i * 37) % 1000:03d}Z",
+        "level": levels[i % 3], "ort": ort, "dienst": f"edge-{ort.lower()}-{i % 4}",
+        "msg": f'Verbindung zu "db-łódź-{i % 5}" abgelehnt (接続拒否), Versuch {i}; '
+               f'Pfad C:\\störungen\\{i % 7}.log',
+        "hinweis": hinweis, "latenz_ms": 12 + (i * 7919) % 900,
+        "pfad": f"/api/störungen?stadt={ort}&seite={i}"}) for i in range(140)]
+    return f"Störung in {ort}: Protokoll der letzten Stunde ({len(lines)} Zeilen)\n" \
+        + "\n".join(lines) + "\n"
+
+
+# Under this policy (`llm-context serve --policy`) a result over 2,000 characters, such as
+# large_tool_result's, is offloaded: the upstream gets a preview naming its artifact.
+OFFLOAD_POLICY = {"tool_result_max_chars": 2000}
 
 
 def free_port():
@@ -243,18 +267,25 @@ class Recording:
 
 
 class Serve:
-    """`llm-context serve` (LLM_CONTEXT_BIN) in front of `upstream`, with the server's keys."""
+    """`llm-context serve` (LLM_CONTEXT_BIN) in front of `upstream`, with the server's keys,
+    and with `policy` (a ContextPolicy as a dict, given as `--policy FILE`) when given."""
 
-    def __init__(self, upstream):
+    def __init__(self, upstream, policy=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
         env.update(OPENAI_BASE_URL=f"{upstream.url}/v1", OPENAI_API_KEY=SERVER_OPENAI_KEY,
                    ANTHROPIC_BASE_URL=upstream.url, ANTHROPIC_API_KEY=SERVER_ANTHROPIC_KEY,
                    RUST_LOG=os.environ.get("RUST_LOG", "error"))
         port = free_port()
-        self.process = subprocess.Popen(
-            [os.environ.get("LLM_CONTEXT_BIN", "target/debug/llm-context"), "serve",
-             "--listen", f"127.0.0.1:{port}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        args = [os.environ.get("LLM_CONTEXT_BIN", "target/debug/llm-context"), "serve",
+                "--listen", f"127.0.0.1:{port}"]
+        self.policy_file = None
+        if policy is not None:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(policy, f)
+            self.policy_file = f.name
+            args += ["--policy", f.name]
+        self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE)
         self.url = f"http://127.0.0.1:{port}"
         for _ in range(400):
             try:
@@ -276,6 +307,8 @@ class Serve:
                 self.process.kill()
                 self.process.wait()
         self.process.stderr.close()
+        if self.policy_file:
+            os.unlink(self.policy_file)
 
 
 def without_additions(wire, direct, through):
@@ -404,6 +437,7 @@ class ToolLoop(unittest.TestCase):
 
     maxDiff = None
     CASES = {}
+    POLICY = None  # serve's `--policy`, as a dict
 
     @classmethod
     def setUpClass(cls):
@@ -411,7 +445,7 @@ class ToolLoop(unittest.TestCase):
         cls.direct = Recording()
         cls.through = Recording()
         try:
-            cls.serve = Serve(cls.through)
+            cls.serve = Serve(cls.through, cls.POLICY)
         except Exception:
             cls.direct.close()
             cls.through.close()
@@ -450,7 +484,15 @@ class ToolLoop(unittest.TestCase):
 
     def check_completed(self, name):
         """Both loops of case `name` completed, with two model calls each and the server's
-        key (not the client's) upstream."""
+        key (not the client's) upstream, the second carrying the tool's result."""
+        wire, outcomes, (sent_direct, sent_through) = self.loop(name)
+        self._completed(name)
+        # The second round carries the tool's result as the client ran it.
+        for sent in (sent_direct, sent_through):
+            self.assertIn(tool_result(**ARGS), json.dumps(sent[1]["body"], ensure_ascii=False))
+
+    def _completed(self, name):
+        """check_completed but for the tool's result."""
         wire, outcomes, (sent_direct, sent_through) = self.loop(name)
         for side, outcome in zip(("direct", "through serve"), outcomes):
             if isinstance(outcome, BaseException):
@@ -472,9 +514,6 @@ class ToolLoop(unittest.TestCase):
             self.assertEqual(a["path"], b["path"])
             for h in ("anthropic-version", "anthropic-beta"):
                 self.assertEqual(a["headers"].get(h), b["headers"].get(h), h)
-        # The second round carries the tool's result as the client ran it.
-        for sent in (sent_direct, sent_through):
-            self.assertIn(tool_result(**ARGS), json.dumps(sent[1]["body"], ensure_ascii=False))
 
     def check_bodies(self, name):
         """The bodies the upstream got through serve in case `name` are the direct run's
@@ -491,3 +530,139 @@ class ToolLoop(unittest.TestCase):
             differences += [f"body {i + 1}: {d}" for d in json_diff(a["body"], body)]
         self.assertEqual(differences, [], "the upstream bodies through serve differ from "
                          "the direct run's by more than the documented additions")
+
+
+# What stands for the offloaded result's content in both bodies once the preview was
+# checked (check_offloaded): the one place the two may differ.
+OFFLOADED = "<the offloaded tool result>"
+
+
+def result_text(content):
+    """A tool result's content as text: a string, or the text of text blocks (the only
+    block kind a text result has); None for any other content."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+            for b in content):
+        return "".join(b["text"] for b in content)
+    return None
+
+
+def tool_results(wire, body):
+    """(path, content) of every tool result in `body`, the path a list of keys: on Chat
+    Completions a `role: "tool"` message's `content`, on Messages a `tool_result` block's."""
+    out = []
+    for m, message in enumerate(body.get("messages") or []):
+        if wire == "chat":
+            if message.get("role") == "tool":
+                out.append((["messages", m, "content"], message.get("content")))
+        elif isinstance(message.get("content"), list):
+            for i, b in enumerate(message["content"]):
+                if isinstance(b, dict) and b.get("type") == "tool_result":
+                    out.append((["messages", m, "content", i, "content"], b.get("content")))
+    return out
+
+
+def _at(body, path):
+    for k in path:
+        body = body[k]
+    return body
+
+
+def _put(body, path, value):
+    _at(body, path[:-1])[path[-1]] = value
+
+
+class OffloadLoop(ToolLoop):
+    """ToolLoop with serve under OFFLOAD_POLICY and a tool answering large_tool_result:
+    serve offloads the result, and the upstream bodies through it differ from the direct
+    run's only there (`check_offloaded`). A subclass's CASES run the client with the large
+    tool."""
+
+    POLICY = OFFLOAD_POLICY
+
+    def check_completed(self, name):
+        """Both loops completed (two model calls each, the server's key upstream), the
+        direct second round carrying the large result in full and the one through serve
+        a preview in its place (`assert_preview`), the result in full nowhere. (Checked
+        here too so that an expected failure of check_offloaded hides no bad preview.)"""
+        wire, _, (sent_direct, sent_through) = self.loop(name)
+        self._completed(name)
+        original = large_tool_result(**ARGS)
+        place = self._offloaded_place(wire, sent_direct[1]["body"])
+        self.assert_preview(self._text_at(sent_through[1]["body"], place), original)
+        # Not in full anywhere through serve: as a JSON string (the body's escapes) or as text.
+        self.assertNotIn(_dumps(original)[1:-1], _dumps(sent_through[1]["body"]))
+        self.assertNotIn(original, [result_text(c) for _, c in tool_results(wire, sent_through[1]["body"])])
+
+    def _offloaded_place(self, wire, direct):
+        """The path of the one tool result of `direct` that is the large result."""
+        original = large_tool_result(**ARGS)
+        places = [p for p, c in tool_results(wire, direct) if result_text(c) == original]
+        self.assertEqual(len(places), 1, "the direct second body holds the large result once")
+        return places[0]
+
+    def _text_at(self, body, place):
+        """The text of the tool result at `place` in `body` (through serve)."""
+        try:
+            text = result_text(_at(body, place))
+        except (KeyError, IndexError, TypeError):
+            text = None
+        self.assertIsNotNone(text, f"no text tool result at {place} through serve")
+        return text
+
+    def check_offloaded(self, name):
+        """The first bodies equal but for the documented additions (`without_additions`);
+        the second too, but for the offloaded result's content: through serve a preview
+        (shorter than the result, naming its `art_…` artifact and the read tool, holding
+        the result's beginning), which is checked and then replaced by OFFLOADED in both
+        bodies before they are compared. Every other message and field equal."""
+        wire, _, (sent_direct, sent_through) = self.loop(name)
+        self.assertEqual(len(sent_direct), 2, "not two model calls directly")
+        self.assertEqual(len(sent_through), 2, "not two model calls through serve")
+        original = large_tool_result(**ARGS)
+        differences = []
+        for i, (a, b) in enumerate(zip(sent_direct, sent_through)):
+            direct = copy.deepcopy(a["body"])
+            body, removed = without_additions(wire, direct, b["body"])
+            if READ_TOOL not in removed:
+                differences.append(f"body {i + 1}: no {READ_TOOL} after the client's tools")
+            if i == 1:
+                place = self._offloaded_place(wire, direct)
+                self.assert_preview(self._text_at(body, place), original)
+                _put(direct, place, OFFLOADED)
+                _put(body, place, OFFLOADED)
+            differences += [f"body {i + 1}: {d}" for d in json_diff(direct, body)]
+        self.assertEqual(differences, [], "the upstream bodies through serve differ from the "
+                         "direct run's by more than the documented additions and the "
+                         "offloaded result")
+
+    def assert_preview(self, preview, original):
+        """`preview` stands for `original`: shorter, naming an `art_…` artifact, telling
+        the model to read the rest with the read tool, and holding its beginning."""
+        self.assertLess(len(preview), len(original))
+        self.assertRegex(preview, r"\bart_[0-9a-f]{16,}\b")
+        self.assertIn(READ_TOOL, preview)
+        shown = json.loads(preview)  # the documented preview is JSON
+        self.assertTrue(shown["context_artifact"].startswith("art_"), shown)
+        self.assertIn(shown["context_artifact"], preview)
+        self.assertTrue(original.startswith(shown["preview"]), shown["preview"][:200])
+        self.assertGreater(len(shown["preview"]), 0)
+
+    def check_reported(self, name):
+        """serve reports the offload in its answer's headers (`x-llm-context-offloaded:
+        1`). The client's own call shows them to nobody, so the second request the client
+        sent (as the direct fake got it) is sent to serve again, headers and body, in a
+        session of its own (`x-llm-context-session`) so the offload is new."""
+        wire, _, (sent_direct, _) = self.loop(name)
+        r = sent_direct[1]
+        skip = {"host", "content-length", "connection", "accept-encoding", "transfer-encoding"}
+        headers = {k: v for k, v in r["headers"].items() if k not in skip}
+        headers["x-llm-context-session"] = f"replay-{type(self).__name__}-{name}"
+        request = urllib.request.Request(self.serve.url + r["path"], data=r["raw"],
+                                         headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            answer.read()
+            self.assertEqual(answer.status, 200)
+            self.assertEqual(answer.headers.get("x-llm-context-offloaded"), "1")

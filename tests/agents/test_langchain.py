@@ -3,7 +3,9 @@
 and a two-round tool loop written by hand (invoke, run the tool, invoke again with the
 `ToolMessage`), `.invoke()` and `.stream()`, through `llm-context serve` and directly,
 each in front of a recording fake upstream on 127.0.0.1 (recording.py), and the bodies the
-upstream got compared: equal but for the stack's documented additions.
+upstream got compared: equal but for the stack's documented additions. With the tool
+answering a large result and serve under an offloading policy, they differ only at the
+offloaded result too (`.invoke()` on both).
 
     LLM_CONTEXT_BIN=target/debug/llm-context \\
         …/agents-venv/bin/python -m unittest tests/agents/test_langchain.py
@@ -28,8 +30,8 @@ TOOL = {"type": "function", "function": {"name": rec.TOOL_NAME,
                                          "parameters": rec.TOOL_SCHEMA}}
 
 
-def loop(model, streamed):
-    """The two rounds by hand: the model's tool call, the tool run, the model's answer."""
+def loop(model, streamed, tool=rec.tool_result):
+    """The two rounds by hand: the model's tool call, `tool` run, the model's answer."""
     chat = model.bind_tools([TOOL])
     messages = [SystemMessage(rec.SYSTEM), HumanMessage(rec.PROMPT)]
 
@@ -44,20 +46,20 @@ def loop(model, streamed):
     reply = ask()
     messages.append(reply)
     for call in reply.tool_calls:
-        messages.append(ToolMessage(rec.tool_result(**call["args"]), tool_call_id=call["id"]))
+        messages.append(ToolMessage(tool(**call["args"]), tool_call_id=call["id"]))
     if not reply.tool_calls:
         return reply.text
     return ask().text
 
 
-def openai(root, streamed):
+def openai(root, streamed, tool=rec.tool_result):
     return loop(ChatOpenAI(base_url=f"{root}/v1", api_key=rec.CLIENT_OPENAI_KEY,
-                           model=rec.OPENAI_MODEL, max_retries=0), streamed)
+                           model=rec.OPENAI_MODEL, max_retries=0), streamed, tool)
 
 
-def anthropic(root, streamed):
+def anthropic(root, streamed, tool=rec.tool_result):
     return loop(ChatAnthropic(base_url=root, api_key=rec.CLIENT_ANTHROPIC_KEY,
-                              model=rec.ANTHROPIC_MODEL, max_retries=0), streamed)
+                              model=rec.ANTHROPIC_MODEL, max_retries=0), streamed, tool)
 
 
 class LangChainThroughServe(rec.ToolLoop):
@@ -91,6 +93,35 @@ class LangChainThroughServe(rec.ToolLoop):
 
     def test_chat_anthropic_stream_bodies(self):
         self.check_bodies("anthropic_stream")
+
+
+def large(client, streamed):
+    return functools.partial(client, streamed=streamed, tool=rec.large_tool_result)
+
+
+class LangChainOffloadingThroughServe(rec.OffloadLoop):
+    CASES = {
+        "openai_invoke": ("chat", large(openai, False), False),
+        "anthropic_invoke": ("messages", large(anthropic, False), False),
+    }
+
+    def test_chat_openai_invoke_completes(self):
+        self.check_completed("openai_invoke")
+
+    def test_chat_openai_invoke_differs_only_at_the_offloaded_result(self):
+        self.check_offloaded("openai_invoke")
+
+    def test_chat_openai_invoke_offload_reported(self):
+        self.check_reported("openai_invoke")
+
+    def test_chat_anthropic_invoke_completes(self):
+        self.check_completed("anthropic_invoke")
+
+    def test_chat_anthropic_invoke_differs_only_at_the_offloaded_result(self):
+        self.check_offloaded("anthropic_invoke")
+
+    def test_chat_anthropic_invoke_offload_reported(self):
+        self.check_reported("anthropic_invoke")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ two-round tool loop, `agent.run` and `agent.run_stream_events`, on `OpenAIChatMo
 Completions, an `OpenAIProvider` with a base URL) and on `AnthropicModel` (Messages, an
 `AnthropicProvider` with a base URL), through `llm-context serve` and directly, each in
 front of a recording fake upstream on 127.0.0.1 (recording.py), and the bodies the
-upstream got compared: equal but for the stack's documented additions.
+upstream got compared: equal but for the stack's documented additions. With the tool
+answering a large result and serve under an offloading policy, they differ only at the
+offloaded result too (`agent.run` on both, which AnthropicModel streams).
 
     LLM_CONTEXT_BIN=target/debug/llm-context \\
         …/agents-venv/bin/python -m unittest tests/agents/test_pydantic_ai.py
@@ -37,7 +39,18 @@ def lookup_outage(ort: str, hinweis: str) -> str:
     return rec.tool_result(ort, hinweis)
 
 
+def lookup_outage_log(ort: str, hinweis: str) -> str:
+    """Looks up the state of an outage in a city.
+
+    Args:
+        ort: The city, e.g. Zürich.
+        hinweis: A note for the log.
+    """
+    return rec.large_tool_result(ort, hinweis)
+
+
 TOOL = Tool(lookup_outage, name=rec.TOOL_NAME, description=rec.TOOL_DESCRIPTION)
+LARGE_TOOL = Tool(lookup_outage_log, name=rec.TOOL_NAME, description=rec.TOOL_DESCRIPTION)
 
 
 def model(wire, root):
@@ -48,8 +61,8 @@ def model(wire, root):
         base_url=root, api_key=rec.CLIENT_ANTHROPIC_KEY))
 
 
-def run(root, wire, streamed):
-    agent = Agent(model(wire, root), instructions=rec.SYSTEM, tools=[TOOL])
+def run(root, wire, streamed, tool=TOOL):
+    agent = Agent(model(wire, root), instructions=rec.SYSTEM, tools=[tool])
 
     async def go():
         async with agent:  # closes the provider's HTTP client
@@ -100,6 +113,34 @@ class PydanticAiThroughServe(rec.ToolLoop):
 
     def test_anthropic_model_run_stream_events_bodies(self):
         self.check_bodies("anthropic_events")
+
+
+class PydanticAiOffloadingThroughServe(rec.OffloadLoop):
+    CASES = {
+        "openai_run": ("chat", functools.partial(run, wire="chat", streamed=False,
+                                                 tool=LARGE_TOOL), False),
+        # Streamed: AnthropicModel streams every request.
+        "anthropic_run": ("messages", functools.partial(run, wire="messages", streamed=False,
+                                                        tool=LARGE_TOOL), True),
+    }
+
+    def test_openai_chat_model_run_completes(self):
+        self.check_completed("openai_run")
+
+    def test_openai_chat_model_run_differs_only_at_the_offloaded_result(self):
+        self.check_offloaded("openai_run")
+
+    def test_openai_chat_model_run_offload_reported(self):
+        self.check_reported("openai_run")
+
+    def test_anthropic_model_run_completes(self):
+        self.check_completed("anthropic_run")
+
+    def test_anthropic_model_run_differs_only_at_the_offloaded_result(self):
+        self.check_offloaded("anthropic_run")
+
+    def test_anthropic_model_run_offload_reported(self):
+        self.check_reported("anthropic_run")
 
 
 if __name__ == "__main__":

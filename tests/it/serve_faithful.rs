@@ -737,3 +737,46 @@ async fn a_reminder_before_the_newest_request_is_kept_with_it_when_older_turns_g
     assert_eq!(sent_messages[..], messages[messages.len() - 2..]);
     assert_eq!(sent["system"], body["system"]);
 }
+
+#[tokio::test]
+async fn an_offloaded_result_is_edited_in_place_and_the_rest_of_its_message_kept() {
+    // The result's message was written anew from the neutral model: `is_error`, fields
+    // the proxy does not know, the text beside it and the client's marker inside it were
+    // lost (LangChain's and pydantic-ai's `is_error: false` showed it).
+    let logs: String = (0..500)
+        .map(|i| format!("{{\"i\":{i},\"msg\":\"接続拒否 — refusée \\\"db-{i}\\\"\"}}\n"))
+        .collect();
+    let result_message = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": true, "x_vendor": {"a": 1},
+         "content": [{"type": "text", "text": logs, "cache_control": {"type": "ephemeral"}}]},
+        {"type": "text", "text": "Der Befehl schlug fehl.", "x_other": "b"}]});
+    let body = json!({"model": "claude-sonnet-4-6", "max_tokens": 1024,
+    "tools": [{"name": "fetch_logs", "input_schema": {"type": "object"}}],
+    "messages": [
+        {"role": "user", "content": "Warum fällt die API aus?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "fetch_logs", "input": {}}]},
+        result_message,
+        {"role": "assistant", "content": "Die Datenbank verweigert Verbindungen."},
+        {"role": "user", "content": "Und was nun?"}
+    ]});
+    let upstream = anthropic_upstream().await;
+    let url = anthropic_proxy(&upstream).await;
+    let r = post(&url, "/v1/messages", &body).await;
+    assert_eq!(r.headers()["x-llm-context-offloaded"], "1");
+    let sent = received(&upstream, 0).await;
+    let mut edited = sent["messages"][2].clone();
+    // Only the result's content changed: a preview, a block still, the marker on it.
+    let content = edited["content"][0]["content"].take();
+    let preview = &content[0];
+    assert_eq!(content.as_array().unwrap().len(), 1, "{content}");
+    assert!(
+        preview["text"].as_str().unwrap().contains("art_"),
+        "{preview}"
+    );
+    assert!(preview["text"].as_str().unwrap().len() < logs.len() / 2);
+    assert_eq!(preview["cache_control"], json!({"type": "ephemeral"}));
+    let mut expected = result_message.clone();
+    expected["content"][0]["content"] = Value::Null;
+    assert_eq!(edited, expected);
+}

@@ -51,6 +51,9 @@ pub(crate) struct Kept {
     parts: Vec<usize>,
     /// The wire messages (ascending) a neutral message of each digest was read from.
     digests: HashMap<u64, Vec<usize>>,
+    /// The wire messages (ascending) holding a `tool_result` for each tool use id: where
+    /// a result the stack cleared or offloaded is edited in place.
+    results: HashMap<String, Vec<usize>>,
     keys: RandomState,
     /// The client placed `cache_control` markers of its own.
     markers: bool,
@@ -138,6 +141,16 @@ impl Kept {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let markers = has_markers(parsed);
+        let mut results: HashMap<String, Vec<usize>> = HashMap::new();
+        for (w, m) in wire.iter().enumerate() {
+            for block in m["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result"
+                    && let Some(id) = block["tool_use_id"].as_str()
+                {
+                    results.entry(id.to_owned()).or_default().push(w);
+                }
+            }
+        }
         Some(Self {
             body: body.clone(),
             messages,
@@ -148,6 +161,7 @@ impl Kept {
             rest,
             parts,
             digests,
+            results,
             keys,
             markers,
         })
@@ -290,21 +304,32 @@ fn messages(kept: &Kept, tail: &[Message]) -> Result<(Vec<Part>, Vec<usize>), Pr
         roles: Vec::with_capacity(tail.len()),
         owners: Vec::with_capacity(tail.len()),
     };
-    // The wire message whose neutral messages are being gathered, and those.
-    let mut group: Option<(usize, Vec<&Message>)> = None;
+    // The wire message whose neutral messages are being gathered, and those (each with
+    // whether the stack changed it: a cleared or offloaded result, edited in place).
+    let mut group: Option<(usize, Vec<(&Message, bool)>)> = None;
     let mut cursor = 0;
     for m in tail {
         let digest = kept.keys.hash_one(m);
-        let from = kept
+        let unchanged = kept
             .digests
             .get(&digest)
             .and_then(|ws| ws.iter().copied().find(|&at| at >= cursor));
+        let from = unchanged.map(|at| (at, false)).or_else(|| {
+            let id = m.tool_call_id.as_deref()?;
+            let at = kept
+                .results
+                .get(id)?
+                .iter()
+                .copied()
+                .find(|&at| at >= cursor)?;
+            Some((at, true))
+        });
         match (from, group.as_mut()) {
-            (Some(at), Some((g, members))) if *g == at => members.push(m),
-            (Some(at), _) => {
+            (Some((at, edited)), Some((g, members))) if *g == at => members.push((m, edited)),
+            (Some((at, edited)), _) => {
                 w.flush(kept, group.take())?;
                 cursor = at;
-                group = Some((at, vec![m]));
+                group = Some((at, vec![(m, edited)]));
             }
             (None, _) => {
                 w.flush(kept, group.take())?;
@@ -325,24 +350,35 @@ struct Written {
 
 impl Written {
     /// Writes the neutral messages gathered from wire message `at`: as it came when every
-    /// one of them reached the writer unchanged, else from the neutral model.
+    /// one of them reached the writer, with the content of the results the stack changed
+    /// replaced in place (the rest of the message, `is_error` and the blocks beside them
+    /// kept); else, when some were removed, from the neutral model.
     fn flush(
         &mut self,
         kept: &Kept,
-        group: Option<(usize, Vec<&Message>)>,
+        group: Option<(usize, Vec<(&Message, bool)>)>,
     ) -> Result<(), ProviderError> {
         let Some((at, members)) = group else {
             return Ok(());
         };
         if members.len() == kept.parts[at] {
+            let (range, role) = &kept.messages[at];
+            let part = if members.iter().any(|(_, edited)| *edited) {
+                let mut message = kept.value(range);
+                for (m, _) in members.iter().filter(|(_, edited)| *edited) {
+                    edit_result(&mut message, m)?;
+                }
+                Part::Value(message)
+            } else {
+                Part::Raw(range.clone())
+            };
             self.owners
                 .extend(std::iter::repeat_n(self.out.len(), members.len()));
-            let (range, role) = &kept.messages[at];
-            self.out.push(Part::Raw(range.clone()));
+            self.out.push(part);
             self.roles.push(*role);
             return Ok(());
         }
-        for m in members {
+        for (m, _) in members {
             self.render(m)?;
         }
         Ok(())
@@ -369,6 +405,41 @@ impl Written {
         self.owners.push(self.out.len().saturating_sub(1));
         Ok(())
     }
+}
+
+/// `message` (a wire message) with the content of its `tool_result` for `result` (a
+/// neutral tool result the stack cleared or offloaded) replaced by `result`'s. A content
+/// of blocks stays blocks, the client's marker on its last block kept.
+fn edit_result(message: &mut Value, result: &Message) -> Result<(), ProviderError> {
+    let (_, rendered) = blocks(result)?;
+    let Some(new) = rendered
+        .into_iter()
+        .find(super::types::ContentBlockParam::is_tool_result)
+        .and_then(|b| serde_json::to_value(b).ok())
+        .map(|mut b| b["content"].take())
+    else {
+        return Ok(());
+    };
+    let id = result.tool_call_id.as_deref();
+    let Some(block) = message["content"].as_array_mut().and_then(|blocks| {
+        blocks
+            .iter_mut()
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"].as_str() == id)
+    }) else {
+        return Ok(());
+    };
+    let new = match (&block["content"], new) {
+        (Value::Array(old), Value::String(text)) => {
+            let mut text_block = serde_json::json!({"type": "text", "text": text});
+            if let Some(marker) = old.iter().rev().find_map(|b| b.get("cache_control")) {
+                text_block["cache_control"] = marker.clone();
+            }
+            Value::Array(vec![text_block])
+        }
+        (_, new) => new,
+    };
+    block["content"] = new;
+    Ok(())
 }
 
 fn role_of(role: &str) -> InputRole {
