@@ -6,9 +6,10 @@
 //! every neutral message it read, with the wire message it came from). The writer then
 //! sends each wire message whose neutral messages all reached it unchanged as its own
 //! bytes, byte for byte (unknown fields, block kinds the neutral model has no place for,
-//! `is_error`, the client's `cache_control` and the string-or-blocks form included), and
-//! renders only what the stack changed or added: a stubbed or previewed result's message,
-//! the artifact rounds' messages, the read tool. Removed messages are left out. A thinking
+//! `is_error`, the client's `cache_control` and the string-or-blocks form included). A
+//! result the stack stubbed or previewed has its content replaced in its message, the rest
+//! of which is kept; only what the stack added is rendered: the artifact rounds' messages,
+//! the read tool. Removed messages are left out. A thinking
 //! block stays valid, for everything before it is byte-unchanged.
 //!
 //! The stack's cache breakpoints are added only when the client placed none of its own
