@@ -62,8 +62,6 @@ impl Default for Options {
 impl Api for MessagesApi {}
 
 /// A request body: written from the neutral request, or a Messages caller's own.
-#[derive(serde::Serialize)]
-#[serde(untagged)]
 pub(crate) enum Body {
     Rendered(CreateMessageRequest),
     #[cfg(feature = "serve")]
@@ -141,6 +139,14 @@ impl Speaks for MessagesApi {
         Ok(Body::Rendered(body))
     }
 
+    fn encode(body: &Body) -> Result<Vec<u8>, serde_json::Error> {
+        match body {
+            Body::Rendered(body) => serde_json::to_vec(body),
+            #[cfg(feature = "serve")]
+            Body::Faithful(body) => body.to_vec(),
+        }
+    }
+
     #[cfg(feature = "serve")]
     fn response(body: Self::Response) -> Result<ChatResponse, ProviderError> {
         use crate::wire::served::AsGiven;
@@ -179,6 +185,8 @@ impl<T> Anthropic<T> {
         path: &str,
         body: &impl serde::Serialize,
     ) -> Result<crate::transport::HttpRequest, ProviderError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| crate::client::unsupported(Provider::Anthropic, e.to_string()))?;
         self.post_with(
             &format!("{}{path}", self.base_url()),
             body,

@@ -4,7 +4,6 @@
 use std::fmt::Debug;
 
 use secrecy::SecretString;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{ConfigError, Settings};
@@ -49,7 +48,7 @@ pub(crate) trait Speaks {
     /// The API's own settings, beyond those every builder has.
     type Options: Default + Debug + Send + Sync + 'static;
     /// The request body written.
-    type Body: Serialize;
+    type Body;
     /// The response body read.
     type Response: DeserializeOwned + Send + 'static;
     /// The reader of its stream events.
@@ -79,6 +78,9 @@ pub(crate) trait Speaks {
         options: &Self::Options,
         stream: bool,
     ) -> Result<Self::Body, ProviderError>;
+
+    /// The bytes of `body`, as sent.
+    fn encode(body: &Self::Body) -> Result<Vec<u8>, serde_json::Error>;
 
     /// The neutral response of a body read.
     fn response(body: Self::Response) -> Result<ChatResponse, ProviderError>;

@@ -159,7 +159,7 @@ impl<A: Api, T> Client<A, T> {
     pub(crate) fn post_with<'a>(
         &self,
         url: &str,
-        body: &impl serde::Serialize,
+        body: Vec<u8>,
         forwarded: impl Iterator<Item = (&'a str, &'a str)>,
     ) -> Result<HttpRequest, ProviderError> {
         let credentials = A::credentials(self.state.api_key.as_ref(), &self.state.options);
@@ -176,13 +176,14 @@ impl<A: Api, T> Client<A, T> {
     /// this API may be sent.
     fn http_request(&self, req: &ChatRequest, stream: bool) -> Result<HttpRequest, ProviderError> {
         let body = A::body(req, &self.state.options, stream)?;
+        let body = A::encode(&body).map_err(|e| unsupported(A::PROVIDER, e.to_string()))?;
         let forwarded = req.params.headers_for(A::FORMAT);
         match req.params.query_for(A::FORMAT) {
             Some(query) => {
                 let url = format!("{}?{query}", self.state.endpoint);
-                self.post_with(&url, &body, forwarded)
+                self.post_with(&url, body, forwarded)
             }
-            None => self.post_with(&self.state.endpoint, &body, forwarded),
+            None => self.post_with(&self.state.endpoint, body, forwarded),
         }
     }
 }

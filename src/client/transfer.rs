@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::ConfigError;
@@ -190,15 +189,14 @@ pub(crate) const NOT_FORWARDED: &[&str] = &[
     "cookie",
 ];
 
-/// A JSON POST of `body` to `url`, serialized once: [`request`] with the JSON content
-/// type.
+/// A POST of `body` (JSON, serialized once by the caller) to `url`: [`request`] with the
+/// JSON content type.
 pub(crate) fn post_json<'a>(
     provider: Provider,
     url: &str,
     headers: Headers<'_, impl Iterator<Item = (&'a str, &'a str)>>,
-    body: &impl Serialize,
+    body: Vec<u8>,
 ) -> Result<HttpRequest, ProviderError> {
-    let bytes = serde_json::to_vec(body).map_err(|e| unsupported(provider, e.to_string()))?;
     let json = http::HeaderValue::from_static("application/json");
     request(
         provider,
@@ -206,7 +204,7 @@ pub(crate) fn post_json<'a>(
         url,
         headers,
         Some(json),
-        Bytes::from(bytes),
+        Bytes::from(body),
     )
 }
 

@@ -166,6 +166,10 @@ impl Speaks for ChatCompletionsApi {
         Ok(Body::Rendered(Box::new(body)))
     }
 
+    fn encode(body: &Body) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(body)
+    }
+
     #[cfg(feature = "serve")]
     fn response(body: Self::Response) -> Result<ChatResponse, ProviderError> {
         use crate::wire::served::AsGiven;

@@ -93,7 +93,7 @@ async fn count(
                 Err(e) => return failures::failure::<Messages>(&crate::BoxError::from(e)),
             };
             body.count();
-            let bytes = match serde_json::to_vec(&body) {
+            let bytes = match body.to_vec() {
                 Ok(bytes) => bytes,
                 Err(e) => return failures::failure::<Messages>(&crate::BoxError::from(e)),
             };

@@ -15,20 +15,24 @@
 //! The stack's cache breakpoints are added only when the client placed none of its own
 //! (its markers win, and it may have used all four).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::ops::Range;
 
 use bytes::Bytes;
+use foldhash::quality::RandomState;
 use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{CacheHints, ChatRequest, Message};
-use serde::ser::{Error as _, SerializeMap, Serializer};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use serde::ser::Error as _;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::convert::{blocks, cache_control, merge, system_blocks, system_texts, tool, ttl_order};
 use super::types::{InputMessage, InputRole, ToolParam};
+use crate::catalog::Provider;
+use crate::client::unsupported;
 use crate::error::ProviderError;
 
 /// What the reader kept of a Messages body.
@@ -72,17 +76,18 @@ struct Spans<'a> {
 }
 
 impl Kept {
-    /// What to keep of `body` (already read into `req`, whose messages after the system
-    /// head came from the wire messages `owners` gives, one entry each), or `None` when
-    /// the body's parts cannot be located.
+    /// What to keep of `body` (`text` is its bytes, checked as UTF-8; already read into
+    /// `req`, whose messages after the system head came from the wire messages `owners`
+    /// gives, one entry each), or `None` when the body's parts cannot be located.
     pub(crate) fn new(
         body: &Bytes,
+        text: &str,
         parsed: &Value,
         req: &ChatRequest,
         owners: &[usize],
     ) -> Option<Self> {
-        let spans: Spans<'_> = serde_json::from_slice(body).ok()?;
-        let base = body.as_ptr() as usize;
+        let spans: Spans<'_> = serde_json::from_str(text).ok()?;
+        let base = text.as_ptr() as usize;
         let range = |raw: &RawValue| {
             let start = raw.get().as_ptr() as usize - base;
             start..start + raw.get().len()
@@ -110,7 +115,7 @@ impl Kept {
                 .collect(),
             _ => Vec::new(),
         };
-        let keys = RandomState::new();
+        let keys = RandomState::default();
         let head_end = leading_system_end(&req.messages);
         // The messages the top-level `system` was read into; a wire `system` message
         // before the first user message joins them in the head.
@@ -168,16 +173,134 @@ impl Kept {
         })
     }
 
-    /// The text of `range`, as it came.
-    fn raw(&self, range: &Range<usize>) -> Result<&RawValue, serde_json::Error> {
-        let text =
-            std::str::from_utf8(&self.body[range.clone()]).map_err(serde_json::Error::custom)?;
-        serde_json::from_str(text)
+    /// The text of `range` (a part of the body, which was checked as UTF-8 when read).
+    fn text(&self, range: &Range<usize>) -> Result<&str, serde_json::Error> {
+        simdutf8::basic::from_utf8(&self.body[range.clone()])
+            .map_err(|_| serde_json::Error::custom("a kept part is not UTF-8"))
     }
 
-    fn value(&self, range: &Range<usize>) -> Value {
-        serde_json::from_slice(&self.body[range.clone()]).unwrap_or(Value::Null)
+    /// The part at `range` as written with `edits`, parsed (the slow way, for a part the
+    /// splices cannot edit).
+    fn value(&self, range: &Range<usize>, edits: &[Edit]) -> Value {
+        let mut bytes = Vec::with_capacity(range.len());
+        spliced(&self.body, range, edits, &mut bytes);
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
     }
+}
+
+/// The spans of a JSON text at `start` in the body.
+struct Located<'a, T> {
+    spans: T,
+    text: std::marker::PhantomData<&'a str>,
+    /// Where the text lies in memory, and in the body.
+    base: usize,
+    start: usize,
+}
+
+impl<'a, T: Deserialize<'a>> Located<'a, T> {
+    /// The spans of `text`, which lies at `start` in the body.
+    fn read(text: &'a str, start: usize) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            spans: serde_json::from_str(text)?,
+            text: std::marker::PhantomData,
+            base: text.as_ptr() as usize,
+            start,
+        })
+    }
+
+    /// Where `raw` (borrowed from the text) lies in the body.
+    fn span(&self, raw: &RawValue) -> Range<usize> {
+        let start = raw.get().as_ptr() as usize - self.base + self.start;
+        start..start + raw.get().len()
+    }
+}
+
+/// Where a message's content lies.
+#[derive(Deserialize)]
+struct MessageSpans<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// What the splices read of a block (of a message or a tool result, or the system
+/// prompt's), borrowed.
+#[derive(Deserialize)]
+struct BlockSpans<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_use_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    cache_control: Option<&'a RawValue>,
+}
+
+/// A span of the body replaced by new JSON text (inserted, when the span is empty).
+#[derive(Debug)]
+struct Edit {
+    at: Range<usize>,
+    with: String,
+}
+
+/// The bytes of `range` of `body`, each of `edits` (ascending, disjoint, within it)
+/// replaced by its text, appended to `out`.
+fn spliced(body: &[u8], range: &Range<usize>, edits: &[Edit], out: &mut Vec<u8>) {
+    let mut at = range.start;
+    for edit in edits {
+        out.extend_from_slice(&body[at..edit.at.start]);
+        out.extend_from_slice(edit.with.as_bytes());
+        at = edit.at.end;
+    }
+    out.extend_from_slice(&body[at..range.end]);
+}
+
+/// The edit setting `key` of the object at `object` (its text `text`) to `value`: its
+/// value replaced where it has one (`old`), else the member added before the closing
+/// brace.
+fn set_key(
+    object: Range<usize>,
+    text: &str,
+    old: Option<Range<usize>>,
+    key: &str,
+    value: String,
+) -> Edit {
+    match old {
+        Some(at) => Edit { at, with: value },
+        None => {
+            let empty = text[1..text.len() - 1].trim().is_empty();
+            let comma = if empty { "" } else { "," };
+            let end = object.end - 1;
+            Edit {
+                at: end..end,
+                with: format!("{comma}{}:{value}", Value::from(key)),
+            }
+        }
+    }
+}
+
+/// `edit` added to `edits`, kept ascending; one at the same place replaces it. `false`
+/// when it overlaps another (the caller then edits the parsed value instead).
+fn add_edit(edits: &mut Vec<Edit>, edit: Edit) -> bool {
+    if let Some(same) = edits.iter_mut().find(|e| e.at == edit.at) {
+        *same = edit;
+        return true;
+    }
+    let within = |point: usize, span: &Range<usize>| span.start < point && point < span.end;
+    let overlaps = |e: &Edit| {
+        e.at.start.max(edit.at.start) < e.at.end.min(edit.at.end)
+            || (e.at.is_empty() && within(e.at.start, &edit.at))
+            || (edit.at.is_empty() && within(edit.at.start, &e.at))
+    };
+    if edits.iter().any(overlaps) {
+        return false;
+    }
+    let key = |e: &Edit| (e.at.start, e.at.end);
+    let at = edits.partition_point(|e| key(e) < key(&edit));
+    edits.insert(at, edit);
+    true
 }
 
 /// Whether the client placed `cache_control` markers of its own, on a tool, a system block,
@@ -206,9 +329,12 @@ fn head_digest(keys: &RandomState, head: &[Message]) -> Option<u64> {
     Some(keys.hash_one(&texts))
 }
 
-/// One part of the body written: as it came, or as written here.
+/// One part of the body written: as it came, as it came but for some spans, or as
+/// written here.
 enum Part {
     Raw(Range<usize>),
+    /// The bytes of the range with each edit (ascending, disjoint, within it) applied.
+    Spliced(Range<usize>, Vec<Edit>),
     Value(Value),
     Message(InputMessage),
     Tool(ToolParam),
@@ -365,11 +491,11 @@ impl Written {
         if members.len() == kept.parts[at] {
             let (range, role) = &kept.messages[at];
             let part = if members.iter().any(|(_, edited)| *edited) {
-                let mut message = kept.value(range);
+                let mut edits = Vec::new();
                 for (m, _) in members.iter().filter(|(_, edited)| *edited) {
-                    edit_result(&mut message, m)?;
+                    edit_result(kept, range, m, &mut edits)?;
                 }
-                Part::Value(message)
+                Part::Spliced(range.clone(), edits)
             } else {
                 Part::Raw(range.clone())
             };
@@ -408,10 +534,17 @@ impl Written {
     }
 }
 
-/// `message` (a wire message) with the content of its `tool_result` for `result` (a
-/// neutral tool result the stack cleared or offloaded) replaced by `result`'s. A content
-/// of blocks stays blocks, the client's marker on its last block kept.
-fn edit_result(message: &mut Value, result: &Message) -> Result<(), ProviderError> {
+/// The edit replacing, in the wire message at `range`, the content of its `tool_result`
+/// for `result` (a neutral tool result the stack cleared or offloaded) by `result`'s,
+/// added to `edits`. Spliced into the bytes: the message holds the result's whole text,
+/// which a parse and a write would copy twice. A content of blocks stays blocks, the
+/// client's marker on its last block kept.
+fn edit_result(
+    kept: &Kept,
+    range: &Range<usize>,
+    result: &Message,
+    edits: &mut Vec<Edit>,
+) -> Result<(), ProviderError> {
     let (_, rendered) = blocks(result)?;
     let Some(new) = rendered
         .into_iter()
@@ -421,25 +554,53 @@ fn edit_result(message: &mut Value, result: &Message) -> Result<(), ProviderErro
     else {
         return Ok(());
     };
-    let id = result.tool_call_id.as_deref();
-    let Some(block) = message["content"].as_array_mut().and_then(|blocks| {
-        blocks
-            .iter_mut()
-            .find(|b| b["type"] == "tool_result" && b["tool_use_id"].as_str() == id)
-    }) else {
-        return Ok(());
-    };
-    let new = match (&block["content"], new) {
-        (Value::Array(old), Value::String(text)) => {
-            let mut text_block = serde_json::json!({"type": "text", "text": text});
-            if let Some(marker) = old.iter().rev().find_map(|b| b.get("cache_control")) {
-                text_block["cache_control"] = marker.clone();
+    let edit = (|| -> Result<Option<Edit>, serde_json::Error> {
+        let text = kept.text(range)?;
+        let message = Located::<MessageSpans<'_>>::read(text, range.start)?;
+        let Some(content) = message.spans.content.filter(|c| c.get().starts_with('[')) else {
+            return Ok(None);
+        };
+        let blocks = Located::<Vec<&RawValue>>::read(content.get(), message.span(content).start)?;
+        let id = result.tool_call_id.as_deref();
+        for raw in &blocks.spans {
+            let block = Located::<BlockSpans<'_>>::read(raw.get(), blocks.span(raw).start)?;
+            if block.spans.kind.as_deref() != Some("tool_result")
+                || block.spans.tool_use_id.as_deref() != id
+            {
+                continue;
             }
-            Value::Array(vec![text_block])
+            let old = block.spans.content;
+            let with = match (old.filter(|c| c.get().starts_with('[')), &new) {
+                (Some(old), Value::String(text)) => {
+                    let marker = serde_json::from_str::<Vec<BlockSpans<'_>>>(old.get())?
+                        .iter()
+                        .rev()
+                        .find_map(|b| b.cache_control)
+                        .map(|m| format!(",\"cache_control\":{}", m.get()))
+                        .unwrap_or_default();
+                    format!(
+                        r#"[{{"type":"text","text":{}{marker}}}]"#,
+                        Value::from(text.as_str())
+                    )
+                }
+                (_, new) => new.to_string(),
+            };
+            let at = old.map(|c| block.span(c));
+            return Ok(Some(set_key(
+                blocks.span(raw),
+                raw.get(),
+                at,
+                "content",
+                with,
+            )));
         }
-        (_, new) => new,
-    };
-    block["content"] = new;
+        Ok(None)
+    })()
+    .map_err(|e| unsupported(Provider::Anthropic, format!("the kept body: {e}")))?;
+    if let Some(edit) = edit {
+        // Results of one message are distinct blocks: their edits never overlap.
+        add_edit(edits, edit);
+    }
     Ok(())
 }
 
@@ -489,10 +650,27 @@ enum Marked {
     Message,
 }
 
-/// `part` as a value with `marker` where `kind` takes it.
+/// `part` with `marker` where `kind` takes it: spliced into a part kept as it came, set
+/// on one written here.
 fn set_marker(kept: &Kept, part: &mut Part, marker: Value, kind: Marked) {
+    if let Part::Raw(range) = part {
+        *part = Part::Spliced(range.clone(), Vec::new());
+    }
+    if let Part::Spliced(range, edits) = part {
+        // Overlapping an edit, or not located: the parsed part is edited instead.
+        match marker_edit(kept, range, &marker, kind) {
+            Ok(None) => return,
+            Ok(Some(edit)) => {
+                if add_edit(edits, edit) {
+                    return;
+                }
+            }
+            Err(_) => {}
+        }
+    }
     let mut value = match std::mem::replace(part, Part::Value(Value::Null)) {
-        Part::Raw(range) => kept.value(&range),
+        Part::Raw(range) => kept.value(&range, &[]),
+        Part::Spliced(range, edits) => kept.value(&range, &edits),
         Part::Value(v) => v,
         Part::Message(m) => serde_json::to_value(m).unwrap_or(Value::Null),
         Part::Tool(t) => serde_json::to_value(t).unwrap_or(Value::Null),
@@ -527,53 +705,311 @@ fn set_marker(kept: &Kept, part: &mut Part, marker: Value, kind: Marked) {
     *part = Part::Value(value);
 }
 
-impl Serialize for Body {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let kept = self
-            .origin
-            .get::<Kept>()
-            .ok_or_else(|| S::Error::custom("the kept body is gone"))?;
-        let write = |part| part_out::<S::Error>(kept, part);
-        let mut map = serializer.serialize_map(None)?;
-        for (k, v) in &self.fields {
-            map.serialize_entry(k, v)?;
+/// The edit placing `marker` in the part at `range` (as it came) where `kind` takes it:
+/// `None` when nothing in it takes one.
+fn marker_edit(
+    kept: &Kept,
+    range: &Range<usize>,
+    marker: &Value,
+    kind: Marked,
+) -> Result<Option<Edit>, serde_json::Error> {
+    let text = kept.text(range)?;
+    let marker = marker.to_string();
+    // A string becomes one text block holding it, marked (an empty one takes none).
+    let string = |raw: &RawValue, at: Range<usize>| {
+        (raw.get() != r#""""#).then(|| Edit {
+            at,
+            with: format!(
+                r#"[{{"type":"text","text":{},"cache_control":{marker}}}]"#,
+                raw.get()
+            ),
+        })
+    };
+    let whole = range.start..range.end;
+    // The last block of `blocks` that takes a marker, marked.
+    let in_blocks = |blocks: &RawValue, at: usize, takes: &dyn Fn(&BlockSpans<'_>) -> bool| {
+        let blocks = Located::<Vec<&RawValue>>::read(blocks.get(), at)?;
+        for raw in blocks.spans.iter().rev() {
+            let block = Located::<BlockSpans<'_>>::read(raw.get(), blocks.span(raw).start)?;
+            if takes(&block.spans) {
+                let old = block.spans.cache_control.map(|c| block.span(c));
+                let edit = set_key(
+                    blocks.span(raw),
+                    raw.get(),
+                    old,
+                    "cache_control",
+                    marker.clone(),
+                );
+                return Ok(Some(edit));
+            }
         }
-        if let Some(system) = &self.system {
-            map.serialize_entry("system", &write(system)?)?;
+        Ok(None)
+    };
+    match kind {
+        Marked::Tool => {
+            let tool = Located::<BlockSpans<'_>>::read(text, range.start)?;
+            let old = tool.spans.cache_control.map(|c| tool.span(c));
+            Ok(Some(set_key(
+                whole,
+                text,
+                old,
+                "cache_control",
+                marker.clone(),
+            )))
         }
-        if !self.tools.is_empty() {
-            let tools = self
-                .tools
-                .iter()
-                .map(write)
-                .collect::<Result<Vec<_>, _>>()?;
-            map.serialize_entry("tools", &tools)?;
+        Marked::System => {
+            let system: &RawValue = serde_json::from_str(text)?;
+            if system.get().starts_with('"') {
+                Ok(string(system, whole))
+            } else {
+                in_blocks(system, range.start, &|_| true)
+            }
         }
-        let messages = self
-            .messages
-            .iter()
-            .map(write)
-            .collect::<Result<Vec<_>, _>>()?;
-        map.serialize_entry("messages", &messages)?;
-        map.end()
+        Marked::Message => {
+            let message = Located::<MessageSpans<'_>>::read(text, range.start)?;
+            let Some(content) = message.spans.content else {
+                return Ok(None);
+            };
+            let at = message.span(content);
+            if content.get().starts_with('"') {
+                return Ok(string(content, at));
+            }
+            let takes = |b: &BlockSpans<'_>| {
+                !matches!(b.kind.as_deref(), Some("thinking" | "redacted_thinking"))
+                    && b.text.is_none_or(|t| t.get() != r#""""#)
+            };
+            in_blocks(content, at.start, &takes)
+        }
     }
 }
 
-/// `part` as it is written.
-fn part_out<'a, E: serde::ser::Error>(kept: &'a Kept, part: &'a Part) -> Result<PartOut<'a>, E> {
-    Ok(match part {
-        Part::Raw(range) => PartOut::Raw(kept.raw(range).map_err(E::custom)?),
-        Part::Value(v) => PartOut::Value(v),
-        Part::Message(m) => PartOut::Message(m),
-        Part::Tool(t) => PartOut::Tool(t),
-    })
+impl Body {
+    /// The body's bytes: the parts kept as they came copied, the rest written.
+    pub(crate) fn to_vec(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let kept = self
+            .origin
+            .get::<Kept>()
+            .ok_or_else(|| serde_json::Error::custom("the kept body is gone"))?;
+        let mut out = Vec::with_capacity(kept.body.len() + 1024);
+        out.push(b'{');
+        let mut first = true;
+        let mut key = |out: &mut Vec<u8>, key: &str| -> Result<(), serde_json::Error> {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut *out, key)?;
+            out.push(b':');
+            Ok(())
+        };
+        for (k, v) in &self.fields {
+            key(&mut out, k)?;
+            serde_json::to_writer(&mut out, v)?;
+        }
+        if let Some(system) = &self.system {
+            key(&mut out, "system")?;
+            write_part(kept, system, &mut out)?;
+        }
+        let arrays = [("tools", &self.tools), ("messages", &self.messages)];
+        for (name, parts) in arrays {
+            if name == "tools" && parts.is_empty() {
+                continue;
+            }
+            key(&mut out, name)?;
+            out.push(b'[');
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_part(kept, part, &mut out)?;
+            }
+            out.push(b']');
+        }
+        out.push(b'}');
+        Ok(out)
+    }
 }
 
-#[derive(Serialize)]
-#[serde(untagged)]
-enum PartOut<'a> {
-    Raw(&'a RawValue),
-    Value(&'a Value),
-    Message(&'a InputMessage),
-    Tool(&'a ToolParam),
+/// `part` as it is written, appended to `out`.
+fn write_part(kept: &Kept, part: &Part, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    match part {
+        Part::Raw(range) => out.extend_from_slice(&kept.body[range.clone()]),
+        Part::Spliced(range, edits) => spliced(&kept.body, range, edits, out),
+        Part::Value(v) => serde_json::to_writer(out, v)?,
+        Part::Message(m) => serde_json::to_writer(out, m)?,
+        Part::Tool(t) => serde_json::to_writer(out, t)?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::messages::serve::Messages;
+    use crate::wire::served::Format;
+    use llm_context_layers::{CacheTtl, Content};
+    use serde_json::json;
+
+    fn edit(at: Range<usize>, with: &str) -> Edit {
+        Edit {
+            at,
+            with: with.into(),
+        }
+    }
+
+    fn apply(text: &str, edits: &[Edit]) -> String {
+        let mut out = Vec::new();
+        spliced(text.as_bytes(), &(0..text.len()), edits, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_key_is_replaced_where_it_is_and_added_before_the_brace_where_it_is_not() {
+        for (text, want) in [
+            ("{}", r#"{"k":1}"#),
+            ("{ \n }", "{ \n \"k\":1}"),
+            (r#"{"a":2}"#, r#"{"a":2,"k":1}"#),
+        ] {
+            let e = set_key(0..text.len(), text, None, "k", "1".into());
+            assert_eq!(apply(text, &[e]), want, "{text}");
+        }
+        let text = r#"{"k": [1, 2], "b": 3}"#;
+        let e = set_key(0..text.len(), text, Some(6..12), "k", "true".into());
+        assert_eq!(apply(text, &[e]), r#"{"k": true, "b": 3}"#);
+    }
+
+    #[test]
+    fn edits_stay_ascending_one_at_the_same_place_replaces_and_overlaps_are_refused() {
+        let mut edits = Vec::new();
+        assert!(add_edit(&mut edits, edit(6..8, "X")));
+        assert!(add_edit(&mut edits, edit(1..2, "Y")));
+        // An insertion at the boundary of a replaced span does not overlap it.
+        assert!(add_edit(&mut edits, edit(8..8, "Z")));
+        assert!(add_edit(&mut edits, edit(1..2, "W")));
+        assert_eq!(apply("abcdefghij", &edits), "aWcdefXZij");
+        // Inside a replaced span, or across one: refused, nothing changed.
+        assert!(!add_edit(&mut edits, edit(7..7, "!")));
+        assert!(!add_edit(&mut edits, edit(0..3, "!")));
+        assert!(!add_edit(&mut edits, edit(5..7, "!")));
+        assert_eq!(apply("abcdefghij", &edits), "aWcdefXZij");
+    }
+
+    /// The body sent for `client` (a Messages body) after `edit` changed what was read,
+    /// with the stack's breakpoints on every place.
+    fn sent(client: &str, edit: impl FnOnce(&mut ChatRequest)) -> String {
+        let read = Messages::read(&Bytes::from(client.to_owned())).unwrap();
+        let mut req = read.request;
+        req.cache = CacheHints::all(CacheTtl::FiveMinutes);
+        edit(&mut req);
+        let body = body(&req).unwrap().expect("a kept body");
+        String::from_utf8(body.to_vec().unwrap()).unwrap()
+    }
+
+    const FIVE: &str = r#"{"type":"ephemeral"}"#;
+
+    fn marked(text: &str) -> Value {
+        json!({"type": "text", "text": text, "cache_control": {"type": "ephemeral"}})
+    }
+
+    #[test]
+    fn unmarked_messages_go_byte_for_byte_and_a_string_becomes_one_marked_block() {
+        // Odd spacing, an unknown field and a key order no writer would produce.
+        let first = r#"{ "content" : "q1",  "x-note": [1,  2], "role":"user" }"#;
+        let client = format!(
+            r#"{{"model":"claude-sonnet-4-6","max_tokens":64,"system":"be brief",
+                "messages":[{first},
+                  {{"role":"assistant","content":[{{"type":"text","text":"a1"}}]}},
+                  {{"role":"user","content":"q2"}}]}}"#
+        );
+        let out = sent(&client, |_| {});
+        assert!(out.contains(first), "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["system"], json!([marked("be brief")]));
+        // History: the message before the newest request.
+        assert_eq!(v["messages"][1]["content"], json!([marked("a1")]));
+        assert_eq!(v["messages"][2]["content"], json!([marked("q2")]));
+        assert_eq!(
+            v["messages"][0],
+            serde_json::from_str::<Value>(first).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_marker_skips_thinking_and_empty_text_and_replaces_none_of_the_clients_fields() {
+        let client = r#"{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[
+            {"role":"user","content":"q1"},
+            {"role":"assistant","content":[{"type":"text","text":"a1"},
+               {"type":"thinking","thinking":"t","signature":"s"}]},
+            {"role":"user","content":[{"type":"text","text":"q2","x":{}},
+               {"type":"text","text":""}]}]}"#;
+        let v: Value = serde_json::from_str(&sent(client, |_| {})).unwrap();
+        assert_eq!(
+            v["messages"][1]["content"],
+            json!([marked("a1"), {"type": "thinking", "thinking": "t", "signature": "s"}])
+        );
+        assert_eq!(
+            v["messages"][2]["content"],
+            json!([{"type": "text", "text": "q2", "x": {}, "cache_control": {"type": "ephemeral"}},
+                   {"type": "text", "text": ""}])
+        );
+    }
+
+    #[test]
+    fn a_cleared_result_and_a_marker_are_both_spliced_into_one_message() {
+        let client = r#"{"model":"claude-sonnet-4-6","max_tokens":64,
+            "tools":[{"name":"grep","input_schema":{"type":"object"}}],
+            "messages":[
+            {"role":"user","content":"find it"},
+            {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"grep","input":{}}]},
+            {"role":"user","content":[
+               {"type":"tool_result","tool_use_id":"t1","is_error":true,
+                "content":[{"type":"text","text":"a long result"}]},
+               {"type":"text","text":"and?"}]}]}"#;
+        let out = sent(client, |req| {
+            let result = req
+                .messages
+                .iter_mut()
+                .find(|m| m.tool_call_id.as_deref() == Some("t1"))
+                .unwrap();
+            result.content = Content::from("[cleared]");
+        });
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["messages"][2]["content"],
+            json!([{"type": "tool_result", "tool_use_id": "t1", "is_error": true,
+                    "content": [{"type": "text", "text": "[cleared]"}]},
+                   marked("and?")])
+        );
+        assert_eq!(
+            v["tools"],
+            json!([{"name": "grep", "input_schema": {"type": "object"},
+                    "cache_control": {"type": "ephemeral"}}])
+        );
+        assert!(out.contains(FIVE));
+    }
+
+    #[test]
+    fn a_result_without_content_gets_one_and_the_clients_own_markers_stop_the_stacks() {
+        let client = r#"{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[
+            {"role":"user","content":"go"},
+            {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"ls","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1"},
+               {"type":"text","text":"next","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}"#;
+        let out = sent(client, |req| {
+            let result = req
+                .messages
+                .iter_mut()
+                .find(|m| m.tool_call_id.as_deref() == Some("t1"))
+                .unwrap();
+            result.content = Content::from("[offloaded]");
+        });
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["messages"][2]["content"],
+            json!([{"type": "tool_result", "tool_use_id": "t1", "content": "[offloaded]"},
+                   {"type": "text", "text": "next",
+                    "cache_control": {"type": "ephemeral", "ttl": "1h"}}])
+        );
+        // The client manages its cache: none of the stack's markers anywhere.
+        assert_eq!(out.matches("cache_control").count(), 1, "{out}");
+    }
 }

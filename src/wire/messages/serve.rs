@@ -165,9 +165,15 @@ fn read_message(
         return Err(Invalid::body(why));
     }
     let role = checks::string(m, "role")?;
-    let blocks: Vec<Value> = match &m["content"] {
-        Value::String(s) => vec![json!({"type": "text", "text": s})],
-        Value::Array(blocks) => blocks.clone(),
+    // A string is one text block; blocks are read where they lie (a transcript's tool
+    // results are most of its bytes).
+    let single;
+    let blocks: &[Value] = match &m["content"] {
+        Value::String(s) => {
+            single = [json!({"type": "text", "text": s})];
+            &single
+        }
+        Value::Array(blocks) => blocks,
         other => {
             let why = format!(
                 "must be a string or an array of blocks, not {}",
@@ -678,11 +684,15 @@ impl Format for Messages {
     type Events = Events;
 
     fn read(bytes: &Bytes) -> Result<Read, Invalid> {
-        let body: Value = serde_json::from_slice(bytes)
-            .map_err(|e| Invalid::body(format!("the body is not JSON: {e}")))?;
+        let not_json =
+            |e: &dyn std::fmt::Display| Invalid::body(format!("the body is not JSON: {e}"));
+        // The text checked once, at memory speed: parsed from bytes, every string of a
+        // transcript would be checked again on its own (a fifth of the read, measured).
+        let text = simdutf8::compat::from_utf8(bytes).map_err(|e| not_json(&e))?;
+        let body: Value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
         let (mut request, owners) = request(&body)?;
         // Kept for the Anthropic client, which sends it back as written but for the edits.
-        if let Some(kept) = Kept::new(bytes, &body, &request, &owners) {
+        if let Some(kept) = Kept::new(bytes, text, &body, &request, &owners) {
             request.params.origin = Some(llm_context_layers::Origin::new(kept));
         }
         Ok(Read {
