@@ -156,6 +156,37 @@ fn write_canonical<W: std::io::Write>(value: &Value, out: &mut W) {
     }
 }
 
+/// `value` serialized in canonical order (object keys sorted by their UTF-8 bytes, at
+/// every depth) to any serializer: what a snapshot writes, so that two equal values
+/// serialize to the same bytes whatever order their keys were inserted in (a
+/// `serde_json` built with `preserve_order` keeps that order in `Value`).
+pub(crate) struct Canonical<'a>(pub(crate) &'a Value);
+
+impl serde::Serialize for Canonical<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                let mut out = serializer.serialize_map(Some(entries.len()))?;
+                for (k, v) in entries {
+                    out.serialize_entry(k, &Canonical(v))?;
+                }
+                out.end()
+            }
+            Value::Array(items) => {
+                let mut out = serializer.serialize_seq(Some(items.len()))?;
+                for v in items {
+                    out.serialize_element(&Canonical(v))?;
+                }
+                out.end()
+            }
+            scalar => scalar.serialize(serializer),
+        }
+    }
+}
+
 /// Writes bytes to a writer that never fails here (a `Vec` or the hash).
 fn put<W: std::io::Write>(out: &mut W, bytes: &[u8]) {
     let _ = out.write_all(bytes);
@@ -236,6 +267,23 @@ mod tests {
         b.str("a");
         b.str("bc");
         assert_ne!(a.finish(), b.finish());
+    }
+
+    #[test]
+    fn canonical_serialization_is_the_canonical_text() {
+        // Built key by key in reverse order: with `preserve_order` the value keeps it.
+        let mut inner = serde_json::Map::new();
+        inner.insert("y".into(), json!([1, {"q": 1, "p": 2}]));
+        inner.insert("x".into(), json!(1));
+        let value = Value::Object(inner);
+        assert_eq!(
+            serde_json::to_string(&Canonical(&value)).unwrap(),
+            r#"{"x":1,"y":[1,{"p":2,"q":1}]}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Canonical(&value)).unwrap(),
+            canonical_json(&value)
+        );
     }
 
     #[test]

@@ -41,12 +41,12 @@ pub use builder::{Builder, ConfigError};
 #[cfg(feature = "serve")]
 pub(crate) use relay::Relay;
 pub use transfer::ResponseFuture;
+#[cfg(feature = "serve")]
+pub(crate) use transfer::{BodyHeaders, NOT_FORWARDED, request};
 pub(crate) use transfer::{
     Headers, Reading, Settings, base_url, cannot_cross, env, exchange, log_request, poll_transport,
     post_json, provider_fields, transport_error, unsupported,
 };
-#[cfg(feature = "serve")]
-pub(crate) use transfer::{NOT_FORWARDED, request};
 
 use crate::error::ProviderError;
 use crate::sse;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tower::{Service, ServiceExt};
 
-use super::{Api, Client, Headers, request, transport_error};
+use super::{Api, BodyHeaders, Client, Headers, request, transport_error};
 use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::redact::Redactor;
@@ -64,7 +64,7 @@ impl Relay {
         method: http::Method,
         path_and_query: &str,
         forwarded: impl Iterator<Item = (&'a str, &'a str)>,
-        content_type: Option<http::HeaderValue>,
+        content: BodyHeaders,
         body: Bytes,
     ) -> Result<HttpStreamResponse, ProviderError> {
         let path = path_and_query
@@ -77,7 +77,7 @@ impl Relay {
             configured: &self.configured,
             forwarded,
         };
-        let http = request(self.provider, method, &url, headers, content_type, body)?;
+        let http = request(self.provider, method, &url, headers, content, body)?;
         let mut transport = self.transport.clone();
         let ready = ServiceExt::<Streaming<_>>::ready(&mut transport)
             .await

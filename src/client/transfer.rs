@@ -203,12 +203,27 @@ pub(crate) fn post_json<'a>(
         http::Method::POST,
         url,
         headers,
-        Some(json),
+        BodyHeaders {
+            kind: Some(json),
+            encoding: None,
+        },
         Bytes::from(body),
     )
 }
 
-/// A `method` request of `body` to `url`. Each of the client's own headers is `(name,
+/// The headers that describe a request body, set by the sender, never forwarded from a
+/// caller's (`content-type` and `content-encoding` are in [`NOT_FORWARDED`]).
+#[derive(Debug, Default)]
+pub(crate) struct BodyHeaders {
+    /// `content-type`.
+    pub(crate) kind: Option<http::HeaderValue>,
+    /// `content-encoding`: only for bytes sent as the caller encoded them.
+    pub(crate) encoding: Option<http::HeaderValue>,
+}
+
+/// A `method` request of `body` to `url`, with the body's own headers (`content`: its
+/// type, and its encoding when it is sent compressed as a caller compressed it). Each of
+/// the client's own headers is `(name,
 /// value, sensitive)`; values built from a key are marked sensitive, so `http`'s and
 /// hyper's `Debug` output leave them out. A request or header of the client's own that
 /// cannot be sent is an [`unsupported`] error (nothing was sent), whose message names the
@@ -218,12 +233,17 @@ pub(crate) fn request<'a>(
     method: http::Method,
     url: &str,
     headers: Headers<'_, impl Iterator<Item = (&'a str, &'a str)>>,
-    content_type: Option<http::HeaderValue>,
+    content: BodyHeaders,
     body: Bytes,
 ) -> Result<HttpRequest, ProviderError> {
     let mut map = http::HeaderMap::new();
-    if let Some(content_type) = content_type {
-        map.insert(http::header::CONTENT_TYPE, content_type);
+    for (name, value) in [
+        (http::header::CONTENT_TYPE, content.kind),
+        (http::header::CONTENT_ENCODING, content.encoding),
+    ] {
+        if let Some(value) = value {
+            map.insert(name, value);
+        }
     }
     // Never replaced by a caller's: the builder's headers and the credentials.
     let kept = |n: &http::HeaderName| {
@@ -387,11 +407,13 @@ pub(crate) fn provider_fields(
 }
 
 /// The refusal of a request holding a part kept whole in another format than `format`
-/// (an Anthropic `document` bound for OpenAI): it cannot cross, and is never dropped.
+/// (an Anthropic `document` bound for OpenAI) that `crosses` does not map: it cannot
+/// cross, and is never dropped.
 pub(crate) fn cannot_cross(
     req: &llm_context_layers::ChatRequest,
     format: llm_context_layers::WireFormat,
     provider: Provider,
+    crosses: impl Fn(&llm_context_layers::ContentPart) -> bool,
 ) -> Result<(), ProviderError> {
     use llm_context_layers::{Content, ContentPart};
     if let Some(t) = req
@@ -418,11 +440,12 @@ pub(crate) fn cannot_cross(
                 format: came, kind, ..
             } = p
                 && *came != format
+                && !crosses(p)
             {
                 return Err(unsupported(
                     provider,
                     format!(
-                        "a {kind:?} block (of the {came:?} format) has no counterpart in \
+                        "a {kind:?} part (of the {came:?} format) has no counterpart in \
                          {provider}'s API: the request cannot be sent there as it is"
                     ),
                 ));

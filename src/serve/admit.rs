@@ -7,7 +7,7 @@ use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::keys::Tenant;
-use super::{Shared, body};
+use super::{Shared, body, decode};
 
 /// A request let in: its place in the concurrency limit (held to the end of its answer)
 /// and its body.
@@ -21,12 +21,15 @@ pub(crate) struct Admitted {
 /// queued: a queue behind calls of seconds each only makes every client late), 401 for
 /// a missing or unknown key, then the body's own refusals (413, 408, and 503 with
 /// `retry-after` past the in-flight body budget). The body is not read before the key
-/// is checked.
+/// is checked. A managed route (`decode`) reads a compressed body decoded
+/// ([`decode::decoded`]: 415 for an unknown encoding, 413 past the limit decoded); the
+/// pass-through keeps the bytes as they came.
 pub(crate) async fn admit(
     shared: &Shared,
     tenant: Result<Option<&Tenant>, &'static str>,
     headers: &HeaderMap,
     body: Body,
+    decode: bool,
     error: impl Fn(StatusCode, &str) -> Response,
 ) -> Result<Admitted, Response> {
     let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
@@ -37,7 +40,11 @@ pub(crate) async fn admit(
     let limit = tenant
         .and_then(|t| t.max_body_bytes)
         .unwrap_or(shared.max_body_bytes);
-    match body::read(&shared.bodies, headers, body, limit).await {
+    let read = match body::read(&shared.bodies, headers, body, limit).await {
+        Ok(read) if decode => decode::decoded(&shared.bodies, headers, read, limit).await,
+        other => other,
+    };
+    match read {
         Ok(body) => Ok(Admitted { permit, body }),
         Err(refused) => {
             let out = error(refused.status, &refused.message);

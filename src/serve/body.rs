@@ -56,7 +56,7 @@ pub(crate) struct Refused {
 #[derive(Debug)]
 pub(crate) struct Read {
     pub(crate) bytes: Bytes,
-    pub(crate) _held: OwnedSemaphorePermit,
+    pub(crate) held: OwnedSemaphorePermit,
 }
 
 /// Reads `body` of at most `limit` bytes. A declared length over the limit is refused
@@ -82,8 +82,7 @@ pub(crate) async fn read(
         return Err(too_large());
     }
     let reserved = declared.map_or(0, |n| n as usize);
-    let mut held_units = units(reserved);
-    let mut held = take(&bodies.budget, held_units)?;
+    let mut held = take(&bodies.budget, units(reserved))?;
     let started = Instant::now();
     let mut buf = Vec::with_capacity(reserved);
     let mut stream = body.into_data_stream();
@@ -112,15 +111,12 @@ pub(crate) async fn read(
             return Err(too_large());
         }
         // More than declared (or nothing declared): its share is taken as it arrives.
-        if units(total) > held_units {
-            held.merge(take(&bodies.budget, units(total) - held_units)?);
-            held_units = units(total);
-        }
+        take_more(&bodies.budget, &mut held, total)?;
         buf.extend_from_slice(&chunk);
     }
     Ok(Read {
         bytes: Bytes::from(buf),
-        _held: held,
+        held,
     })
 }
 
@@ -135,6 +131,19 @@ fn take(budget: &Arc<Semaphore>, n: usize) -> Result<OwnedSemaphorePermit, Refus
             message: "the server is reading as many request bodies as it can hold: retry shortly"
                 .to_owned(),
         })
+}
+
+/// `held` grown to the share of `bytes`, or 503 when the budget has no room for it.
+pub(crate) fn take_more(
+    budget: &Arc<Semaphore>,
+    held: &mut OwnedSemaphorePermit,
+    bytes: usize,
+) -> Result<(), Refused> {
+    let have = held.num_permits();
+    if units(bytes) > have {
+        held.merge(take(budget, units(bytes) - have)?);
+    }
+    Ok(())
 }
 
 /// Bytes in budget units, rounded up.

@@ -24,6 +24,7 @@ use super::handler::{addressed, forwarded, report_headers};
 use super::passthrough::relayed_answer;
 use super::upstreams::provider_of;
 use crate::catalog::Provider;
+use crate::client::BodyHeaders;
 use crate::wire::messages::faithful;
 use crate::wire::messages::serve::Messages;
 use crate::wire::served::{Format, Read};
@@ -62,10 +63,11 @@ async fn count(
     body: Body,
 ) -> Response {
     let shape = failures::error::<Messages>;
-    let Admitted { permit, body } = match admit(shared, tenant, &parts.headers, body, shape).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
+    let Admitted { permit, body } =
+        match admit(shared, tenant, &parts.headers, body, true, shape).await {
+            Ok(admitted) => admitted,
+            Err(refused) => return refused,
+        };
     let tenant = tenant.ok().flatten();
     let read = Messages::read(&body.bytes);
     drop(body);
@@ -104,7 +106,10 @@ async fn count(
                     http::Method::POST,
                     path,
                     headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-                    Some(HeaderValue::from_static("application/json")),
+                    BodyHeaders {
+                        kind: Some(HeaderValue::from_static("application/json")),
+                        encoding: None,
+                    },
                     bytes.into(),
                 )
                 .await;

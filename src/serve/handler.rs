@@ -110,7 +110,7 @@ async fn handle<F: Format>(
 ) -> Response {
     let headers = &parts.headers;
     let shape = failures::error::<F>;
-    let Admitted { permit, body } = match admit(shared, tenant, headers, body, shape).await {
+    let Admitted { permit, body } = match admit(shared, tenant, headers, body, true, shape).await {
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };

@@ -100,6 +100,7 @@
 mod admit;
 mod body;
 mod count;
+mod decode;
 mod failures;
 mod handler;
 mod keys;

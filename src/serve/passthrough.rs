@@ -19,6 +19,7 @@ use super::handler::{forwarded, not_found};
 use super::keys::Tenant;
 use super::upstreams::provider_of;
 use crate::catalog::Provider;
+use crate::client::BodyHeaders;
 use crate::wire::chat_completions::serve::ChatCompletions;
 use crate::wire::messages::serve::Messages;
 use crate::wire::served::Format;
@@ -105,10 +106,11 @@ async fn relay(
     body: Body,
 ) -> Response {
     let shape = |status, message: &str| error(provider, status, message);
-    let Admitted { permit, body } = match admit(shared, tenant, &parts.headers, body, shape).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
+    let Admitted { permit, body } =
+        match admit(shared, tenant, &parts.headers, body, false, shape).await {
+            Ok(admitted) => admitted,
+            Err(refused) => return refused,
+        };
     let Some(relay) = shared.relays.get(&provider) else {
         let why = format!(
             "{} is passed through to the provider {provider}, which this server has no \
@@ -122,12 +124,16 @@ async fn relay(
         .path_and_query()
         .map_or_else(|| parts.uri.path(), |p| p.as_str());
     let headers = forwarded(&parts.headers);
-    let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
+    // The body goes as it came, compressed or not, so its headers go with it.
+    let content = BodyHeaders {
+        kind: parts.headers.get(header::CONTENT_TYPE).cloned(),
+        encoding: parts.headers.get(header::CONTENT_ENCODING).cloned(),
+    };
     let sent = relay.send(
         parts.method.clone(),
         path,
         headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-        content_type,
+        content,
         body.bytes.clone(),
     );
     // The body's share of the budget is held until the upstream has it.

@@ -695,3 +695,25 @@ fn results_past_the_artifact_bound_are_cleared_and_said_to_be_not_kept() {
     assert_eq!(stub["context_cleared"], true);
     assert!(stub.get("context_artifact").is_none());
 }
+
+#[test]
+fn audio_and_file_parts_are_read_and_written_as_they_came() {
+    let audio = json!({"type": "input_audio",
+                       "input_audio": {"data": "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=", "format": "wav"}});
+    let file = json!({"type": "file",
+                      "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQK"}});
+    let body = json!({"model": "gpt-4o-audio-preview", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "What is said, and in the PDF?"},
+                                     audio, file]}]});
+    let v = ok_json(&run(&["prepare", "--json"], Some(&body.to_string())));
+    assert_eq!(v["request"]["messages"], body["messages"]);
+    // Counted in the estimate: the same message without the two parts is smaller.
+    let text_only = json!({"model": "gpt-4o-audio-preview", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "What is said, and in the PDF?"}]}]});
+    let smaller = ok_json(&run(&["prepare", "--json"], Some(&text_only.to_string())));
+    let (with, without) = (
+        v["report"]["before_tokens"].as_u64().unwrap(),
+        smaller["report"]["before_tokens"].as_u64().unwrap(),
+    );
+    assert!(with > without + 30, "{with} {without}");
+}

@@ -53,6 +53,8 @@ mod serve_artifacts;
 mod serve_bad_input;
 #[cfg(all(feature = "cli", feature = "serve"))]
 mod serve_cli;
+#[cfg(feature = "serve")]
+mod serve_compressed;
 mod serve_count;
 #[cfg(feature = "serve")]
 mod serve_faithful;
@@ -61,10 +63,13 @@ mod serve_limits;
 #[cfg(feature = "serve")]
 mod serve_messages;
 #[cfg(feature = "serve")]
+mod serve_parts;
+#[cfg(feature = "serve")]
 mod serve_passthrough;
 #[cfg(feature = "serve")]
 mod serve_redis;
 mod serve_relay;
+mod snapshot_order;
 #[cfg(feature = "serve")]
 mod trace_tree;
 mod usage;

@@ -32,6 +32,10 @@
 //! snap.scratchpad().get_mut("plan"); // error: the snapshot lends only shared references
 //! ```
 //!
+//! Equality, [`Hash`] and serialization do not depend on the order the scratchpad's notes
+//! (or the objects nested in them) were written in: the scratchpad is serialized with
+//! every object's keys sorted.
+//!
 //! [`Hash`] covers the prefix, the messages and the scratchpad *keys*; equality covers
 //! every field. Leaving the values and the journal out of the hash is sound (equal
 //! snapshots still hash equally) and means the journal's entry type need not be hashable.
@@ -50,7 +54,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::diff::ContextDiff;
-use crate::hash::StableHasher;
+use crate::hash::{Canonical, StableHasher};
 use crate::model::Message;
 use crate::model::PrefixContext;
 
@@ -61,8 +65,20 @@ use crate::model::PrefixContext;
 pub struct FrozenContext<J = Value> {
     prefix: Arc<PrefixContext>,
     messages: Vec<Message>,
+    #[serde(serialize_with = "canonical_scratchpad")]
     scratchpad: BTreeMap<String, Value>,
     journal: Vec<J>,
+}
+
+/// The scratchpad written with every nested object's keys sorted: equality and the hash
+/// ignore the order notes were built in, so the serialization must too (a `serde_json`
+/// with `preserve_order`, which any crate in the graph can switch on, keeps it in a
+/// `Value`). Keys are already sorted by the `BTreeMap`.
+fn canonical_scratchpad<S: serde::Serializer>(
+    scratchpad: &BTreeMap<String, Value>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(scratchpad.iter().map(|(k, v)| (k, Canonical(v))))
 }
 
 impl<J> FrozenContext<J> {

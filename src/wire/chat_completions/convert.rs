@@ -50,7 +50,9 @@ pub(crate) fn cache_key(req: &ChatRequest) -> Option<String> {
 }
 
 pub(crate) fn request(req: &ChatRequest) -> Result<CreateChatCompletionRequest, ProviderError> {
-    crate::client::cannot_cross(req, WireFormat::ChatCompletions, Provider::OpenAi)?;
+    crate::client::cannot_cross(req, WireFormat::ChatCompletions, Provider::OpenAi, |_| {
+        false
+    })?;
     let mut messages = Vec::with_capacity(req.messages.len() + 3);
     if let Some(prefix) = &req.prefix {
         for m in prefix.as_messages() {
@@ -180,6 +182,12 @@ fn text_content(c: &Content, role: &str) -> Result<TextContent, ProviderError> {
             for p in parts {
                 match p {
                     ContentPart::Text { text } => out.push(TextPart { text: text.clone() }),
+                    ContentPart::Opaque { kind, .. } => {
+                        return Err(unsupported(
+                            Provider::OpenAi,
+                            format!("a {role} message can only carry text, not {kind:?} parts"),
+                        ));
+                    }
                     _ => {
                         return Err(unsupported(
                             Provider::OpenAi,
@@ -212,6 +220,11 @@ fn user_content(c: &Content) -> UserContent {
                         },
                     },
                     ContentPart::Text { text } => UserPart::Text { text: text.clone() },
+                    // A Chat Completions part kept whole (`cannot_cross` refused any
+                    // other format's).
+                    ContentPart::Opaque { json, .. } => {
+                        UserPart::Other(serde_json::from_str(json).unwrap_or(Value::Null))
+                    }
                     // A part kind added to the neutral model later: `Content::text` keeps
                     // only text parts, so it goes as an empty text part.
                     _ => UserPart::Text {

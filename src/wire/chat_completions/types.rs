@@ -147,6 +147,10 @@ pub enum UserPart {
         /// Where it is.
         image_url: ImageUrl,
     },
+    /// A part of a kind this client does not model (`input_audio`, `file`), sent as the
+    /// caller wrote it (its `type` included).
+    #[serde(untagged)]
+    Other(serde_json::Value),
 }
 
 /// An image reference.

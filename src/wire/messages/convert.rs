@@ -31,7 +31,12 @@ pub(crate) fn request(
     req: &ChatRequest,
     default_max_tokens: u32,
 ) -> Result<CreateMessageRequest, ProviderError> {
-    crate::client::cannot_cross(req, WireFormat::Messages, Provider::Anthropic)?;
+    crate::client::cannot_cross(
+        req,
+        WireFormat::Messages,
+        Provider::Anthropic,
+        |p| matches!(p, ContentPart::Opaque { json, .. } if pdf_document(json).is_some()),
+    )?;
     // A server tool is sent only as its caller wrote it, by the faithful body.
     if let Some(t) = req.tools.iter().find(|t| t.opaque.is_some()) {
         return Err(unsupported(
@@ -410,6 +415,13 @@ fn part_blocks(parts: &[ContentPart]) -> Result<Vec<ContentBlockParam>, Provider
                 source: image_source(url)?,
                 cache_control: None,
             }),
+            // A Chat Completions PDF file, as the document it maps to (`cannot_cross`
+            // refused any other part of that format).
+            ContentPart::Opaque {
+                format: WireFormat::ChatCompletions,
+                json,
+                ..
+            } => out.extend(pdf_document(json).map(ContentBlockParam::Other)),
             // A Messages block kept whole (`cannot_cross` refused any other format's).
             ContentPart::Opaque { json, .. } => out.push(ContentBlockParam::Other(
                 serde_json::from_str(json).unwrap_or(Value::Null),
@@ -420,6 +432,37 @@ fn part_blocks(parts: &[ContentPart]) -> Result<Vec<ContentBlockParam>, Provider
         }
     }
     Ok(out)
+}
+
+/// The Anthropic `document` block a Chat Completions `file` part maps to: a PDF sent
+/// inline (`file_data` a `data:application/pdf;base64,…` URL) becomes a base64 PDF
+/// source, its `filename` the document's `title`. `None` for anything else (a `file_id`,
+/// which names a file in OpenAI's store; another media type; audio).
+pub(crate) fn pdf_document(part: &str) -> Option<Value> {
+    let part: Value = serde_json::from_str(part).ok()?;
+    if part["type"] != "file" {
+        return None;
+    }
+    let file = part["file"].as_object()?;
+    let data = file
+        .get("file_data")?
+        .as_str()?
+        .strip_prefix("data:application/pdf;base64,")?;
+    // Members a document has no place for (a `file_id` beside the data) do not cross.
+    if file
+        .keys()
+        .any(|k| !matches!(k.as_str(), "file_data" | "filename"))
+    {
+        return None;
+    }
+    let mut document = serde_json::json!({
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": data},
+    });
+    if let Some(name) = file.get("filename").and_then(Value::as_str) {
+        document["title"] = Value::from(name);
+    }
+    Some(document)
 }
 
 /// A `data:<type>;base64,<data>` URL becomes inline bytes; an `http(s)` URL is fetched by

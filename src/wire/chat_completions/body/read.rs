@@ -539,6 +539,10 @@ pub fn message_from_wire(v: &Value) -> Result<Message, WireError> {
     message_from_fields(fields).map(|(m, _)| m)
 }
 
+/// The content part types a user message may hold that the neutral model does not
+/// represent: read as [`ContentPart::Opaque`] parts of this format.
+const OPAQUE_PARTS: &[&str] = &["input_audio", "file"];
+
 /// One content part, and what it has beside the model.
 fn part_from_value(v: Value) -> Result<(ContentPart, PartKept), WireError> {
     let needs_type = || WireError::new(".type", "a content part needs a string `type`");
@@ -569,6 +573,23 @@ fn part_from_value(v: Value) -> Result<(ContentPart, PartKept), WireError> {
             };
             kept.image.extend(&image);
             ContentPart::Image { url, detail }
+        }
+        // Audio and files (`input_audio`, `file`): kept whole as written, sent back to
+        // OpenAI as they came; across formats a PDF file becomes a document where it maps
+        // and anything else is refused by name (never dropped).
+        Some(Value::String(kind)) if OPAQUE_PARTS.contains(&kind.as_str()) => {
+            let mut whole = serde_json::Map::with_capacity(obj.len() + 1);
+            whole.insert("type".to_owned(), Value::String(kind.clone()));
+            whole.extend(obj);
+            let json = Value::Object(whole).to_string();
+            return Ok((
+                ContentPart::Opaque {
+                    format: WireFormat::ChatCompletions,
+                    kind,
+                    json,
+                },
+                kept,
+            ));
         }
         Some(Value::String(other)) => {
             return Err(WireError::new(

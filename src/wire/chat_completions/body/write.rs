@@ -315,6 +315,12 @@ pub(super) fn write_content(
                 kept.image.write_after(out)?;
                 out.write_all(b"}")?;
             }
+            // A part kept whole (audio, a file) is written as it came. One of another
+            // format never gets here: the body is of this format only.
+            ContentPart::Opaque { json, .. } => {
+                out.write_all(json.as_bytes())?;
+                continue;
+            }
             _ => out.write_all(b"{\"type\":\"text\",\"text\":\"\"")?,
         }
         kept.members.write_after(out)?;
