@@ -71,7 +71,7 @@ pub use budget::{Budget, BudgetExceeded, BudgetLayer};
 pub use builder::ServiceBuilderExt;
 pub use calibration::Calibration;
 pub use catalog::{Catalog, CatalogError};
-pub use context_policy::{ContextPolicyLayer, ContextPolicyService};
+pub use context_policy::{ContextPolicyLayer, ContextPolicyService, READ_BUDGET_SPENT};
 pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
 pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{

@@ -334,3 +334,184 @@ async fn a_read_of_any_bad_id_is_an_error_result_the_model_reads_and_the_client_
         }
     }
 }
+
+/// A Chat Completions answer of `message` to `body`, streamed when it asks.
+fn answered(body: &Value, message: Value) -> ResponseTemplate {
+    let finish = if message["tool_calls"].is_null() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    if body["stream"] != json!(true) {
+        return ResponseTemplate::new(200).set_body_json(json!({
+            "id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}));
+    }
+    let mut delta = message;
+    if let Some(calls) = delta["tool_calls"].as_array_mut() {
+        for (i, call) in calls.iter_mut().enumerate() {
+            call["index"] = json!(i);
+        }
+    }
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let sse = format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        chunk(delta, Value::Null),
+        chunk(json!({}), json!(finish))
+    );
+    ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream")
+}
+
+fn read_call(id: &str, call_id: &str) -> Value {
+    json!({"id": call_id, "type": "function", "function": {"name": "read_context_artifact",
+           "arguments": json!({"artifact_id": id}).to_string()}})
+}
+
+/// A provider answering every call with `answer(round, body)`.
+async fn scripted(answer: impl Fn(usize, &Value) -> Value + Send + Sync + 'static) -> MockServer {
+    let server = MockServer::start().await;
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(move |req: &Request| {
+            let body: Value = serde_json::from_slice(&req.body).unwrap();
+            let round = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            answered(&body, answer(round, &body))
+        })
+        .mount(&server)
+        .await;
+    server
+}
+
+/// The chunks' `finish_reason` of a streamed answer, and its calls' names.
+fn streamed(text: &str) -> (Vec<String>, Vec<String>) {
+    let chunks: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let finish = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["finish_reason"].as_str().map(str::to_owned))
+        .collect();
+    let names = chunks
+        .iter()
+        .flat_map(|c| {
+            c["choices"][0]["delta"]["tool_calls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|call| call["function"]["name"].as_str().map(str::to_owned))
+        .collect();
+    (finish, names)
+}
+
+#[tokio::test]
+async fn a_model_that_only_reads_gets_an_answer_without_the_read_tool_at_the_bound() {
+    for stream in [false, true] {
+        let upstream = scripted(|_, body| {
+            let id = preview_id(body).unwrap_or_default();
+            json!({"role": "assistant", "content": "Noch mehr lesen.",
+                   "tool_calls": [read_call(&id, "call_read")]})
+        })
+        .await;
+        let proxy = Proxy::builder()
+            .openai(openai(&upstream.uri()))
+            .build()
+            .unwrap();
+        let url = serving(proxy).await;
+        let r = ask(&url, &turn(stream)).await;
+        // The whole answer first: a stream's rounds run while it is read.
+        let (text, body) = if stream {
+            (r.text().await.unwrap(), Value::Null)
+        } else {
+            (String::new(), json_of(r).await)
+        };
+        let sent = upstream.received_requests().await.unwrap();
+        let bound = llm_context::context_policy::DEFAULT_RESOLVE_ROUNDS;
+        assert_eq!(sent.len(), bound + 1, "bound + 1");
+        // The last hidden round told the model its reads are spent.
+        let last: Value = serde_json::from_slice(&sent.last().unwrap().body).unwrap();
+        let told = last["messages"].as_array().unwrap().last().unwrap();
+        assert!(
+            told["content"]
+                .as_str()
+                .unwrap()
+                .contains("read_budget_spent")
+        );
+        if stream {
+            assert!(!text.contains("read_context_artifact"), "{text}");
+            let (finish, names) = streamed(&text);
+            assert!(names.is_empty(), "{text}");
+            assert_eq!(finish, ["read_budget_spent"], "{text}");
+        } else {
+            let choice = &body["choices"][0];
+            assert!(choice["message"]["tool_calls"].is_null(), "{body}");
+            assert_eq!(choice["finish_reason"], "read_budget_spent", "{body}");
+            assert!(
+                !body.to_string().contains("read_context_artifact"),
+                "{body}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_read_beside_the_clients_call_reaches_the_client_as_its_call_alone() {
+    for stream in [false, true] {
+        let upstream = scripted(|round, body| {
+            let fetch = json!({"id": format!("call_fetch_{round}"), "type": "function",
+                               "function": {"name": "fetch_logs", "arguments": "{\"unit\":\"db\"}"}});
+            if round == 0 {
+                let id = preview_id(body).unwrap();
+                json!({"role": "assistant", "content": null,
+                       "tool_calls": [read_call(&id, "call_read"), fetch]})
+            } else {
+                json!({"role": "assistant", "content": null, "tool_calls": [fetch]})
+            }
+        })
+        .await;
+        let proxy = Proxy::builder()
+            .openai(openai(&upstream.uri()))
+            .build()
+            .unwrap();
+        let url = serving(proxy).await;
+        let r = ask(&url, &turn(stream)).await;
+        if stream {
+            let text = r.text().await.unwrap();
+            let (finish, names) = streamed(&text);
+            assert_eq!(names, ["fetch_logs"], "{text}");
+            assert_eq!(finish, ["tool_calls"], "{text}");
+            assert!(text.contains("call_fetch_1"), "{text}");
+        } else {
+            let body = json_of(r).await;
+            let calls = body["choices"][0]["message"]["tool_calls"]
+                .as_array()
+                .unwrap();
+            assert_eq!(calls.len(), 1, "{body}");
+            assert_eq!(calls[0]["id"], "call_fetch_1");
+        }
+        // What the model was shown next: its read alone, and the page.
+        let sent = upstream.received_requests().await.unwrap();
+        assert_eq!(sent.len(), 2);
+        let next: Value = serde_json::from_slice(&sent[1].body).unwrap();
+        let messages = next["messages"].as_array().unwrap();
+        let n = messages.len();
+        let calls = messages[n - 2]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0]["id"], "call_read");
+        assert_eq!(messages[n - 1]["tool_call_id"], "call_read");
+        assert!(
+            messages[n - 1]["content"]
+                .as_str()
+                .unwrap()
+                .contains("connexion")
+        );
+    }
+}

@@ -64,4 +64,5 @@ mod steps;
 mod stream;
 
 pub use layer::{ContextPolicyLayer, DEFAULT_RESOLVE_ROUNDS};
+pub use resolve::READ_BUDGET_SPENT;
 pub use service::ContextPolicyService;

@@ -9,14 +9,49 @@ use tracing::Instrument;
 
 use super::steps::{Composite, prepare, prepare_verified};
 use crate::BoxError;
+use crate::ContextLimitError;
 use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted};
 use crate::fit::Scratch;
-use crate::model::{ChatRequest, ChatResponse, Message, PreparationReport, Usage};
+use crate::model::{
+    ChatRequest, ChatResponse, FinishReason, Message, PreparationReport, ToolCall, Usage,
+};
 use crate::offload::{Prepared, commit};
 
-/// Whether the reply asks only for artifact pages.
-fn only_artifact_reads(m: &Message) -> bool {
-    m.has_tool_calls() && m.tool_calls.iter().all(|c| c.name == READ_ARTIFACT_TOOL)
+/// Whether `call` is of the read tool.
+fn is_read(call: &ToolCall) -> bool {
+    call.name == READ_ARTIFACT_TOOL
+}
+
+/// The finish reason of an answer whose model only read artifacts at the bound: its read
+/// calls were taken out, and nothing else was asked for.
+pub const READ_BUDGET_SPENT: &str = "read_budget_spent";
+
+/// The longest arguments a read call is answered for: an id (at most 128 bytes), an
+/// offset and a page size fit many times over. Longer ones are cut in the hidden round,
+/// so that a model's 100 KB call never makes the next round's request unfit.
+const MAX_READ_ARGUMENT_BYTES: usize = 1024;
+
+/// The answer to a read made when this turn's reads are spent: the model is told so, in
+/// words it can act on, and not given the page.
+fn budget_spent(call: &ToolCall) -> Message {
+    let answer = serde_json::json!({
+        "error": "read_budget_spent",
+        "message": "this turn's artifact reads are spent: answer with what you have, or ask \
+                    for the page again in a later turn",
+    });
+    Message::tool_result(call.id.as_str(), READ_ARTIFACT_TOOL, answer.to_string())
+}
+
+/// The answer to a read whose arguments were too long to be a read (they were cut).
+fn arguments_cut(call: &ToolCall, bytes: usize) -> Message {
+    let answer = serde_json::json!({
+        "error": "invalid_arguments",
+        "message": format!(
+            "the call's arguments were {bytes} bytes, over the {MAX_READ_ARGUMENT_BYTES} a \
+             read takes, and were cut: call again with the artifact_id of a preview"
+        ),
+    });
+    Message::tool_result(call.id.as_str(), READ_ARTIFACT_TOOL, answer.to_string())
 }
 
 /// Whether the model was offered the read tool: a call of it is answered here only then
@@ -99,6 +134,10 @@ pub(super) struct Rounds {
     /// since the client is billed for them all.
     hidden_usage: Usage,
     pub(super) round: usize,
+    /// Whether the answer was rewritten here (its read calls taken out): the provider's
+    /// answer as it came no longer is the answer, and a stream's held events are not
+    /// relayed.
+    pub(super) rewritten: bool,
 }
 
 impl Sent {
@@ -130,6 +169,7 @@ impl Rounds {
             resolved: Vec::new(),
             hidden_usage: Usage::default(),
             round: 0,
+            rewritten: false,
         }
     }
 
@@ -143,7 +183,8 @@ impl Rounds {
             &mut prepared,
         )
         .await;
-        let resolving = shared.auto_resolve.is_some_and(|max| self.round < max);
+        // Kept in every round, the last included: a read asked for there is taken out.
+        let resolving = shared.auto_resolve.is_some();
         let sent = Sent {
             req: resolving.then(|| prepared.req.clone()),
             model: shared
@@ -156,11 +197,21 @@ impl Rounds {
     }
 
     /// Ends a round with its response: the answer (its report covering every round), or
-    /// the next round's preparation when the model only read artifacts.
+    /// the next round's preparation when the model read artifacts.
+    ///
+    /// The caller never sees a read call. A round whose model reads (alone, or beside
+    /// other calls) is answered here: its reads are answered and the model is asked again
+    /// in the same request, its other calls taken out of the hidden exchange (it asks for
+    /// them again once it has read). The bound is on upstream calls (`rounds + 1`): the
+    /// last hidden round answers its reads with `read_budget_spent`, and a read in the
+    /// last call is taken out of the answer ([`READ_BUDGET_SPENT`] is its finish reason
+    /// when nothing else was asked for). A read's arguments over 1 KiB are cut and
+    /// answered `invalid_arguments`; a next round that cannot fit ends the turn as the
+    /// bound does.
     pub(super) async fn end(
         &mut self,
         sent: Sent,
-        mut response: ChatResponse,
+        response: ChatResponse,
     ) -> Result<ControlFlow<ChatResponse, Prepared>, BoxError> {
         let mut report = sent.report;
         report.absorb_inner(&response.report);
@@ -168,37 +219,105 @@ impl Rounds {
         if let (Some(calibration), Some(model)) = (&self.shared.calibration, sent.model) {
             calibration.observe_parts(&model, &report, &response.usage);
         }
-        let mut req = match sent.req {
-            Some(req) if only_artifact_reads(&response.message) && offers_read_tool(&req) => req,
-            _ => {
-                report.add_counts(&self.earlier);
-                report.before_tokens = self.before_tokens;
-                report.resolved_messages = std::mem::take(&mut self.resolved);
-                response.report = report;
-                response.usage += std::mem::take(&mut self.hidden_usage);
-                return Ok(ControlFlow::Break(response));
-            }
+        let reads = response.message.tool_calls.iter().any(is_read);
+        let req = match sent.req {
+            Some(req) if reads && offers_read_tool(&req) => req,
+            _ => return Ok(ControlFlow::Break(self.answer(report, response))),
         };
-        // The counts add up without counting a result twice: what this round removed,
-        // cleared or offloaded reaches the next one removed, a stub or a preview, which
-        // that round does not count again.
-        self.earlier.add_counts(&report);
-        self.hidden_usage += response.usage;
-        let calls = response.message.tool_calls.clone();
-        req.messages.push(response.message.clone());
-        self.resolved.push(response.message);
-        for call in &calls {
-            let answer = self
-                .shared
-                .reader
-                .answer(&req.scope, &req.session, call)
-                .await;
-            req.messages.push(answer.clone());
-            self.resolved.push(answer);
+        let max = self.shared.auto_resolve.unwrap_or(0);
+        if self.round >= max {
+            return Ok(ControlFlow::Break(self.without_reads(report, response)));
         }
+        match self.hidden_round(req, &response).await {
+            Ok(prepared) => {
+                // The counts add up without counting a result twice: what this round
+                // removed, cleared or offloaded reaches the next one removed, a stub or a
+                // preview, which that round does not count again.
+                self.earlier.add_counts(&report);
+                self.hidden_usage += response.usage;
+                self.round += 1;
+                Ok(ControlFlow::Continue(prepared))
+            }
+            // The pages do not fit with the rest: the turn ends as at the bound.
+            Err(e) if e.downcast_ref::<ContextLimitError>().is_some() => {
+                Ok(ControlFlow::Break(self.without_reads(report, response)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The answer: `response` with the report of every round and the usage summed.
+    fn answer(
+        &mut self,
+        mut report: PreparationReport,
+        mut response: ChatResponse,
+    ) -> ChatResponse {
+        report.add_counts(&self.earlier);
+        report.before_tokens = self.before_tokens;
+        report.resolved_messages = std::mem::take(&mut self.resolved);
+        response.report = report;
+        response.usage += std::mem::take(&mut self.hidden_usage);
+        response
+    }
+
+    /// The answer with its read calls taken out: the caller gets only its own calls, or,
+    /// when the model asked for nothing else, an answer with no calls that finished
+    /// [`READ_BUDGET_SPENT`]. The provider's answer as it came is dropped: it holds the
+    /// reads.
+    fn without_reads(
+        &mut self,
+        report: PreparationReport,
+        mut response: ChatResponse,
+    ) -> ChatResponse {
+        response.message.tool_calls = std::mem::take(&mut response.message.tool_calls)
+            .into_iter()
+            .filter(|c| !is_read(c))
+            .collect();
+        if !response.message.has_tool_calls() {
+            response.finish_reason = FinishReason::Other(READ_BUDGET_SPENT.to_owned());
+        }
+        response.origin = None;
+        self.rewritten = true;
+        self.answer(report, response)
+    }
+
+    /// The next round's preparation: the model's reads (only those, their arguments cut
+    /// when too long) and their answers appended to what was sent.
+    async fn hidden_round(
+        &mut self,
+        mut req: ChatRequest,
+        response: &ChatResponse,
+    ) -> Result<Prepared, BoxError> {
+        let max = self.shared.auto_resolve.unwrap_or(0);
+        // The last hidden round: its reads are refused, the model told why.
+        let spent = self.round + 1 >= max;
+        let mut message = response.message.clone();
+        message.tool_calls = std::mem::take(&mut message.tool_calls)
+            .into_iter()
+            .filter(is_read)
+            .collect();
+        let mut answers = Vec::with_capacity(message.tool_calls.len());
+        for call in &mut message.tool_calls {
+            let bytes = call.arguments.len();
+            let answer = if bytes > MAX_READ_ARGUMENT_BYTES {
+                call.arguments = "{}".to_owned();
+                arguments_cut(call, bytes)
+            } else if spent {
+                budget_spent(call)
+            } else {
+                self.shared
+                    .reader
+                    .answer(&req.scope, &req.session, call)
+                    .await
+            };
+            answers.push(answer);
+        }
+        req.messages.push(message.clone());
+        req.messages.extend(answers.iter().cloned());
         // The pages may not fit with the rest: prepare again.
         let prepared = prepare(req, &self.shared, &mut self.scratch, &self.untrusted)?;
-        self.round += 1;
-        Ok(ControlFlow::Continue(prepared))
+        self.resolved.push(message);
+        self.resolved.extend(answers);
+        Ok(prepared)
     }
 }

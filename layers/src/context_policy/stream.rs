@@ -21,7 +21,7 @@ use crate::memo::MemoPredicate;
 use crate::model::ChatResponse;
 use crate::model::infer_session;
 use crate::offload::Prepared;
-use crate::stream::{ChatStream, StreamError, StreamEvent, StreamFuture, Streaming};
+use crate::stream::{ChatStream, StreamError, StreamEvent, StreamFuture, Streaming, ToolCallDelta};
 
 /// A streamed call through the whole policy: see [`stream`](crate::stream).
 impl<S, P> Service<Streaming> for ContextPolicyService<S, P>
@@ -113,9 +113,9 @@ struct Streamed<S> {
     /// answered here never reaches the client, neither its calls nor the text and thinking
     /// before them (a client shown them would send that thinking back without its call).
     held: Vec<StreamEvent>,
-    /// Whether the round's events are held: the model was offered the read tool and has
-    /// called no other tool yet. A call to another tool makes the round the answer, and
-    /// what was held goes out at once.
+    /// Whether the round's events are held: the model was offered the read tool, so the
+    /// round may read (alone or beside other calls, in any order), and is held to its end
+    /// to be answered here, or relayed, or told without its reads.
     holding: bool,
     pending: VecDeque<Result<StreamEvent, BoxError>>,
     ended: bool,
@@ -138,15 +138,17 @@ where
             let within = self.round_span.as_ref().unwrap_or(&self.call_span).clone();
             match self.current.next().instrument(within).await {
                 Some(Ok(event)) if self.holding && !matches!(event, StreamEvent::Done(_)) => {
-                    if calls_another_tool(&event) {
-                        self.holding = false;
-                        self.pending.extend(self.held.drain(..).map(Ok));
-                        self.pending.push_back(Ok(event));
-                    } else {
-                        self.held.push(event);
-                    }
+                    self.held.push(event);
                 }
                 Some(Ok(StreamEvent::Done(response))) => match self.round_done(*response).await {
+                    Ok(Some(StreamEvent::Done(done))) if self.rounds.rewritten => {
+                        // The answer lost its read calls: what was held holds them, so
+                        // the answer is told from the rewritten response instead.
+                        self.held.clear();
+                        self.pending.extend(told(&done).into_iter().map(Ok));
+                        self.pending.push_back(Ok(StreamEvent::Done(done)));
+                        self.ended = true;
+                    }
                     Ok(Some(done)) => {
                         self.pending.extend(self.held.drain(..).map(Ok));
                         self.pending.push_back(Ok(done));
@@ -206,9 +208,26 @@ where
     }
 }
 
-/// Whether `event` starts a call of a tool other than the read tool: the round then ends
-/// as the answer, whatever else it calls.
-fn calls_another_tool(event: &StreamEvent) -> bool {
-    matches!(event, StreamEvent::ToolCall(d)
-        if d.name.as_deref().is_some_and(|n| n != crate::artifact::READ_ARTIFACT_TOOL))
+/// The events telling `response` (its opening, its text, its other calls whole, its
+/// usage), for an answer rewritten here: the `Done` that follows them completes it.
+fn told(response: &ChatResponse) -> Vec<StreamEvent> {
+    let mut out = Vec::new();
+    if !response.provider_fields.is_empty() {
+        out.push(StreamEvent::Started(Box::new(
+            response.provider_fields.clone(),
+        )));
+    }
+    let text = response.message.content.text();
+    if !text.is_empty() {
+        out.push(StreamEvent::Text(text.into_owned()));
+    }
+    for (index, call) in response.message.tool_calls.iter().enumerate() {
+        let whole = ToolCallDelta::new(index)
+            .with_id(call.id.as_str())
+            .with_name(call.name.as_str())
+            .with_arguments(call.arguments.as_str());
+        out.push(StreamEvent::ToolCall(whole));
+    }
+    out.push(StreamEvent::Usage(response.usage));
+    out
 }

@@ -10,8 +10,9 @@ use llm_context_layers::artifact::{
 use llm_context_layers::mock::{MockModel, MockReply};
 use llm_context_layers::offload::OffloadLayer;
 use llm_context_layers::{
-    Artifact, ArtifactStore, ChatRequest, Content, ContextPolicy, ContextPolicyLayer, Message,
-    Scope, StoreError, StoreErrorKind, ToolCall, ToolConflictError, ToolSpec,
+    Artifact, ArtifactStore, ChatRequest, Content, ContextPolicy, ContextPolicyLayer, FinishReason,
+    Message, READ_BUDGET_SPENT, Scope, StoreError, StoreErrorKind, ToolCall, ToolConflictError,
+    ToolSpec,
 };
 use serde_json::{Value, json};
 use tower::{Layer, ServiceExt};
@@ -527,12 +528,106 @@ async fn auto_resolve_is_bounded() {
         .unwrap()
         .with_auto_resolve_rounds(2);
     let reply = layer.layer(model.clone()).oneshot(req).await.unwrap();
-    assert_eq!(model.calls(), 3, "the first call and two resolved rounds");
-    assert!(
-        reply.message.has_tool_calls(),
-        "the last reply is handed to the agent loop"
+    assert_eq!(
+        model.calls(),
+        3,
+        "the first call and two hidden rounds: bound + 1"
+    );
+    // The caller never sees the read tool: the last read is taken out of the answer,
+    // which says why it ends with nothing asked for.
+    assert!(!reply.message.has_tool_calls());
+    assert_eq!(
+        reply.finish_reason,
+        FinishReason::Other(READ_BUDGET_SPENT.to_owned())
     );
     assert_eq!(reply.report.resolved_messages.len(), 4);
+    // The first hidden round was given the page, the last told the budget is spent.
+    let answers: Vec<Value> = model.requests()[2]
+        .messages
+        .iter()
+        .filter(|m| m.tool_call_id.as_deref() == Some("r"))
+        .map(|m| serde_json::from_str(m.content.as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2);
+    assert!(answers[0]["text"].as_str().unwrap().starts_with("xxx"));
+    assert_eq!(answers[1]["error"], "read_budget_spent");
+}
+
+#[tokio::test]
+async fn a_read_beside_the_callers_own_calls_is_answered_and_the_model_asked_again() {
+    let req = request(&"x".repeat(10_000));
+    let id = artifact_id(&req.scope, &req.session, &"x".repeat(10_000));
+    let model = MockModel::scripted([
+        MockReply::ToolCalls(
+            "Reading it, and the logs.".into(),
+            vec![
+                ToolCall::new("r1", READ_ARTIFACT_TOOL, json!({"artifact_id": id})),
+                ToolCall::new("f1", "fetch_logs", json!({"unit": "db"})),
+            ],
+        ),
+        MockReply::tool_calls([ToolCall::new("f2", "fetch_logs", json!({"unit": "db"}))]),
+    ]);
+    let reply = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve()
+        .layer(model.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
+    // The caller gets only its own call, from the model asked again.
+    assert_eq!(model.calls(), 2);
+    let names: Vec<&str> = reply
+        .message
+        .tool_calls
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["fetch_logs"]);
+    assert_eq!(reply.message.tool_calls[0].id, "f2");
+    // The model was shown its read alone, and the page.
+    let second = &model.requests()[1].messages;
+    let n = second.len();
+    let calls: Vec<&str> = second[n - 2]
+        .tool_calls
+        .iter()
+        .map(|c| c.id.as_str())
+        .collect();
+    assert_eq!(calls, ["r1"]);
+    let page: Value = serde_json::from_str(second[n - 1].content.as_str().unwrap()).unwrap();
+    assert!(page["text"].as_str().unwrap().starts_with("xxx"), "{page}");
+}
+
+#[tokio::test]
+async fn a_read_with_absurd_arguments_is_cut_and_never_makes_the_request_unfit() {
+    let req = request(&"x".repeat(10_000));
+    let huge = "a".repeat(100_000);
+    let model = MockModel::scripted([
+        MockReply::tool_calls([ToolCall::new(
+            "r1",
+            READ_ARTIFACT_TOOL,
+            json!({"artifact_id": huge}),
+        )]),
+        MockReply::text("done"),
+    ]);
+    // A window the 100 KB call would overflow on its own.
+    let policy = ContextPolicy::default().with_max_context_tokens(12_000);
+    let reply = ContextPolicyLayer::new(policy)
+        .unwrap()
+        .with_auto_resolve()
+        .layer(model.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
+    assert_eq!(reply.message.text(), "done");
+    let second = &model.requests()[1].messages;
+    let n = second.len();
+    assert_eq!(second[n - 2].tool_calls[0].arguments, "{}");
+    let answer: Value = serde_json::from_str(second[n - 1].content.as_str().unwrap()).unwrap();
+    assert_eq!(answer["error"], "invalid_arguments");
+    assert!(
+        answer["message"].as_str().unwrap().contains("100018 bytes"),
+        "{answer}"
+    );
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use llm_context_layers::mock::{MockModel, MockReply};
 use llm_context_layers::stream::{ChatStream, StreamEvent, Streaming};
 use llm_context_layers::{
     BoxError, ChatRequest, ChatResponse, ContextLimitError, ContextPolicy, ContextPolicyLayer,
-    Message, Scope, ToolCall,
+    FinishReason, Message, READ_BUDGET_SPENT, Scope, ToolCall,
 };
 use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
@@ -367,6 +367,93 @@ async fn a_round_that_calls_a_client_tool_is_the_answer_with_its_text() {
     assert_eq!(model.calls(), 1);
     assert_eq!(text_of(&events), "Restarting it.");
     assert_eq!(done(&events).message.tool_calls[0].name, "restart_service");
+}
+
+/// The names of the calls the caller was streamed.
+fn streamed_calls(events: &[StreamEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ToolCall(d) => d.name.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_model_that_only_reads_ends_the_stream_without_the_read_at_the_bound() {
+    let big = format!("HEADER\n{}\nSECRET-AT-THE-END", logs(300));
+    let req = transcript(&big);
+    let id = artifact_id(&req.scope, &req.session, &big);
+    let model = MockModel::from_fn(move |_| {
+        MockReply::ToolCalls(
+            "Let me read more.".into(),
+            vec![ToolCall::new(
+                "r",
+                READ_ARTIFACT_TOOL,
+                json!({"artifact_id": id}),
+            )],
+        )
+    });
+    let stream = ContextPolicyLayer::new(ContextPolicy::default())
+        .unwrap()
+        .with_auto_resolve_rounds(2)
+        .layer(model.clone())
+        .oneshot(Streaming(req))
+        .await
+        .unwrap();
+    let events = events(stream).await;
+    assert_eq!(model.calls(), 3);
+    assert!(streamed_calls(&events).is_empty(), "{events:?}");
+    let last = done(&events);
+    assert!(!last.message.has_tool_calls());
+    assert_eq!(
+        last.finish_reason,
+        FinishReason::Other(READ_BUDGET_SPENT.to_owned())
+    );
+    // The last round's text is the answer's, told once.
+    assert_eq!(text_of(&events), "Let me read more.");
+}
+
+#[tokio::test]
+async fn a_read_beside_a_client_call_in_either_order_never_reaches_the_stream() {
+    let big = format!("HEADER\n{}\nSECRET-AT-THE-END", logs(300));
+    for client_first in [false, true] {
+        let req = transcript(&big);
+        let id = artifact_id(&req.scope, &req.session, &big);
+        let read = ToolCall::new("r1", READ_ARTIFACT_TOOL, json!({"artifact_id": id}));
+        let fetch = ToolCall::new("f1", "fetch_logs", json!({"unit": "db"}));
+        let calls = if client_first {
+            vec![fetch, read]
+        } else {
+            vec![read, fetch]
+        };
+        let model = MockModel::scripted([
+            MockReply::ToolCalls("Both.".into(), calls),
+            MockReply::ToolCalls(
+                "Now the logs.".into(),
+                vec![ToolCall::new("f2", "fetch_logs", json!({"unit": "db"}))],
+            ),
+        ]);
+        let stream = ContextPolicyLayer::new(ContextPolicy::default())
+            .unwrap()
+            .with_auto_resolve()
+            .layer(model.clone())
+            .oneshot(Streaming(req))
+            .await
+            .unwrap();
+        let events = events(stream).await;
+        assert_eq!(model.calls(), 2);
+        assert_eq!(streamed_calls(&events), ["fetch_logs"]);
+        assert_eq!(text_of(&events), "Now the logs.");
+        assert_eq!(done(&events).message.tool_calls[0].id, "f2");
+        // The model was shown its read alone, answered with the page.
+        let second = &model.requests()[1].messages;
+        let n = second.len();
+        assert_eq!(second[n - 2].tool_calls.len(), 1);
+        assert_eq!(second[n - 2].tool_calls[0].id, "r1");
+        assert!(second[n - 1].content.as_str().unwrap().contains("HEADER"));
+    }
 }
 
 #[tokio::test]
