@@ -3,8 +3,9 @@
 
 The test suite runs each case scaled down (tests/it/serve_limits.rs); this runs them at the
 size the probe used and prints what it measured: whether slow and idle connections were
-closed, whether /healthz kept answering, and the server's peak resident memory (VmHWM)
-while keyless 60 MB bodies arrive.
+closed, whether /healthz kept answering (also with the connection cap full of idle
+connections and the default header timeout), and the server's peak resident memory
+(VmHWM) while keyless 60 MB bodies arrive.
 
     cargo build --release
     python3 scripts/hostile_serve.py target/release/llm-context
@@ -125,6 +126,41 @@ def main():
         finally:
             server.terminate()
             server.wait(timeout=30)
+    at_the_cap(exe)
+
+
+def at_the_cap(exe):
+    """The connection cap full of idle connections, with the default header timeout
+    (30 s, which would hold each place that long): `ulimit -n 256` caps the server at 192
+    connections; 276 are opened that send nothing, then a new connection asks for
+    /healthz. The server sheds the connection idle longest for it."""
+    port = free_port()
+    env = dict(os.environ, RUST_LOG="error", OPENAI_API_KEY="sk-unused")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    server = subprocess.Popen([exe, "serve", "--listen", f"127.0.0.1:{port}"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              preexec_fn=limit)
+    try:
+        for _ in range(200):
+            if healthz(port):
+                break
+            time.sleep(0.05)
+        else:
+            sys.exit("the server did not start")
+        idle = open_connections(port, 276)
+        time.sleep(0.5)
+        started = time.monotonic()
+        answered = healthz(port, timeout=5)
+        took = time.monotonic() - started
+        print(f"at the cap (ulimit -n 256, header timeout 30 s, {len(idle)} idle connections): "
+              f"/healthz {'answered in %.0f ms' % (took * 1e3) if answered else 'NOT answered within 5 s'}")
+        for s in idle:
+            s.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def run(pid, port):

@@ -1,5 +1,6 @@
 //! The accept loop: each connection served by hyper with a header timeout, at most
-//! `max_connections` at once, drained on shutdown.
+//! `max_connections` at once (at the cap, the one idle longest is shed for a new one:
+//! [`shed`](super::shed)), drained on shutdown.
 //!
 //! axum's own `serve` sets neither a header timeout nor a connection cap, so a client
 //! that opens connections and sends nothing (or a byte at a time) holds a file
@@ -20,6 +21,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
+
+use super::shed::{Guarded, Registry};
 
 /// How long a connection may take to send a request's headers by default, counted from
 /// when it opens or its last response ended: so it is the keep-alive idle timeout too.
@@ -78,16 +81,8 @@ pub(crate) async fn run(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(connections.header_timeout);
-    loop {
-        // A free slot first: past the cap, connections wait in the listen backlog
-        // (each idle one is closed within the header timeout, freeing its slot).
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_closed) => break,
-            },
-            () = &mut shutdown => break,
-        };
+    let registry = Arc::new(Registry::default());
+    'accept: loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -98,19 +93,59 @@ pub(crate) async fn run(
             },
             () = &mut shutdown => break,
         };
+        // A slot for it: at the cap, the connection idle longest is shed to make room
+        // (never one with a request in flight); when every one is busy, the new one
+        // waits for a slot, and the ones behind it in the listen backlog.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if registry.shed_one() {
+                    tracing::debug!(
+                        event = "connection_shed",
+                        "at the connection cap: the connection idle longest is closed"
+                    );
+                }
+                loop {
+                    tokio::select! {
+                        slot = slots.clone().acquire_owned() => match slot {
+                            Ok(slot) => break slot,
+                            Err(_closed) => break 'accept,
+                        },
+                        // Every one was busy; one is idle now: it goes.
+                        () = registry.some_became_idle() => {
+                            registry.shed_one();
+                        }
+                        () = &mut shutdown => break 'accept,
+                    }
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
-        // The peer, for `/metrics` (loopback only with a key table), as axum names it.
-        let service = router
-            .clone()
-            .map_request(move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                req
-            });
+        let (connection, shed) = registry.open();
+        let connection = Arc::new(connection);
+        // The peer, for `/metrics` (loopback only with a key table), as axum names it;
+        // each request marks the connection busy until its response is wholly written.
+        let router = router.clone();
+        let service = tower::service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            let in_flight = connection.begin();
+            let call = router.clone().oneshot(req);
+            async move {
+                let response = call.await?;
+                Ok::<_, std::convert::Infallible>(
+                    response.map(|body| Guarded::body(body, in_flight)),
+                )
+            }
+        });
         let service = TowerToHyperService::new(service);
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let serving = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(event = "connection_closed", %error, "connection ended with an error");
+            tokio::select! {
+                ended = serving => if let Err(error) = ended {
+                    tracing::debug!(event = "connection_closed", %error, "connection ended with an error");
+                },
+                // Dropping the connection closes it.
+                () = shed.notified() => {}
             }
             drop(slot);
         });

@@ -109,6 +109,7 @@ mod metrics;
 mod passthrough;
 mod plausible;
 mod request_span;
+mod shed;
 mod timing;
 mod upstreams;
 
@@ -417,10 +418,12 @@ impl ProxyBuilder {
 
     /// The connections served at once (default [`DEFAULT_MAX_CONNECTIONS`]), lowered
     /// when the server starts to leave a quarter of the process's open-file limit
-    /// (`RLIMIT_NOFILE`, at least 64 descriptors) for upstreams, Redis and files. Past
-    /// the cap, new connections wait in the listen backlog until one closes, so a flood
-    /// of idle connections delays `/healthz` by at most the header timeout, and never
-    /// exhausts the descriptors. Applies to [`Proxy::serve`] and [`Proxy::serve_until`].
+    /// (`RLIMIT_NOFILE`, at least 64 descriptors) for upstreams, Redis and files. At the
+    /// cap, the connection idle longest (no request in flight: still sending its headers,
+    /// or kept alive between requests) is closed for a new one, so a flood of idle
+    /// connections never delays `/healthz`; a connection with a request in flight is
+    /// never shed, and when every one is busy new connections wait in the listen backlog.
+    /// Applies to [`Proxy::serve`] and [`Proxy::serve_until`].
     #[must_use]
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = n.max(1);

@@ -111,38 +111,87 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
 }
 
 #[tokio::test]
-async fn past_the_connection_cap_new_connections_wait_and_healthz_answers_once_idle_ones_close() {
-    let proxy = Proxy::builder()
-        .max_connections(4)
-        .header_timeout(Duration::from_millis(600))
-        .build()
-        .unwrap();
+async fn at_the_connection_cap_the_longest_idle_connection_is_shed_for_a_new_one() {
+    // The default header timeout (30 s): idle connections would hold the cap that long.
+    let proxy = Proxy::builder().max_connections(4).build().unwrap();
     let url = serving(proxy).await;
     let mut idle = Vec::new();
     for _ in 0..4 {
         idle.push(TcpStream::connect(host(&url)).await.unwrap());
+        // Opened in order: the first has waited longest.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Let the server accept the four.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut fifth = TcpStream::connect(host(&url)).await.unwrap();
-    fifth
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    // A kept-alive connection between requests is idle too: the third has had one.
+    idle[2]
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    // At the cap: not served while the four hold their places...
     assert!(
-        head_within(&mut fifth, Duration::from_millis(250))
+        head_within(&mut idle[2], Duration::from_secs(1))
             .await
-            .is_none(),
-        "a fifth connection was served past a cap of four"
+            .is_some()
     );
-    // ...and served once the idle ones are closed by the header timeout.
-    let head = head_within(&mut fifth, Duration::from_secs(5)).await;
-    assert!(head.is_some_and(|h| h.starts_with("HTTP/1.1 200")));
-    for mut stream in idle {
-        let (closed, _) = closed_within(&mut stream, Duration::from_secs(2)).await;
-        assert!(closed);
+    // Each new one kept alive after its answer, so each needs a place of its own.
+    let mut new = Vec::new();
+    for _ in 0..2 {
+        let mut next = TcpStream::connect(host(&url)).await.unwrap();
+        next.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let head = head_within(&mut next, Duration::from_secs(1)).await;
+        assert!(head.is_some_and(|h| h.starts_with("HTTP/1.1 200")));
+        new.push(next);
     }
+    // The two that waited longest without a request went; the others are open.
+    for (i, stream) in idle.iter_mut().enumerate() {
+        let (closed, _) = closed_within(stream, Duration::from_millis(200)).await;
+        assert_eq!(closed, i < 2, "connection {i}");
+    }
+}
+
+#[tokio::test]
+async fn a_connection_with_a_request_in_flight_is_never_shed() {
+    let upstream = crate::support::servers::mock_post(
+        "/v1/chat/completions",
+        upstream_answer().set_delay(Duration::from_millis(1500)),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .openai(openai(&upstream.uri()))
+        .max_connections(2)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let body = chat("Warum? なぜ");
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(host(&url)).await.unwrap();
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        busy.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut next = TcpStream::connect(host(&url)).await.unwrap();
+    next.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    // Both places are busy: the new one waits...
+    assert!(
+        head_within(&mut next, Duration::from_millis(500))
+            .await
+            .is_none()
+    );
+    // ...the requests in flight are answered...
+    for stream in &mut busy {
+        let head = head_within(stream, Duration::from_secs(5)).await;
+        assert!(head.is_some_and(|h| h.starts_with("HTTP/1.1 200")));
+    }
+    // ...and then, their connections idle, one is shed for it.
+    let head = head_within(&mut next, Duration::from_secs(2)).await;
+    assert!(head.is_some_and(|h| h.starts_with("HTTP/1.1 200")));
 }
 
 #[tokio::test]
