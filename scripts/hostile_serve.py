@@ -13,8 +13,9 @@ connections and the default header timeout), and the server's peak resident memo
     # the big body the whole way, to a fake upstream:
     cargo run --release --example fake_upstream -- 127.0.0.1:9100 &
     OPENAI_BASE_URL=http://127.0.0.1:9100/v1 python3 scripts/hostile_serve.py target/release/llm-context
-    # the same-format path, to any fake answering POST /v1/messages:
-    ANTHROPIC_BASE_URL=http://127.0.0.1:9101 ANTHROPIC_API_KEY=sk-unused python3 scripts/hostile_serve.py target/release/llm-context
+    # the same-format path, to any fake answering POST /v1/messages, and the memory per
+    # request in flight for two shapes of body, one and four at once:
+    ANTHROPIC_BASE_URL=http://127.0.0.1:9100 ANTHROPIC_API_KEY=sk-unused python3 scripts/hostile_serve.py target/release/llm-context
 
 Standard library only. Linux (it reads /proc/PID/status). The server is started on a free
 loopback port with a key table, a 5 s header timeout, and no upstream (none is needed).
@@ -127,6 +128,8 @@ def main():
             server.terminate()
             server.wait(timeout=30)
     at_the_cap(exe)
+    if os.environ.get("ANTHROPIC_BASE_URL"):
+        memory_shapes(exe)
 
 
 def at_the_cap(exe):
@@ -254,6 +257,81 @@ def run(pid, port):
     after = peak_rss_mb(pid)
     print(f"one {len(big) / 2**20:.0f} MB Messages body: {status}; peak RSS {before:.0f} MB "
           f"before, {after:.0f} MB after ({(after - before) / (len(big) / 2**20):.1f}x the body)")
+
+
+def memory_shapes(exe):
+    """Peak memory per request in flight, for two shapes of a 60 MB Messages body (one
+    huge message; 100,000 small ones), one request and four at once, sent the whole way to
+    a fake Messages upstream (ANTHROPIC_BASE_URL, examples/fake_upstream.rs) that answers
+    each after 1 s, so that the four are in flight together. Each case starts a fresh
+    server (default limits: a 256 MiB in-flight body budget) under a policy whose window
+    holds the whole body (nothing is pruned: the worst case), and prints the statuses and
+    the peak RSS over the idle server against the bodies it answered."""
+    import json
+    line = "Fehler: connexion refusée (接続拒否) bei db-7 — retry {}\n"
+    size = 60 * 1024 * 1024
+
+    def text_of(n):
+        """About `n` bytes of log text (UTF-8)."""
+        one = line.format(7)
+        return one * (n // len(one.encode()))
+
+    def huge():
+        return [{"role": "user", "content": text_of(size)}]
+
+    def small():
+        text = text_of(size // 100_000)
+        return [{"role": "user" if i % 2 == 0 else "assistant", "content": text}
+                for i in range(100_000)] + [{"role": "user", "content": "Warum?"}]
+
+    for name, messages in (("one huge message", huge()),
+                           ("100,000 small messages", small())):
+        body = json.dumps({"model": "claude-sonnet-4-6", "max_tokens": 100,
+                           "messages": messages}, ensure_ascii=False).encode()
+        for at_once in (1, 4):
+            port = free_port()
+            with tempfile.TemporaryDirectory() as tmp:
+                policy = os.path.join(tmp, "policy.toml")
+                with open(policy, "w") as f:
+                    f.write("max_context_tokens = 100000000\n")
+                env = dict(os.environ, RUST_LOG="error")
+                env.setdefault("ANTHROPIC_API_KEY", "sk-unused")
+                server = subprocess.Popen(
+                    [exe, "serve", "--listen", f"127.0.0.1:{port}", "--policy", policy],
+                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    for _ in range(200):
+                        if healthz(port):
+                            break
+                        time.sleep(0.05)
+                    idle = peak_rss_mb(server.pid)
+                    statuses = []
+
+                    def send():
+                        with socket.create_connection(("127.0.0.1", port), timeout=300) as s:
+                            s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+                                      b"x-fake-upstream-delay-ms: 1000\r\n"
+                                      b"Content-Type: application/json\r\n"
+                                      b"Content-Length: %d\r\n\r\n" % len(body))
+                            try:
+                                s.sendall(body)
+                            except OSError:
+                                pass  # refused before it was all sent: the status says why
+                            statuses.append(s.recv(12).decode(errors="replace")[9:12])
+
+                    threads = [threading.Thread(target=send) for _ in range(at_once)]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                    peak = peak_rss_mb(server.pid) - idle
+                    served = statuses.count("200") * len(body) / 2**20
+                    ratio = f"{peak / served:.1f}x the bodies answered" if served else "-"
+                    print(f"{name} ({len(body) / 2**20:.0f} MB), {at_once} at once: "
+                          f"{sorted(statuses)}; peak RSS +{peak:.0f} MB over idle ({ratio})")
+                finally:
+                    server.terminate()
+                    server.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -74,8 +74,8 @@ struct Limits {
     /// The largest request body, in bytes; a longer one is 413 [default: 67108864].
     #[arg(long, value_name = "BYTES")]
     max_body_bytes: Option<usize>,
-    /// The request body bytes read at once, every request's together; past it a request
-    /// is 503 before its body is read [default: 268435456].
+    /// What the requests in flight hold, together (their bodies and parsed forms, to
+    /// their answers' end); past it a request is 503 [default: 268435456].
     #[arg(long, value_name = "BYTES")]
     max_inflight_body_bytes: Option<usize>,
     /// How long a body may take before the minimum rate applies [default: 10].

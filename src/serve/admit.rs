@@ -58,7 +58,7 @@ pub(crate) async fn admit(
 }
 
 /// `out` with `retry-after: 1`.
-fn retry_later(mut out: Response) -> Response {
+pub(crate) fn retry_later(mut out: Response) -> Response {
     out.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     out

@@ -20,7 +20,7 @@ use super::failures::{self, classify};
 use super::keys::Tenant;
 use super::upstreams::{no_upstream, provider_of};
 use super::{
-    AGENT_SESSION_HEADERS, SESSION_HEADER, Shared, metrics, plausible, request_span, timing,
+    AGENT_SESSION_HEADERS, SESSION_HEADER, Shared, body, metrics, plausible, request_span, timing,
 };
 use crate::budget::{BudgetKey, BudgetLayer, Limit, Window};
 use crate::redis::RedisStores;
@@ -116,9 +116,7 @@ async fn handle<F: Format>(
     };
     let tenant = tenant.ok().flatten();
     let read = F::read(&body.bytes);
-    // The body's share of the budget goes now: the request holds what it needs of it (a
-    // Messages request its bytes, to send them back as they came).
-    drop(body);
+    let body::Read { bytes, mut held } = body;
     let Read {
         request: mut req,
         stream,
@@ -127,6 +125,15 @@ async fn handle<F: Format>(
         Ok(read) => read,
         Err(why) => return failures::invalid::<F>(&why),
     };
+    // The request holds more than its bytes until it is answered: its parsed form, and
+    // (a Messages request) its bytes, to send them back as they came. Its share of the
+    // budget grows to that, and is held to the end of its answer, so that big requests
+    // at once are shed (503) before memory grows past the budget.
+    let holds = body::holding(bytes.len(), req.messages.len());
+    drop(bytes);
+    if let Err(refused) = shared.bodies.hold(&mut held, holds) {
+        return super::admit::retry_later(failures::error::<F>(refused.status, &refused.message));
+    }
     addressed(shared, tenant, parts, &mut req).await;
     let provider = provider_of(&shared.routes, &shared.catalog, &req.model);
     let stacks = &shared.stacks[tenant.map_or(0, |t| t.stacks)];
@@ -145,7 +152,7 @@ async fn handle<F: Format>(
                     created: created(),
                 };
                 let usage = (ceiling, provider);
-                let mut out = sse(F::events(model, &options), stream, permit, usage);
+                let mut out = sse(F::events(model, &options), stream, (permit, held), usage);
                 if let Some(report) = report {
                     report_headers(&mut out, &report);
                 }
@@ -161,6 +168,7 @@ async fn handle<F: Format>(
             }
             let mut out = axum::Json(F::answer(&response, &model)).into_response();
             report_headers(&mut out, &response.report);
+            drop(held);
             out
         }
         Err(e) => failures::failure::<F>(&e),
@@ -217,13 +225,13 @@ fn session_of(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// A stream as server-sent events written by `events`. The stream holds its place in the
-/// concurrency limit (`permit`) to its end. Its final usage is checked against
+/// concurrency limit and its share of the body budget (`permit`) to its end. Its final usage is checked against
 /// `(ceiling, provider)` ([`plausible::check`]): past it the stream ends with an error
 /// event, as a 502 would have been, instead of the figures.
 fn sse<W: EventWriter>(
     mut events: W,
     stream: ChatStream,
-    permit: OwnedSemaphorePermit,
+    permit: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     (ceiling, provider): (u64, crate::catalog::Provider),
 ) -> Response {
     let body = stream.flat_map(move |item| {

@@ -384,11 +384,14 @@ impl ProxyBuilder {
         self
     }
 
-    /// The request body bytes read at once, every request's together (default
+    /// What every request holds at once, together (default
     /// [`DEFAULT_MAX_INFLIGHT_BODY_BYTES`], 256 MiB; never below the largest body
-    /// limit). A request the budget has no room for is shed with 503 and
-    /// `retry-after: 1` before its body is read (a body of undeclared length takes its
-    /// share as it arrives).
+    /// limit): from its body's first byte to its answer's last, its bytes as they
+    /// arrive, then, read, three times its bytes and 1 KiB a message (its bytes, its
+    /// parsed form, the body written upstream). A request the budget has no room for is shed
+    /// with 503 and `retry-after: 1`, before its body is read when its length is
+    /// declared (a body of undeclared length takes its share as it arrives); a request
+    /// alone is served whatever it holds.
     #[must_use]
     pub fn max_inflight_body_bytes(mut self, limit: usize) -> Self {
         self.max_inflight_body_bytes = limit;

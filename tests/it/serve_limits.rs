@@ -598,3 +598,80 @@ async fn a_stream_with_usage_no_call_could_have_ends_with_an_error_not_the_figur
     assert!(!text.contains("18446744073709551"), "{text}");
     assert!(text.contains("usage no call"), "{text}");
 }
+
+/// A Messages body of about `bytes`, in 1 KB messages (non-ASCII text).
+fn messages_body(bytes: usize) -> String {
+    let text = "Fehler: connexion refusée (接続拒否) bei db-7. ".repeat(20);
+    let messages: Vec<serde_json::Value> = (0..bytes / (text.len() + 40))
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": text}))
+        .chain([json!({"role": "user", "content": "Warum?"})])
+        .collect();
+    json!({"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": messages}).to_string()
+}
+
+/// `body` posted raw to `/v1/messages`: the status and the `retry-after` header.
+async fn post_messages(url: &str, body: String) -> (u16, Option<String>) {
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (r.status().as_u16(), retry)
+}
+
+#[tokio::test]
+async fn a_request_holds_its_share_of_the_body_budget_until_it_is_answered() {
+    let upstream = crate::support::servers::mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("anthropic-response-text.json"), "application/json")
+            .set_delay(Duration::from_millis(800)),
+    )
+    .await;
+    // Room for one 1 MB request read and held (its bytes and its parsed form), not two.
+    let proxy = Proxy::builder()
+        .anthropic(crate::support::proxy::anthropic(&upstream.uri()))
+        .max_inflight_body_bytes(3 << 20)
+        .max_body_bytes(3 << 20)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { post_messages(&url, messages_body(1 << 20)).await }
+    });
+    // The first is read and waiting on the upstream when the second arrives.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, retry) = post_messages(&url, messages_body(1 << 20)).await;
+    assert_eq!(status, 503, "a second big request past the budget is shed");
+    assert_eq!(retry.as_deref(), Some("1"));
+    assert_eq!(first.await.unwrap().0, 200);
+    // Answered, the first gave its share back: the next one is served.
+    assert_eq!(post_messages(&url, messages_body(1 << 20)).await.0, 200);
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_request_alone_is_served_even_when_it_holds_more_than_the_budget() {
+    let upstream = crate::support::servers::mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200)
+            .set_body_raw(fixture("anthropic-response-text.json"), "application/json"),
+    )
+    .await;
+    let proxy = Proxy::builder()
+        .anthropic(crate::support::proxy::anthropic(&upstream.uri()))
+        .max_inflight_body_bytes(1 << 20)
+        .max_body_bytes(1 << 20)
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    // Under the budget as bytes, over it once parsed: alone, it is served.
+    assert_eq!(post_messages(&url, messages_body(900 << 10)).await.0, 200);
+}

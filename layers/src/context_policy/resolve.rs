@@ -13,9 +13,13 @@ use crate::ContextLimitError;
 use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted};
 use crate::fit::Scratch;
 use crate::model::{
-    ChatRequest, ChatResponse, FinishReason, Message, PreparationReport, ToolCall, Usage,
+    ChatRequest, ChatResponse, Content, FinishReason, Message, PreparationReport, ToolCall, Usage,
 };
 use crate::offload::{Prepared, commit};
+
+/// The texts at least this long are shared between the request sent and its copies (the
+/// one a round keeps to answer reads): smaller ones cost less to copy than to share.
+const SHARED_TEXT_BYTES: usize = 256;
 
 /// Whether `call` is of the read tool.
 fn is_read(call: &ToolCall) -> bool {
@@ -184,7 +188,18 @@ impl Rounds {
         )
         .await;
         // Kept in every round, the last included: a read asked for there is taken out.
-        let resolving = shared.auto_resolve.is_some();
+        // (Only a request offered the read tool can read.)
+        let resolving = shared.auto_resolve.is_some() && offers_read_tool(&prepared.req);
+        // Large texts are shared from here on: a copy of the request (the one kept to
+        // answer reads, a client's or a retry's) then holds no second copy of a
+        // transcript's results until the answer.
+        for m in &mut prepared.req.messages {
+            if let Content::Text(text) = &mut m.content
+                && text.len() >= SHARED_TEXT_BYTES
+            {
+                text.share();
+            }
+        }
         let sent = Sent {
             req: resolving.then(|| prepared.req.clone()),
             model: shared

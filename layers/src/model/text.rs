@@ -74,6 +74,14 @@ impl Text {
         }
     }
 
+    /// Makes the text shared, so that cloning it copies no bytes: owned text is copied
+    /// once into an `Arc<str>` (and its `String` freed).
+    pub fn share(&mut self) {
+        if let Repr::Owned(s) = &mut self.0 {
+            self.0 = Repr::Shared(Arc::from(std::mem::take(s)));
+        }
+    }
+
     /// The text as a `String`: owned text is moved, shared text copied.
     pub fn into_string(self) -> String {
         match self.0 {

@@ -239,7 +239,7 @@ struct BlockSpans<'a> {
 }
 
 /// A span of the body replaced by new JSON text (inserted, when the span is empty).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Edit {
     at: Range<usize>,
     with: String,
@@ -659,9 +659,12 @@ fn set_marker(kept: &Kept, part: &mut Part, marker: Value, kind: Marked) {
     if let Part::Spliced(range, edits) = part {
         // Overlapping an edit, or not located: the parsed part is edited instead.
         match marker_edit(kept, range, &marker, kind) {
-            Ok(None) => return,
-            Ok(Some(edit)) => {
-                if add_edit(edits, edit) {
+            Ok(new) if new.is_empty() => return,
+            Ok(new) => {
+                // All of them or none.
+                let mut trial = edits.clone();
+                if new.into_iter().all(|e| add_edit(&mut trial, e)) {
+                    *edits = trial;
                     return;
                 }
             }
@@ -705,25 +708,32 @@ fn set_marker(kept: &Kept, part: &mut Part, marker: Value, kind: Marked) {
     *part = Part::Value(value);
 }
 
-/// The edit placing `marker` in the part at `range` (as it came) where `kind` takes it:
-/// `None` when nothing in it takes one.
+/// The edits placing `marker` in the part at `range` (as it came) where `kind` takes it:
+/// none when nothing in it takes one.
 fn marker_edit(
     kept: &Kept,
     range: &Range<usize>,
     marker: &Value,
     kind: Marked,
-) -> Result<Option<Edit>, serde_json::Error> {
+) -> Result<Vec<Edit>, serde_json::Error> {
     let text = kept.text(range)?;
     let marker = marker.to_string();
-    // A string becomes one text block holding it, marked (an empty one takes none).
+    // A string becomes one text block holding it, marked (an empty one takes none): the
+    // block is written around the string, which is not copied (it may be megabytes).
     let string = |raw: &RawValue, at: Range<usize>| {
-        (raw.get() != r#""""#).then(|| Edit {
-            at,
-            with: format!(
-                r#"[{{"type":"text","text":{},"cache_control":{marker}}}]"#,
-                raw.get()
-            ),
-        })
+        if raw.get() == r#""""# {
+            return Vec::new();
+        }
+        vec![
+            Edit {
+                at: at.start..at.start,
+                with: r#"[{"type":"text","text":"#.to_owned(),
+            },
+            Edit {
+                at: at.end..at.end,
+                with: format!(r#","cache_control":{marker}}}]"#),
+            },
+        ]
     };
     let whole = range.start..range.end;
     // The last block of `blocks` that takes a marker, marked.
@@ -740,22 +750,22 @@ fn marker_edit(
                     "cache_control",
                     marker.clone(),
                 );
-                return Ok(Some(edit));
+                return Ok(vec![edit]);
             }
         }
-        Ok(None)
+        Ok(Vec::new())
     };
     match kind {
         Marked::Tool => {
             let tool = Located::<BlockSpans<'_>>::read(text, range.start)?;
             let old = tool.spans.cache_control.map(|c| tool.span(c));
-            Ok(Some(set_key(
+            Ok(vec![set_key(
                 whole,
                 text,
                 old,
                 "cache_control",
                 marker.clone(),
-            )))
+            )])
         }
         Marked::System => {
             let system: &RawValue = serde_json::from_str(text)?;
@@ -768,7 +778,7 @@ fn marker_edit(
         Marked::Message => {
             let message = Located::<MessageSpans<'_>>::read(text, range.start)?;
             let Some(content) = message.spans.content else {
-                return Ok(None);
+                return Ok(Vec::new());
             };
             let at = message.span(content);
             if content.get().starts_with('"') {

@@ -52,7 +52,23 @@ const READ: &[&str] = &[
 /// checked for its type, so none is read as absent because it was mistyped. With it, for
 /// each neutral message after the top-level system prompt's, the wire message it was read
 /// from.
-fn request(body: &Value) -> Result<(ChatRequest, Vec<usize>), Invalid> {
+///
+/// The text of the messages' text blocks and tool results is moved out of `body` into the
+/// request, not copied (a transcript's text is most of its bytes, and the body would
+/// otherwise hold a second copy until the request is answered); everything else in
+/// `body` stays as it came.
+fn request(body: &mut Value) -> Result<(ChatRequest, Vec<usize>), Invalid> {
+    // Read first, while `body` may be borrowed mutably: the rest reads it as it is.
+    let mut wire = match body.get_mut("messages") {
+        Some(Value::Array(wire)) => std::mem::take(wire),
+        _ => Vec::new(),
+    };
+    let read = read_messages(&mut wire);
+    if let Some(Value::Array(back)) = body.get_mut("messages") {
+        *back = wire;
+    }
+    let (read_messages, owners, _) = read?;
+    let body = &*body;
     let obj = body
         .as_object()
         .ok_or_else(|| Invalid::body("the body must be a JSON object (a Messages request)"))?;
@@ -66,23 +82,16 @@ fn request(body: &Value) -> Result<(ChatRequest, Vec<usize>), Invalid> {
     ] {
         checks::field(obj.get(name), name, kind)?;
     }
-    let mut messages = system(obj.get("system"))?;
-    let wire = match obj.get("messages") {
-        Some(Value::Array(wire)) => wire,
+    match obj.get("messages") {
+        Some(Value::Array(_)) => {}
         None => return Err(Invalid::new("messages", "is required (an array)")),
         Some(other) => {
             let why = format!("must be an array, not {}", checks::what(other));
             return Err(Invalid::new("messages", why));
         }
-    };
-    // A tool result names no tool; its call, earlier in the transcript, does.
-    let mut tool_names: HashMap<String, String> = HashMap::new();
-    let mut owners = Vec::with_capacity(wire.len());
-    for (i, m) in wire.iter().enumerate() {
-        let before = messages.len();
-        read_message(m, &mut messages, &mut tool_names).map_err(|e| e.item("messages", i))?;
-        owners.extend(std::iter::repeat_n(i, messages.len() - before));
     }
+    let mut messages = system(obj.get("system"))?;
+    messages.extend(read_messages);
     let tools: Vec<ToolSpec> = match obj.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(tools)) => tools
@@ -127,6 +136,34 @@ fn request(body: &Value) -> Result<(ChatRequest, Vec<usize>), Invalid> {
     Ok((request, owners))
 }
 
+/// The wire messages, as neutral messages (their text moved out), with the wire message
+/// each came from and the tool names of the calls.
+#[allow(clippy::type_complexity)]
+fn read_messages(
+    wire: &mut [Value],
+) -> Result<(Vec<Message>, Vec<usize>, HashMap<String, String>), Invalid> {
+    // A tool result names no tool; its call, earlier in the transcript, does.
+    let mut tool_names: HashMap<String, String> = HashMap::new();
+    let mut messages = Vec::with_capacity(wire.len());
+    let mut owners = Vec::with_capacity(wire.len());
+    for (i, m) in wire.iter_mut().enumerate() {
+        let before = messages.len();
+        read_message(m, &mut messages, &mut tool_names).map_err(|e| e.item("messages", i))?;
+        owners.extend(std::iter::repeat_n(i, messages.len() - before));
+    }
+    Ok((messages, owners, tool_names))
+}
+
+/// The string at `key` of `b`, moved out (an empty string left in its place), or the
+/// error naming it.
+fn take_string(b: &mut Value, key: &str) -> Result<String, Invalid> {
+    checks::string(b, key)?;
+    match b.get_mut(key) {
+        Some(Value::String(s)) => Ok(std::mem::take(s)),
+        _ => Ok(String::new()),
+    }
+}
+
 /// The system prompt, a string or text blocks: one system message per block.
 fn system(system: Option<&Value>) -> Result<Vec<Message>, Invalid> {
     match system {
@@ -156,7 +193,7 @@ fn system(system: Option<&Value>) -> Result<Vec<Message>, Invalid> {
 /// One wire message, as neutral messages: a user message's tool results become tool
 /// messages (first, as Anthropic requires them), its other blocks a user message.
 fn read_message(
-    m: &Value,
+    m: &mut Value,
     out: &mut Vec<Message>,
     tool_names: &mut HashMap<String, String>,
 ) -> Result<(), Invalid> {
@@ -167,11 +204,13 @@ fn read_message(
     let role = checks::string(m, "role")?;
     // A string is one text block; blocks are read where they lie (a transcript's tool
     // results are most of its bytes).
-    let single;
-    let blocks: &[Value] = match &m["content"] {
+    let role = role.to_owned();
+    let role = role.as_str();
+    let mut single;
+    let blocks: &mut [Value] = match &mut m["content"] {
         Value::String(s) => {
-            single = [json!({"type": "text", "text": s})];
-            &single
+            single = [json!({"type": "text", "text": std::mem::take(s)})];
+            &mut single
         }
         Value::Array(blocks) => blocks,
         other => {
@@ -186,7 +225,7 @@ fn read_message(
     match role {
         "user" => {
             let mut parts = Vec::new();
-            for (i, b) in blocks.iter().enumerate() {
+            for (i, b) in blocks.iter_mut().enumerate() {
                 match b["type"].as_str() {
                     Some("tool_result") => out.push(tool_result(b, tool_names).map_err(at(i))?),
                     _ => parts.push(part(b).map_err(at(i))?),
@@ -200,7 +239,7 @@ fn read_message(
             let mut text = Vec::new();
             let mut calls = Vec::new();
             let mut reasoning = Vec::new();
-            for (i, b) in blocks.iter().enumerate() {
+            for (i, b) in blocks.iter_mut().enumerate() {
                 assistant_block(b, &mut text, &mut calls, &mut reasoning, tool_names)
                     .map_err(at(i))?;
             }
@@ -238,14 +277,14 @@ fn read_message(
 
 /// One block of an assistant message, into its text, calls or reasoning.
 fn assistant_block(
-    b: &Value,
+    b: &mut Value,
     text: &mut Vec<ContentPart>,
     calls: &mut Vec<ToolCall>,
     reasoning: &mut Vec<Reasoning>,
     tool_names: &mut HashMap<String, String>,
 ) -> Result<(), Invalid> {
     match b["type"].as_str() {
-        Some("text") => text.push(ContentPart::text(checks::string(b, "text")?)),
+        Some("text") => text.push(ContentPart::text(take_string(b, "text")?)),
         Some("tool_use") => {
             let id = checks::string(b, "id")?;
             let name = checks::string(b, "name")?;
@@ -266,9 +305,9 @@ fn assistant_block(
 }
 
 /// A text or image block.
-fn part(b: &Value) -> Result<ContentPart, Invalid> {
+fn part(b: &mut Value) -> Result<ContentPart, Invalid> {
     match b["type"].as_str() {
-        Some("text") => Ok(ContentPart::text(checks::string(b, "text")?)),
+        Some("text") => Ok(ContentPart::text(take_string(b, "text")?)),
         Some("image") => {
             let source = &b["source"];
             let at_source = |e: Invalid| e.within("source");
@@ -300,14 +339,15 @@ fn opaque(b: &Value, kind: Option<&str>) -> Result<ContentPart, Invalid> {
     })
 }
 
-fn tool_result(b: &Value, tool_names: &HashMap<String, String>) -> Result<Message, Invalid> {
-    let id = checks::string(b, "tool_use_id")?;
-    let content = match &b["content"] {
+fn tool_result(b: &mut Value, tool_names: &HashMap<String, String>) -> Result<Message, Invalid> {
+    let id = checks::string(b, "tool_use_id")?.to_owned();
+    let id = id.as_str();
+    let content = match &mut b["content"] {
         Value::Null => Content::default(),
-        Value::String(s) => Content::Text(s.as_str().into()),
+        Value::String(s) => Content::Text(std::mem::take(s).into()),
         Value::Array(blocks) => content(
             blocks
-                .iter()
+                .iter_mut()
                 .enumerate()
                 .map(|(i, b)| part(b).map_err(|e| e.item("content", i)))
                 .collect::<Result<_, _>>()?,
@@ -689,8 +729,8 @@ impl Format for Messages {
         // The text checked once, at memory speed: parsed from bytes, every string of a
         // transcript would be checked again on its own (a fifth of the read, measured).
         let text = simdutf8::compat::from_utf8(bytes).map_err(|e| not_json(&e))?;
-        let body: Value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
-        let (mut request, owners) = request(&body)?;
+        let mut body: Value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
+        let (mut request, owners) = request(&mut body)?;
         // Kept for the Anthropic client, which sends it back as written but for the edits.
         if let Some(kept) = Kept::new(bytes, text, &body, &request, &owners) {
             request.params.origin = Some(llm_context_layers::Origin::new(kept));
