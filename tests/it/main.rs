@@ -26,6 +26,8 @@ mod cli_simulate;
 mod durable_memory;
 mod durable_redis;
 mod durable_sqlite;
+#[cfg(feature = "serve")]
+mod enforcing_upstream;
 #[cfg(all(feature = "openai", feature = "anthropic"))]
 mod hardening_clients;
 #[cfg(feature = "openai")]
@@ -70,6 +72,8 @@ mod serve_passthrough;
 mod serve_redis;
 mod serve_relay;
 mod snapshot_order;
+#[cfg(feature = "serve")]
+mod thinking_loop;
 #[cfg(feature = "serve")]
 mod trace_tree;
 mod usage;

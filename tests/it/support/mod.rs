@@ -4,6 +4,8 @@
 pub(crate) mod artifact_reader;
 pub(crate) mod child;
 #[cfg(feature = "serve")]
+pub(crate) mod enforcing;
+#[cfg(feature = "serve")]
 pub(crate) mod proxy;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
