@@ -63,6 +63,7 @@ pub mod builder;
 pub mod durable;
 pub mod mock;
 pub mod summarize;
+pub mod thinking;
 pub mod usage;
 pub mod working;
 

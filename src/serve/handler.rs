@@ -274,6 +274,7 @@ pub(crate) fn report_headers(out: &mut Response, r: &PreparationReport) {
         ("x-llm-context-removed-messages", r.removed_messages),
         ("x-llm-context-cleared", r.cleared_results),
         ("x-llm-context-offloaded", r.offloaded_results),
+        ("x-llm-context-thinking-dropped", r.thinking_dropped),
     ];
     for (name, n) in numbers {
         h.insert(name, HeaderValue::from(n as u64));

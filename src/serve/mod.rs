@@ -44,7 +44,7 @@
 //!   route's own shape.
 //! - Every answer, streamed or not, carries the report as headers:
 //!   `x-llm-context-before-tokens`, `-after-tokens`, `-removed-messages`, `-cleared`,
-//!   `-offloaded`, `-memo` (`hit` / `miss`). A stream's are what preparation did before
+//!   `-offloaded`, `-thinking-dropped`, `-memo` (`hit` / `miss`). A stream's are what preparation did before
 //!   the first event ([`ChatStream::report`]).
 //! - A deterministic request (`temperature: 0`) asked again is answered from the memo
 //!   ([`ProxyBuilder::memo_store`]; in this process by default).

@@ -27,6 +27,10 @@
 //! breakpoint that cannot cache). OpenAI caches from 1,024 tokens. Models without a
 //! figure use [`DEFAULT_CACHE_MIN_TOKENS`](super::DEFAULT_CACHE_MIN_TOKENS).
 //!
+//! Thinking binding ("preserved thinking": a thinking block valid only while everything
+//! before it is unchanged): Claude Fable 5.1 and Opus 5.5 enforce it (the provider's
+//! preserved-thinking page); the other built-in models do not.
+//!
 //! Context windows: Claude Sonnet 4.6 and the 4.6-and-later / 5.x models take 1M tokens
 //! (official model pages); Claude 4.5 and Sonnet 4 models 200,000 (1M only in beta). For
 //! the GPT-5.x models the catalog uses 272,000, the limit of the standard price tier
@@ -41,6 +45,15 @@ const fn anthropic(window: usize, min: Option<usize>, price: Price) -> ModelInfo
         context_window: Some(window),
         cache_min_tokens: min,
         price: Some(price),
+        binds_thinking: None,
+    }
+}
+
+/// An Anthropic model that binds each thinking block to its prefix (preserved thinking).
+const fn binding(info: ModelInfo) -> ModelInfo {
+    ModelInfo {
+        binds_thinking: Some(true),
+        ..info
     }
 }
 
@@ -50,6 +63,7 @@ const fn openai(window: usize, price: Price) -> ModelInfo {
         context_window: Some(window),
         cache_min_tokens: Some(1_024),
         price: Some(price),
+        binds_thinking: None,
     }
 }
 
@@ -62,11 +76,15 @@ pub const MODELS: &[(&str, ModelInfo)] = &[
     // Anthropic: input, output, cache read, 5m write, 1h write.
     (
         "claude-fable-5-1",
-        anthropic(M1, None, Price::new(10.0, 50.0, 0.25, 12.5, 20.0)),
+        binding(anthropic(
+            M1,
+            None,
+            Price::new(10.0, 50.0, 0.25, 12.5, 20.0),
+        )),
     ),
     (
         "claude-opus-5-5",
-        anthropic(M1, None, Price::new(4.0, 20.0, 0.20, 5.0, 8.0)),
+        binding(anthropic(M1, None, Price::new(4.0, 20.0, 0.20, 5.0, 8.0))),
     ),
     (
         "claude-opus-5",

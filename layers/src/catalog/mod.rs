@@ -158,6 +158,12 @@ pub struct ModelInfo {
     /// Prices, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// Whether the model binds each signed thinking block to everything before it
+    /// (Anthropic's "preserved thinking"), so that history edited before a block makes
+    /// the request fail. `None`: decided by [`Catalog::binds_thinking`]'s rule for models
+    /// it does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binds_thinking: Option<bool>,
 }
 
 /// The minimum cacheable prefix assumed for a model the catalog does not know: 1,024
@@ -226,10 +232,55 @@ impl Catalog {
             .unwrap_or(DEFAULT_CACHE_MIN_TOKENS)
     }
 
+    /// Whether `model` binds each signed thinking block to its prefix, so the stack must
+    /// never send one whose prefix it changed: the catalog's `binds_thinking`, else `true`
+    /// for any Claude model the built-in catalog does not know unless its id ends in a
+    /// snapshot date before 2026 (the provider enforces it on its newest models and says
+    /// later ones will for every account; being wrong this way costs some thinking, the
+    /// other way a failed call).
+    ///
+    /// ```
+    /// use llm_context_layers::Catalog;
+    ///
+    /// let catalog = Catalog::builtin();
+    /// assert!(catalog.binds_thinking("claude-fable-5-1"));
+    /// assert!(!catalog.binds_thinking("claude-sonnet-4-6"));
+    /// assert!(catalog.binds_thinking("claude-nova-6"));
+    /// assert!(!catalog.binds_thinking("claude-3-7-sonnet-20250219"));
+    /// assert!(!catalog.binds_thinking("gpt-5.5"));
+    /// ```
+    pub fn binds_thinking(&self, model: &str) -> bool {
+        if let Some(binds) = self.get(model).and_then(|m| m.binds_thinking) {
+            return binds;
+        }
+        match Catalog::builtin().get(model) {
+            // The built-in entries say so when they bind.
+            Some(known) => known.binds_thinking.unwrap_or(false),
+            None => unknown_claude_binds(model),
+        }
+    }
+
     /// What `usage` cost on `model`, in USD; `None` when the model has no price here.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         Some(self.get(model)?.price?.cost(usage))
     }
+}
+
+/// The rule for a model no catalog entry speaks for: a Claude model binds thinking unless
+/// its id ends in a snapshot date before 2026.
+fn unknown_claude_binds(model: &str) -> bool {
+    if !model.starts_with("claude-") {
+        return false;
+    }
+    let parts: Vec<&str> = model.rsplit('-').collect();
+    let digits = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_digit());
+    // `…-20250219`, or `…-2025-02-19`: the year leads.
+    let year = match parts.as_slice() {
+        [last, ..] if digits(last, 8) => &last[..4],
+        [d, m, y, ..] if digits(d, 2) && digits(m, 2) && digits(y, 4) => y,
+        _ => return true,
+    };
+    year.parse::<u32>().is_ok_and(|y| y >= 2026)
 }
 
 /// A dated snapshot (`20250929`, `2026-03-17`) or `latest`; not another version number,

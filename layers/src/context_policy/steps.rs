@@ -11,6 +11,7 @@ use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
 use crate::offload::{Prepared, PreviewCache, offload_request};
 use crate::policy::ContextPolicy;
 use crate::prefix::PrefixLayer;
+use crate::thinking;
 
 #[derive(Clone)]
 /// The composite's configuration, shared by every service of one layer.
@@ -121,11 +122,7 @@ fn prepare_checked(
     };
     fitted.report.cut_moved = fitted.cuts.history_moved(&previous);
     fitted.report.clear_moved = fitted.cuts.cleared_moved(&previous);
-    if fitted.cuts != previous {
-        shared
-            .cuts
-            .put(&fitted.req.scope, &fitted.req.session, fitted.cuts);
-    }
+    let mut cuts = fitted.cuts;
     let mut prepared = offload_request(
         fitted.req,
         fitted.report,
@@ -136,6 +133,19 @@ fn prepare_checked(
         true,
         memory.as_deref(),
     )?;
+    // Last, on what will be sent: a thinking block bound to a prefix this request no
+    // longer sends is left out, from the start (see `thinking`).
+    if shared.catalog.binds_thinking(&prepared.req.model) {
+        let edited = prepared.report.changed();
+        let kept = thinking::keep_bound(&mut prepared.req, previous.thinking, edited);
+        prepared.report.thinking_dropped = kept.dropped;
+        cuts.thinking = Some(kept.binding);
+    }
+    if cuts != previous {
+        shared
+            .cuts
+            .put(&prepared.req.scope, &prepared.req.session, cuts);
+    }
     shared.prefix.mark(&mut prepared.req);
     if prepared.req.session.starts_with(INFERRED_SESSION_PREFIX) {
         prepared.report.inferred_session = Some(prepared.req.session.clone());

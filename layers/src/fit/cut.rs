@@ -7,7 +7,8 @@
 //! [`ContextPolicyLayer`](crate::ContextPolicyLayer) prunes down to the low-water mark when
 //! it has to prune, remembers where it cut in a [`CutStore`], and on the session's next
 //! requests drops exactly the same turns for as long as the rest fits. The history then
-//! starts at the same message turn after turn and the cached prefix is read.
+//! starts at the same message turn after turn and the cached prefix is read. Inside a
+//! turn the oldest tool rounds go the same way (a long tool loop is one turn).
 //!
 //! ```
 //! use llm_context_layers::mock::MockModel;
@@ -94,16 +95,25 @@ fn boundary_hash(messages: &[Message], position: usize) -> Option<u128> {
 pub struct Cuts {
     /// Where whole turns were pruned (`None`: nothing was).
     pub history: Option<Cut>,
+    /// Where tool rounds were dropped from the turns kept after `history` (a long tool
+    /// loop is one turn): the boundary after the newest round dropped (`None`: none was).
+    #[serde(default)]
+    pub rounds: Option<Cut>,
     /// The end of the cleared region: the boundary after the newest tool result that was
     /// replaced by a stub (`None`: nothing was cleared).
     pub cleared: Option<Cut>,
+    /// On a model that binds thinking: what was sent, and the thinking left out (see
+    /// [`thinking`](crate::thinking)). `None`: no such model, or never sent.
+    #[serde(default)]
+    pub thinking: Option<crate::thinking::Binding>,
 }
 
 impl Cuts {
-    /// Whether the history cut differs from `previous`'s (by the messages around it,
-    /// not by position).
+    /// Whether the history cut (the turns pruned, or the rounds dropped after them)
+    /// differs from `previous`'s (by the messages around it, not by position).
     pub fn history_moved(&self, previous: &Cuts) -> bool {
         self.history.map(|c| c.hash) != previous.history.map(|c| c.hash)
+            || self.rounds.map(|c| c.hash) != previous.rounds.map(|c| c.hash)
     }
 
     /// Whether the cleared region ends elsewhere than `previous`'s did.
@@ -211,7 +221,9 @@ mod tests {
                 position: 3,
                 hash: 7,
             }),
+            rounds: None,
             cleared: None,
+            thinking: None,
         };
         store.put(&Scope::org(1), "s", cut);
         assert_eq!(store.get(&Scope::org(1), "s"), Some(cut));

@@ -163,7 +163,7 @@ impl FitConfig {
 
 /// The budget of `req` under `policy`: the model's window from `catalog`, the
 /// calibration's factor for the model, and the session's previous cuts (the history cut is
-/// kept only with `low_water_tokens`, the cleared region only with
+/// and rounds dropped are kept only with `low_water_tokens`, the cleared region only with
 /// `clear_at_least_tokens`). Fails when the policy leaves no room in the model's window.
 pub(crate) fn budget(
     req: &ChatRequest,
@@ -179,6 +179,7 @@ pub(crate) fn budget(
     Ok(Budget {
         model_window: window,
         previous_cut: policy.low_water_tokens.and(previous.history),
+        previous_rounds: policy.low_water_tokens.and(previous.rounds),
         previous_clear: policy.clear_at_least_tokens.and(previous.cleared),
         factor: calibration.map_or(1.0, |c| c.factor(&req.model)),
     })

@@ -7,6 +7,14 @@ use crate::hash::StableHasher;
 impl StableHasher {
     /// Feeds one message: role, content, name, call id and tool calls.
     pub fn message(&mut self, m: &Message) {
+        self.message_without_reasoning(m);
+        self.reasoning(m.reasoning());
+    }
+
+    /// Feeds one message as [`message`](Self::message) does, but for its reasoning: what a
+    /// provider that binds thinking to its prefix compares (removing thinking keeps the
+    /// other blocks' binding valid).
+    pub fn message_without_reasoning(&mut self, m: &Message) {
         self.str(m.role.as_str());
         match &m.content {
             Content::Text(t) => {
@@ -53,8 +61,11 @@ impl StableHasher {
                 self.json_str(&call.arguments);
             }
         }
-        // Only when present, so a message without reasoning hashes as it always did.
-        let reasoning = m.reasoning();
+    }
+
+    /// Feeds a message's reasoning: nothing when it has none, so a message without
+    /// reasoning hashes as it always did.
+    fn reasoning(&mut self, reasoning: &[Reasoning]) {
         if !reasoning.is_empty() {
             self.raw(&[0xFE]);
             self.u64(reasoning.len() as u64);

@@ -97,6 +97,11 @@ pub struct PreparationReport {
     /// Requests made to the summarizer for this request (0 when a cached summary served).
     #[serde(skip_serializing_if = "is_zero")]
     pub summary_calls: usize,
+    /// Signed thinking blocks left out, from the start of the history, because what came
+    /// before them changed on a model that binds thinking to its prefix (see
+    /// [`thinking`](crate::thinking)).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub thinking_dropped: usize,
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -237,7 +237,9 @@ async fn a_remembered_cut_never_reaches_into_protected_turns() {
             "s1",
             Cuts {
                 history: Cut::at(&history, position),
+                rounds: None,
                 cleared: None,
+                thinking: None,
             },
         );
         let req = ChatRequest::new("mock", history.clone()).with_session("s1");
@@ -333,4 +335,49 @@ async fn a_session_is_inferred_from_the_head_not_the_tail() {
     let reply = send(&mut agent, named).await.unwrap();
     assert_eq!(reply.report.inferred_session, None);
     assert_eq!(model.last_request().unwrap().session, "mine");
+}
+
+/// One user request and `calls` tool rounds of about 80 tokens each: a long tool loop is
+/// a single turn, so only its rounds can go. Returns how often the first round sent
+/// changed from one call to the next, and the report of each call.
+async fn tool_loop(policy: ContextPolicy, calls: usize) -> (usize, Vec<ChatResponse>) {
+    let (mut agent, model, _) = agent(policy);
+    let mut history = vec![Message::user("Find out why the build fails.")];
+    let mut firsts = Vec::new();
+    let mut replies = Vec::new();
+    for call in 0..calls {
+        let id = format!("c{call}");
+        let run = llm_context_layers::ToolCall::new(id.clone(), "run", serde_json::json!({}));
+        history.push(Message::assistant_tool_calls("", vec![run]));
+        history.push(Message::tool_result(
+            id,
+            "run",
+            "error: refused\n".repeat(20),
+        ));
+        let req = ChatRequest::new("mock", history.clone()).with_session("loop");
+        replies.push(send(&mut agent, req).await.unwrap());
+        let sent = model.last_request().unwrap().messages;
+        firsts.push(sent.get(1).cloned());
+    }
+    let moves = firsts.windows(2).filter(|w| w[0] != w[1]).count();
+    (moves, replies)
+}
+
+#[tokio::test]
+async fn in_a_long_tool_loop_rounds_are_dropped_in_steps_with_a_low_water_mark() {
+    let (minimal, replies) = tool_loop(policy(), 60).await;
+    // Without a low-water mark the oldest round goes on nearly every call once full.
+    assert!(minimal > 30, "{minimal}");
+    assert!(replies.iter().any(|r| r.report.dropped_rounds > 0));
+    let (stepped, replies) = tool_loop(policy().with_low_water_tokens(500), 60).await;
+    assert!(stepped * 4 < minimal, "{stepped} vs {minimal}");
+    for r in &replies {
+        assert!(r.report.after_tokens <= 1_200, "{:?}", r.report);
+    }
+    // A call that only reuses where the rounds stopped says the cut did not move.
+    assert!(
+        replies
+            .iter()
+            .any(|r| r.report.dropped_rounds > 0 && !r.report.cut_moved)
+    );
 }

@@ -299,6 +299,9 @@ fn check_binding(body: &Value) -> Result<(), String> {
     // one was removed from the middle.
     let mut dropped: Option<usize> = None;
     let mut present = 0;
+    // The digest of everything before the message at hand, fed once (a block's digest
+    // continues it with the blocks before it in its own message).
+    let mut prefix = head(body);
     for (i, m) in messages.iter().enumerate() {
         let blocks = m["content"].as_array().cloned().unwrap_or_default();
         for (j, block) in blocks.iter().enumerate() {
@@ -319,7 +322,7 @@ fn check_binding(body: &Value) -> Result<(), String> {
             let before: usize = before
                 .parse()
                 .map_err(|_| format!("{at}: invalid signature"))?;
-            if prefix_digest(body, &messages[..i], &blocks[..j]) != digest {
+            if finish(prefix.clone(), &blocks[..j]) != digest {
                 return Err(format!(
                     "{at}: thinking block is bound to a different conversation prefix"
                 ));
@@ -338,6 +341,7 @@ fn check_binding(body: &Value) -> Result<(), String> {
             }
             present += 1;
         }
+        feed(&mut prefix, m);
     }
     Ok(())
 }
@@ -345,15 +349,30 @@ fn check_binding(body: &Value) -> Result<(), String> {
 /// The digest a thinking block is bound to: `system`, `tools`, the messages before its
 /// message and the blocks before it in its own, without thinking blocks or markers.
 fn prefix_digest(body: &Value, before: &[Value], blocks: &[Value]) -> String {
+    let mut hash = head(body);
+    for m in before {
+        feed(&mut hash, m);
+    }
+    finish(hash, blocks)
+}
+
+/// A digest fed `system` and `tools`.
+fn head(body: &Value) -> Sha256 {
     let mut hash = Sha256::new();
     for part in [&body["system"], &body["tools"]] {
-        hash.update(canonical(&stripped(part)).as_bytes());
-        hash.update(b"\0");
+        feed(&mut hash, part);
     }
-    for m in before {
-        hash.update(canonical(&stripped(m)).as_bytes());
-        hash.update(b"\0");
-    }
+    hash
+}
+
+/// `hash` fed one part of the prefix.
+fn feed(hash: &mut Sha256, part: &Value) {
+    hash.update(canonical(&stripped(part)).as_bytes());
+    hash.update(b"\0");
+}
+
+/// The digest of a prefix, ended with the blocks before a block in its own message.
+fn finish(mut hash: Sha256, blocks: &[Value]) -> String {
     hash.update(canonical(&stripped(&Value::Array(blocks.to_vec()))).as_bytes());
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -69,6 +69,21 @@ pub(super) fn decide(
         report.cut_reused = k > 0;
         first_prunable = k;
     }
+    // The same for the tool rounds dropped from the turns kept: a long tool loop is one
+    // turn, and inside it the history starts where it started last time.
+    let mut rounds_end = None;
+    if stages.drops_rounds()
+        && let Some(end) = m.previous_rounds
+    {
+        let mut dropping = Dropping {
+            cost,
+            actions,
+            total: &mut total,
+            report: &mut report,
+            end: &mut rounds_end,
+        };
+        dropping.rounds(layout, policy, |unit, _| unit.range.range().end <= end);
+    }
     // Clearing in steps: clear again what was cleared last time, so the transcript reads
     // the same up to the newest cleared result, whether or not this request needs it.
     if stages.clears()
@@ -108,22 +123,15 @@ pub(super) fn decide(
             clear(actions, cost, &mut total);
         }
         if stages.drops_rounds() && total > allowance {
-            let rounds: Vec<_> = layout
-                .units
-                .iter()
-                .filter(|u| u.is_round && actions[u.range.start()] != Action::Drop)
-                .collect();
-            let droppable = rounds.len().saturating_sub(policy.preserve_recent);
-            for unit in &rounds[..droppable] {
-                if total <= allowance {
-                    break;
-                }
-                for i in unit.range.range() {
-                    total -= cost[i];
-                    actions[i] = Action::Drop;
-                }
-                report.dropped_rounds += 1;
-            }
+            // Down to the low-water mark too, for the same reason as turns.
+            let mut dropping = Dropping {
+                cost,
+                actions,
+                total: &mut total,
+                report: &mut report,
+                end: &mut rounds_end,
+            };
+            dropping.rounds(layout, policy, |_, total| total > m.prune_target);
         }
         if stages.enforces() && total > allowance {
             let kept_turns = &layout.turns[prunable_turns..];
@@ -197,13 +205,54 @@ pub(super) fn decide(
         clears,
         cuts: Cuts {
             history: cut,
+            rounds: rounds_end.and_then(|end| Cut::at(&req.messages, end)),
             cleared,
+            thinking: None,
         },
         report,
         reserved_tool: reserved > 0,
         longs: Vec::new(),
         inputs,
     })
+}
+
+/// Dropping tool rounds, oldest first, and remembering where the newest one dropped ends.
+struct Dropping<'a> {
+    cost: &'a [usize],
+    actions: &'a mut [Action],
+    total: &'a mut usize,
+    report: &'a mut PreparationReport,
+    end: &'a mut Option<usize>,
+}
+
+impl Dropping<'_> {
+    /// Drops the rounds not dropped yet, oldest first but for the newest
+    /// `preserve_recent`, while `more(round, total)` says so.
+    fn rounds(
+        &mut self,
+        layout: &crate::fit::turns::Layout,
+        policy: &ContextPolicy,
+        more: impl Fn(crate::fit::turns::Unit, usize) -> bool,
+    ) {
+        let mut rounds: Vec<_> = layout
+            .units
+            .iter()
+            .filter(|u| u.is_round && self.actions[u.range.start()] != Action::Drop)
+            .copied()
+            .collect();
+        rounds.truncate(rounds.len().saturating_sub(policy.preserve_recent));
+        for unit in rounds {
+            if !more(unit, *self.total) {
+                break;
+            }
+            for i in unit.range.range() {
+                *self.total -= self.cost[i];
+                self.actions[i] = Action::Drop;
+            }
+            self.report.dropped_rounds += 1;
+            *self.end = (*self.end).max(Some(unit.range.range().end));
+        }
+    }
 }
 
 /// Tool results that may be cleared, oldest first: not already a stub, not among the

@@ -195,7 +195,7 @@ pub(crate) fn plan(input: Input<'_>, scratch: &mut Scratch) -> Result<Planned, C
     layout.units.clear();
     layout.head_end = crate::model::leading_system_end(msgs);
     let mut laid_out = false;
-    if budget.previous_cut.is_some() {
+    if budget.previous_cut.is_some() || budget.previous_rounds.is_some() {
         layout.fill(msgs);
         laid_out = true;
     }
@@ -208,6 +208,9 @@ pub(crate) fn plan(input: Input<'_>, scratch: &mut Scratch) -> Result<Planned, C
     let previous_cut = budget
         .previous_cut
         .and_then(|cut| find_cut(cut, msgs, layout));
+    let previous_rounds = budget
+        .previous_rounds
+        .and_then(|cut| find_rounds(cut, msgs, layout));
     // `fit::budget` hands on a previous region only when the policy clears in steps.
     let previous_clear = budget
         .previous_clear
@@ -247,6 +250,7 @@ pub(crate) fn plan(input: Input<'_>, scratch: &mut Scratch) -> Result<Planned, C
             clear_order,
             marks,
             previous_cut,
+            previous_rounds,
             previous_clear,
             prune_target,
             longs,
@@ -293,6 +297,27 @@ pub(super) fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<us
     turns.iter().position(|t| cut.is_at(msgs, t.range.start()))
 }
 
+/// The index the session's previous dropped rounds ended at, if it is in this transcript:
+/// the end of a round there.
+pub(super) fn find_rounds(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
+    let ends = |u: &&crate::fit::turns::Unit| u.is_round;
+    if layout
+        .units
+        .iter()
+        .filter(ends)
+        .any(|u| u.range.range().end == cut.position)
+        && cut.is_at(msgs, cut.position)
+    {
+        return Some(cut.position);
+    }
+    layout
+        .units
+        .iter()
+        .filter(ends)
+        .map(|u| u.range.range().end)
+        .find(|&end| cut.is_at(msgs, end))
+}
+
 /// The index the session's previous cleared region ended at, if it is in this
 /// transcript: at its old position, or after any clearable result.
 pub(super) fn find_clear(cut: Cut, msgs: &[Message], clear_order: &[usize]) -> Option<usize> {
@@ -320,6 +345,7 @@ mod tests {
             budget: Budget {
                 model_window: None,
                 previous_cut: None,
+                previous_rounds: None,
                 previous_clear: None,
                 factor: 1.0,
             },

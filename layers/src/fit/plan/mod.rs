@@ -83,6 +83,9 @@ pub(crate) struct Budget {
     pub(crate) model_window: Option<usize>,
     /// The session's previous cut (cache-aware pruning).
     pub(crate) previous_cut: Option<Cut>,
+    /// Where the session's previous request stopped dropping tool rounds (cache-aware
+    /// pruning).
+    pub(crate) previous_rounds: Option<Cut>,
     /// Where the session's previous cleared region ended (clearing in steps).
     pub(crate) previous_clear: Option<Cut>,
     /// What the allowance is divided by ([`Calibration::factor`](crate::calibration::Calibration::factor)); 1 without calibration.
@@ -231,6 +234,9 @@ pub(super) struct Measured<'a> {
     pub(super) clear_order: &'a [usize],
     /// The session's previous cut, as the number of turns before it, when it is found.
     pub(super) previous_cut: Option<usize>,
+    /// The end of the session's previous dropped rounds, when pruning is cache-aware and
+    /// it is found: every droppable round before this index is dropped again.
+    pub(super) previous_rounds: Option<usize>,
     /// The end of the session's previous cleared region, when clearing in steps and it
     /// is found: every clearable result before this index is cleared again.
     pub(super) previous_clear: Option<usize>,
