@@ -11,8 +11,8 @@ use super::keys;
 use super::options::{RedisOptions, millis};
 use super::{decode_json, encode_bounded};
 
-/// Bounds what a corrupted or hostile entry can make a replica decode: a `Cuts` is two
-/// positions and two hashes, under 200 bytes as JSON.
+/// Bounds what a corrupted or hostile entry can make a replica decode: a `Cuts` is three
+/// cuts and a thinking binding, under 450 bytes as JSON with every number at its largest.
 const MAX_CUTS_BYTES: usize = 1024;
 
 /// A [`CutStore`] on Redis: `{prefix}:cut:{scope key}:{session}`, expiring
@@ -111,5 +111,33 @@ impl CutStore for RedisCutStore {
                 tracing::debug!(event = "cuts_not_shared", %error, "a cut stays local");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use llm_context_layers::Cut;
+    use llm_context_layers::thinking::Binding;
+
+    #[test]
+    fn the_largest_cuts_fit_the_bound() {
+        let cut = Some(Cut {
+            position: usize::MAX,
+            hash: u128::MAX,
+        });
+        let cuts = Cuts {
+            history: cut,
+            rounds: cut,
+            cleared: cut,
+            thinking: Some(Binding {
+                sent: u128::MAX,
+                messages: usize::MAX,
+                dropped_through: Some(u128::MAX),
+            }),
+        };
+        let json = serde_json::to_vec(&cuts).unwrap();
+        assert!(json.len() < 450, "{}", json.len());
+        assert!(json.len() < MAX_CUTS_BYTES);
     }
 }

@@ -214,6 +214,24 @@ mod tests {
     }
 
     #[test]
+    fn cuts_recorded_before_rounds_and_thinking_were_remembered_still_read() {
+        // What a replica of an earlier version left in a shared store.
+        let old = r#"{"history":{"position":3,"hash":7},"cleared":null}"#;
+        let cuts: Cuts = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            cuts.history,
+            Some(Cut {
+                position: 3,
+                hash: 7
+            })
+        );
+        assert_eq!(
+            (cuts.rounds, cuts.cleared, cuts.thinking),
+            (None, None, None)
+        );
+    }
+
+    #[test]
     fn the_store_is_per_tenant_and_session_and_bounded() {
         let store = LocalCutStore::new(NonZeroUsize::new(2).unwrap());
         let cut = Cuts {
