@@ -102,17 +102,18 @@ pub(crate) fn keep_bound(req: &mut ChatRequest, previous: Option<Binding>, edite
         }
     }
     let sent = h.finish();
-    let last = req
-        .messages
-        .iter()
-        .rev()
-        .flat_map(|m| m.reasoning().iter().rev())
-        .find_map(block_id);
+    let last = || {
+        req.messages
+            .iter()
+            .rev()
+            .flat_map(|m| m.reasoning().iter().rev())
+            .find_map(block_id)
+    };
     let through = match previous {
         Some(p) if grew => p.dropped_through,
         // What was sent changed (or shrank): every block present was bound to it.
-        Some(_) => last,
-        None if edited => last,
+        Some(_) => last(),
+        None if edited => last(),
         None => None,
     };
     let dropped = through.map_or(0, |id| drop_through(req, id));
@@ -153,7 +154,11 @@ fn drop_through(req: &mut ChatRequest, id: u128) -> usize {
     };
     let mut dropped = 0;
     for (i, m) in req.messages[..=end].iter_mut().enumerate() {
-        if !m.reasoning().iter().any(|r| block_id(r).is_some()) {
+        // Plain reasoning text binds nothing: a message with no block is left alone.
+        if m.reasoning()
+            .iter()
+            .all(|r| matches!(r, Reasoning::Text { .. }))
+        {
             continue;
         }
         let mut seen = false;
@@ -162,7 +167,6 @@ fn drop_through(req: &mut ChatRequest, id: u128) -> usize {
             .iter()
             .filter(|r| {
                 let Some(this) = block_id(r) else {
-                    // Plain reasoning text binds nothing; it stays as it was.
                     return true;
                 };
                 // In the last message, the blocks after `id` were made after it.

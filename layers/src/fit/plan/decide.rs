@@ -1,6 +1,7 @@
 //! The decisions over measured costs: which turns and rounds go, which results are cleared.
 
 use super::*;
+use crate::fit::turns::{Layout, Unit};
 
 /// [`decide`] with the read tool counted when the request will carry it: when it declares
 /// tools of its own, when something refers to an artifact already, or when clearing (with
@@ -71,18 +72,19 @@ pub(super) fn decide(
     }
     // The same for the tool rounds dropped from the turns kept: a long tool loop is one
     // turn, and inside it the history starts where it started last time.
-    let mut rounds_end = None;
     if stages.drops_rounds()
         && let Some(end) = m.previous_rounds
     {
-        let mut dropping = Dropping {
+        let again = |unit: Unit, _| unit.range.range().end <= end;
+        drop_rounds(
+            layout,
+            policy,
             cost,
             actions,
-            total: &mut total,
-            report: &mut report,
-            end: &mut rounds_end,
-        };
-        dropping.rounds(layout, policy, |unit, _| unit.range.range().end <= end);
+            &mut total,
+            &mut report,
+            again,
+        );
     }
     // Clearing in steps: clear again what was cleared last time, so the transcript reads
     // the same up to the newest cleared result, whether or not this request needs it.
@@ -124,14 +126,8 @@ pub(super) fn decide(
         }
         if stages.drops_rounds() && total > allowance {
             // Down to the low-water mark too, for the same reason as turns.
-            let mut dropping = Dropping {
-                cost,
-                actions,
-                total: &mut total,
-                report: &mut report,
-                end: &mut rounds_end,
-            };
-            dropping.rounds(layout, policy, |_, total| total > m.prune_target);
+            let over = |_, total| total > m.prune_target;
+            drop_rounds(layout, policy, cost, actions, &mut total, &mut report, over);
         }
         if stages.enforces() && total > allowance {
             let kept_turns = &layout.turns[prunable_turns..];
@@ -201,11 +197,24 @@ pub(super) fn decide(
             .get(n)
             .and_then(|t| Cut::at(&req.messages, t.range.start())),
     };
+    // The newest round dropped from the turns kept, when any was.
+    let kept_from = layout
+        .turns
+        .get(report.pruned_turns)
+        .map_or(usize::MAX, |t| t.range.start());
+    let rounds = layout
+        .units
+        .iter()
+        .filter(|u| u.is_round && u.range.start() >= kept_from)
+        .filter(|u| actions[u.range.start()] == Action::Drop)
+        .map(|u| u.range.range().end)
+        .max()
+        .and_then(|end| Cut::at(&req.messages, end));
     Ok(Plan {
         clears,
         cuts: Cuts {
             history: cut,
-            rounds: rounds_end.and_then(|end| Cut::at(&req.messages, end)),
+            rounds,
             cleared,
             thinking: None,
         },
@@ -216,42 +225,33 @@ pub(super) fn decide(
     })
 }
 
-/// Dropping tool rounds, oldest first, and remembering where the newest one dropped ends.
-struct Dropping<'a> {
-    cost: &'a [usize],
-    actions: &'a mut [Action],
-    total: &'a mut usize,
-    report: &'a mut PreparationReport,
-    end: &'a mut Option<usize>,
-}
-
-impl Dropping<'_> {
-    /// Drops the rounds not dropped yet, oldest first but for the newest
-    /// `preserve_recent`, while `more(round, total)` says so.
-    fn rounds(
-        &mut self,
-        layout: &crate::fit::turns::Layout,
-        policy: &ContextPolicy,
-        more: impl Fn(crate::fit::turns::Unit, usize) -> bool,
-    ) {
-        let mut rounds: Vec<_> = layout
-            .units
-            .iter()
-            .filter(|u| u.is_round && self.actions[u.range.start()] != Action::Drop)
-            .copied()
-            .collect();
-        rounds.truncate(rounds.len().saturating_sub(policy.preserve_recent));
-        for unit in rounds {
-            if !more(unit, *self.total) {
-                break;
-            }
-            for i in unit.range.range() {
-                *self.total -= self.cost[i];
-                self.actions[i] = Action::Drop;
-            }
-            self.report.dropped_rounds += 1;
-            *self.end = (*self.end).max(Some(unit.range.range().end));
+/// Drops the tool rounds not dropped yet, oldest first but for the newest
+/// `preserve_recent`, while `more(round, total)` says so.
+fn drop_rounds(
+    layout: &Layout,
+    policy: &ContextPolicy,
+    cost: &[usize],
+    actions: &mut [Action],
+    total: &mut usize,
+    report: &mut PreparationReport,
+    more: impl Fn(Unit, usize) -> bool,
+) {
+    let mut rounds: Vec<Unit> = layout
+        .units
+        .iter()
+        .filter(|u| u.is_round && actions[u.range.start()] != Action::Drop)
+        .copied()
+        .collect();
+    rounds.truncate(rounds.len().saturating_sub(policy.preserve_recent));
+    for unit in rounds {
+        if !more(unit, *total) {
+            break;
         }
+        for i in unit.range.range() {
+            *total -= cost[i];
+            actions[i] = Action::Drop;
+        }
+        report.dropped_rounds += 1;
     }
 }
 

@@ -300,22 +300,16 @@ pub(super) fn find_cut(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<us
 /// The index the session's previous dropped rounds ended at, if it is in this transcript:
 /// the end of a round there.
 pub(super) fn find_rounds(cut: Cut, msgs: &[Message], layout: &Layout) -> Option<usize> {
-    let ends = |u: &&crate::fit::turns::Unit| u.is_round;
-    if layout
+    let mut ends = layout
         .units
         .iter()
-        .filter(ends)
-        .any(|u| u.range.range().end == cut.position)
-        && cut.is_at(msgs, cut.position)
-    {
+        .filter(|u| u.is_round)
+        .map(|u| u.range.range().end);
+    // Where it was first (two messages hashed), else after any round.
+    if ends.clone().any(|end| end == cut.position) && cut.is_at(msgs, cut.position) {
         return Some(cut.position);
     }
-    layout
-        .units
-        .iter()
-        .filter(ends)
-        .map(|u| u.range.range().end)
-        .find(|&end| cut.is_at(msgs, end))
+    ends.find(|&end| cut.is_at(msgs, end))
 }
 
 /// The index the session's previous cleared region ended at, if it is in this
