@@ -61,6 +61,7 @@ pub mod stream;
 // Around the path.
 pub mod builder;
 pub mod durable;
+pub mod executor;
 pub mod mock;
 pub mod summarize;
 pub mod thinking;
@@ -74,6 +75,7 @@ pub use calibration::Calibration;
 pub use catalog::{Catalog, CatalogError};
 pub use context_policy::{ContextPolicyLayer, ContextPolicyService, READ_BUDGET_SPENT};
 pub use error::{BoxError, ContextLimitError, LimitBreakdown, ToolConflictError};
+pub use executor::{AppliedEdits, Executor};
 pub use fit::{Cut, CutStore, Cuts, LocalCutStore, PairingError};
 pub use model::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, DEFAULT_SESSION,

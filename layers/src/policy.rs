@@ -24,6 +24,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::executor::Executor;
+
 /// The default ceiling when neither `max_context_tokens` nor the model's window is known.
 pub const DEFAULT_MAX_CONTEXT_TOKENS: usize = 32_000;
 
@@ -102,6 +104,10 @@ pub struct ContextPolicy {
     /// [`PairingError`](crate::PairingError) instead. Default `true`: providers refuse
     /// the broken form with a 400.
     pub repair_pairing: bool,
+    /// Who edits the context ([`Executor`]): `auto` (the default) chooses per request,
+    /// `local` runs the stack's steps, `delegate` has the provider clear where it can,
+    /// `off` sends every request as it came. See [`executor`](crate::executor).
+    pub executor: Executor,
 }
 
 impl Default for ContextPolicy {
@@ -122,6 +128,7 @@ impl Default for ContextPolicy {
             clear_at_least_tokens: None,
             clear_tool_inputs: false,
             repair_pairing: true,
+            executor: Executor::Auto,
         }
     }
 }
@@ -264,6 +271,13 @@ impl ContextPolicy {
     #[must_use]
     pub fn with_clear_tool_inputs(mut self, on: bool) -> Self {
         self.clear_tool_inputs = on;
+        self
+    }
+
+    /// Sets who edits the context (see [`executor`](crate::executor)).
+    #[must_use]
+    pub fn with_executor(mut self, executor: Executor) -> Self {
+        self.executor = executor;
         self
     }
 

@@ -24,12 +24,16 @@
 //!
 //! ```
 //! use llm_context_layers::mock::MockModel;
-//! use llm_context_layers::{ChatRequest, ContextPolicy, ContextPolicyLayer, Message, Reasoning, ToolCall};
+//! use llm_context_layers::{ChatRequest, ContextPolicy, ContextPolicyLayer, Executor, Message, Reasoning, ToolCall};
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let model = MockModel::echo();
-//! let policy = ContextPolicy::default().with_max_context_tokens(3_000).with_reserve_tokens(200);
+//! // The stack's own steps (`auto` would have the provider clear: see `executor`).
+//! let policy = ContextPolicy::default()
+//!     .with_max_context_tokens(3_000)
+//!     .with_reserve_tokens(200)
+//!     .with_executor(Executor::Local);
 //! let mut agent = ServiceBuilder::new()
 //!     .layer(ContextPolicyLayer::new(policy).unwrap())
 //!     .service(model.clone());

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use llm_context::artifact::is_preview;
 use llm_context::artifact::is_stub;
 use llm_context::tokens::{estimate_one, estimate_tool_tokens};
-use llm_context::{ChatRequest, ContextLimitError, PreparationReport};
+use llm_context::{ChatRequest, ContextLimitError, Executor, PreparationReport};
 
 const WIDTH: usize = 64;
 
@@ -150,6 +150,22 @@ pub(crate) fn render(
             "repaired tool pairing: {} results added or dropped",
             n(report.repaired)
         );
+    }
+    match report.executor {
+        Some(Executor::Delegate) => {
+            let _ = writeln!(
+                out,
+                "executor delegate: the provider clears old tool results (context_management); \
+                 the stack offloads, and prunes only what that would not fit"
+            );
+        }
+        Some(Executor::Off) => {
+            let _ = writeln!(out, "executor off: sent as it came");
+        }
+        Some(executor) => {
+            let _ = writeln!(out, "executor {executor}");
+        }
+        None => {}
     }
     if let Some(cut) = report.history_start {
         let _ = writeln!(

@@ -79,7 +79,7 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
 /// The report fields of the CLI contract, and only those; plus `cut_moved` and
 /// `clear_moved` (a one-shot run has no previous request, so they say whether it cut or
 /// cleared at all), and `repaired` when the tool pairing was repaired, so a script sees
-/// that the stack added or dropped results.
+/// that the stack added or dropped results; and `executor`, who edits the context.
 fn report_json(r: &PreparationReport) -> serde_json::Value {
     let mut v = json!({
         "before_tokens": r.before_tokens,
@@ -95,6 +95,9 @@ fn report_json(r: &PreparationReport) -> serde_json::Value {
     });
     if r.repaired > 0 {
         v["repaired"] = json!(r.repaired);
+    }
+    if let Some(executor) = r.executor {
+        v["executor"] = json!(executor.as_str());
     }
     v
 }

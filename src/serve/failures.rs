@@ -73,8 +73,8 @@ pub(crate) fn failure<F: Format>(e: &BoxError) -> Response {
         find::<ProviderError>(e).map(|p| format!("{:?}", p.kind))
     };
     out.extensions_mut().insert(metrics::Outcome {
-        report: None,
         upstream_error: kind,
+        ..metrics::Outcome::default()
     });
     out
 }

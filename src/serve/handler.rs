@@ -266,6 +266,8 @@ pub(crate) fn report_headers(out: &mut Response, r: &PreparationReport) {
     out.extensions_mut().insert(metrics::Outcome {
         report: Some((r.before_tokens, r.after_tokens, r.memo_hit)),
         upstream_error: None,
+        executor: r.executor,
+        provider_edits: r.provider_edits,
     });
     let h = out.headers_mut();
     let numbers = [
@@ -281,6 +283,31 @@ pub(crate) fn report_headers(out: &mut Response, r: &PreparationReport) {
     }
     let memo = if r.memo_hit { "hit" } else { "miss" };
     h.insert("x-llm-context-memo", HeaderValue::from_static(memo));
+    if let Some(executor) = r.executor {
+        h.insert(
+            "x-llm-context-executor",
+            HeaderValue::from_static(executor.as_str()),
+        );
+    }
+    if let Some(applied) = r.provider_edits {
+        let numbers = [
+            (
+                "x-llm-context-provider-cleared-tool-uses",
+                applied.cleared_tool_uses,
+            ),
+            (
+                "x-llm-context-provider-cleared-tokens",
+                applied.cleared_input_tokens,
+            ),
+            (
+                "x-llm-context-provider-dropped-thinking",
+                applied.dropped_thinking,
+            ),
+        ];
+        for (name, n) in numbers {
+            h.insert(name, HeaderValue::from(n as u64));
+        }
+    }
 }
 
 /// Brings the request's session's cuts from Redis, so that this replica cuts where the

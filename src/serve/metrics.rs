@@ -21,6 +21,10 @@ pub(crate) struct Outcome {
     pub(crate) report: Option<(usize, usize, bool)>,
     /// The kind of the upstream's error, when the upstream failed.
     pub(crate) upstream_error: Option<String>,
+    /// Who edited the request's context.
+    pub(crate) executor: Option<llm_context_layers::Executor>,
+    /// What the provider reported it edited (a non-streamed answer's).
+    pub(crate) provider_edits: Option<llm_context_layers::AppliedEdits>,
 }
 
 pub(crate) struct Metrics {
@@ -35,6 +39,9 @@ pub(crate) struct Metrics {
     upstream_errors: Family<Labels, Counter>,
     budget_used: Family<Labels, Gauge<f64, AtomicU64>>,
     budget_max: Family<Labels, Gauge<f64, AtomicU64>>,
+    executors: Family<Labels, Counter>,
+    provider_cleared_tool_uses: Family<Labels, Counter>,
+    provider_cleared_tokens: Family<Labels, Counter>,
 }
 
 /// From half a millisecond to about 70 s, doubling: the proxy's own work at the low end,
@@ -111,8 +118,31 @@ impl Metrics {
             "Each tenant's budget limit, by tenant and limit",
             budget_max.clone(),
         );
+        let executors = Family::default();
+        registry.register(
+            "executor",
+            "Prepared requests by who edited their context (local, delegate, off) and tenant",
+            executors.clone(),
+        );
+        let provider_cleared_tool_uses = Family::default();
+        registry.register(
+            "provider_cleared_tool_uses",
+            "Tool uses the provider reported clearing (context_management.applied_edits of \
+             non-streamed answers), by tenant",
+            provider_cleared_tool_uses.clone(),
+        );
+        let provider_cleared_tokens = Family::default();
+        registry.register(
+            "provider_cleared_input_tokens",
+            "Input tokens the provider reported its edits freed (non-streamed answers), by \
+             tenant",
+            provider_cleared_tokens.clone(),
+        );
         Self {
             registry,
+            executors,
+            provider_cleared_tool_uses,
+            provider_cleared_tokens,
             budget_used,
             budget_max,
             requests,
@@ -170,6 +200,23 @@ impl Metrics {
             if hit {
                 self.memo_hits.get_or_create(&labels).inc();
             }
+        }
+        if let Some(executor) = outcome.executor {
+            self.executors
+                .get_or_create(&vec![
+                    ("executor", executor.as_str().to_owned()),
+                    ("tenant", tenant.to_owned()),
+                ])
+                .inc();
+        }
+        if let Some(applied) = outcome.provider_edits {
+            let labels = tenant_label();
+            self.provider_cleared_tool_uses
+                .get_or_create(&labels)
+                .inc_by(applied.cleared_tool_uses as u64);
+            self.provider_cleared_tokens
+                .get_or_create(&labels)
+                .inc_by(applied.cleared_input_tokens as u64);
         }
         if let Some(kind) = &outcome.upstream_error {
             self.upstream_errors

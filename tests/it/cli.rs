@@ -77,12 +77,15 @@ fn json_output_has_the_contract_shape() {
             "cleared_observations",
             "cleared_results",
             "cut_moved",
+            "executor",
             "offloaded_results",
             "prompt_allowance",
             "removed_messages"
         ]
     );
     assert_eq!(report["prompt_allowance"], 2_500);
+    // A Chat Completions body on an OpenAI model: the stack's own steps.
+    assert_eq!(report["executor"], "local");
     // One run has no previous request: pruning at all moves the start of the history.
     assert_eq!(report["cut_moved"], true);
     assert_eq!(report["clear_moved"], report["cleared_results"] != 0);

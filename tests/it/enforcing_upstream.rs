@@ -150,8 +150,10 @@ async fn context_management_is_checked_and_its_edits_reported() {
         b["context_management"] = json!({"edits": edits});
         b
     };
-    let clear_tools =
-        json!({"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 1}});
+    // Triggered from the first token, so it is applied.
+    let clear_tools = json!({"type": "clear_tool_uses_20250919",
+                             "trigger": {"type": "input_tokens", "value": 1},
+                             "keep": {"type": "tool_uses", "value": 1}});
     let clear_thinking = json!({"type": "clear_thinking_20251015", "keep": "all"});
     // Without its beta.
     let (status, error) = post(&up, &with(json!([clear_tools])), &[]).await;

@@ -9,10 +9,10 @@
 //! newest step reached it, and how many blocks the proxy left out
 //! (`x-llm-context-thinking-dropped`).
 
-use crate::support::enforcing::start;
+use crate::support::enforcing::{Shown, start};
 use crate::support::proxy::{anthropic, serving};
-use llm_context::ContextPolicy;
 use llm_context::serve::Proxy;
+use llm_context::{ContextPolicy, Executor};
 use serde_json::{Value, json};
 
 /// A tool result of about `n` bytes: log lines with JSON and non-ASCII text.
@@ -75,6 +75,17 @@ fn content_of_stream(text: &str) -> Vec<Value> {
     blocks
 }
 
+/// What the client sends besides its transcript.
+#[derive(Default)]
+struct Client {
+    /// Its own `context_management`, when it sends one.
+    context_management: Option<Value>,
+    /// Its `anthropic-beta` header.
+    betas: Option<&'static str>,
+    /// Calls made (300 unless set).
+    calls: Option<usize>,
+}
+
 /// What a 300-call run came to.
 struct Run {
     /// The calls answered other than 200: (call, status, body).
@@ -88,9 +99,21 @@ struct Run {
     largest: u64,
     /// Every block left out, over the run.
     dropped: u64,
+    /// The executors the proxy named (`x-llm-context-executor`), once each.
+    executors: Vec<String>,
+    /// What the model was shown of each request, once the provider's edits were applied.
+    shown: Vec<Shown>,
+    /// The upstream's request bodies.
+    bodies: Vec<Value>,
+    /// Tool uses the provider reported clearing (`x-llm-context-provider-cleared-tool-uses`).
+    provider_cleared: u64,
 }
 
 async fn run(policy: ContextPolicy) -> Run {
+    run_with(policy, Client::default()).await
+}
+
+async fn run_with(policy: ContextPolicy, client_setup: Client) -> Run {
     let upstream = start().await;
     let proxy = Proxy::builder()
         .policy(policy)
@@ -102,24 +125,28 @@ async fn run(policy: ContextPolicy) -> Run {
     let mut messages =
         vec![json!({"role": "user", "content": "Finde heraus, warum der Build fehlschlägt."})];
     let mut failed = Vec::new();
-    let (mut largest, mut dropped) = (0, 0);
-    for call in 0..300 {
+    let (mut largest, mut dropped, mut provider_cleared) = (0, 0, 0);
+    let mut executors: Vec<String> = Vec::new();
+    for call in 0..client_setup.calls.unwrap_or(300) {
         let stream = call % 2 == 1;
-        let body = json!({"model": "claude-fable-5-1", "max_tokens": 4096, "stream": stream,
+        let mut body = json!({"model": "claude-fable-5-1", "max_tokens": 4096, "stream": stream,
                           "thinking": {"type": "enabled", "budget_tokens": 2048},
                           "system": [{"type": "text", "text": "You are Claude Code, a coding agent."}],
                           "tools": [{"name": "run", "description": "Runs a shell command.",
                                      "input_schema": {"type": "object",
                                                       "properties": {"command": {"type": "string"}}}}],
                           "messages": messages});
-        let r = client
+        if let Some(cm) = &client_setup.context_management {
+            body["context_management"] = cm.clone();
+        }
+        let mut request = client
             .post(format!("{url}/v1/messages"))
             .header("content-type", "application/json")
-            .header("x-llm-context-session", "thinking-loop")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+            .header("x-llm-context-session", "thinking-loop");
+        if let Some(betas) = client_setup.betas {
+            request = request.header("anthropic-beta", betas);
+        }
+        let r = request.body(body.to_string()).send().await.unwrap();
         let status = r.status().as_u16();
         let number = |name: &str| -> u64 {
             r.headers()
@@ -130,6 +157,12 @@ async fn run(policy: ContextPolicy) -> Run {
         };
         largest = largest.max(number("x-llm-context-after-tokens"));
         dropped += number("x-llm-context-thinking-dropped");
+        provider_cleared += number("x-llm-context-provider-cleared-tool-uses");
+        if let Some(e) = r.headers().get("x-llm-context-executor")
+            && !executors.iter().any(|x| x == e.to_str().unwrap())
+        {
+            executors.push(e.to_str().unwrap().to_owned());
+        }
         let text = r.text().await.unwrap();
         if status != 200 {
             failed.push((call, status, text));
@@ -188,9 +221,15 @@ async fn run(policy: ContextPolicy) -> Run {
         with_thinking,
         largest,
         dropped,
+        executors,
+        shown: seen.shown.clone(),
+        bodies: seen.bodies.clone(),
+        provider_cleared,
     }
 }
 
+/// No call failed, and every request the model was shown, after the provider's edits,
+/// is within the 30,000-token window (by the stack's estimate: under its allowance).
 fn check(run: &Run, allowance: u64) {
     let first = run
         .failed
@@ -203,15 +242,21 @@ fn check(run: &Run, allowance: u64) {
         first.unwrap_or_default()
     );
     assert!(run.largest <= allowance, "{} > {allowance}", run.largest);
-    // The transcript grows to some 3 MB: without pruning nothing would fit.
-    assert!(run.dropped > 0);
+    let most = run.shown.iter().map(|s| s.tokens).max().unwrap();
+    assert!(most <= 30_000, "the model was shown {most} tokens");
 }
 
 #[tokio::test]
 async fn a_300_call_thinking_loop_through_serve_never_breaks_a_signed_thinking_block() {
-    let policy = ContextPolicy::default().with_max_context_tokens(30_000);
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(30_000)
+        .with_executor(Executor::Local);
     let run = run(policy).await;
     check(&run, 30_000 - 2_048);
+    assert_eq!(run.executors, ["local"]);
+    // The transcript grows to some 3 MB: without pruning nothing would fit, and what
+    // was made against the pruned turns goes.
+    assert!(run.dropped > 0);
     eprintln!(
         "default policy: newest thinking left out on {} of 300 calls, {} blocks in all",
         run.newest_dropped, run.dropped
@@ -227,9 +272,11 @@ async fn with_cache_aware_pruning_thinking_is_dropped_in_steps() {
     let policy = ContextPolicy::default()
         .with_max_context_tokens(30_000)
         .with_low_water_tokens(15_000)
-        .with_clear_at_least_tokens(8_000);
+        .with_clear_at_least_tokens(8_000)
+        .with_executor(Executor::Local);
     let run = run(policy).await;
     check(&run, 30_000 - 2_048);
+    assert!(run.dropped > 0);
     eprintln!(
         "cache-aware: newest thinking left out on {} of 300 calls, {} blocks in all",
         run.newest_dropped, run.dropped
@@ -238,4 +285,90 @@ async fn with_cache_aware_pruning_thinking_is_dropped_in_steps() {
     // the low-water mark), not on every one: the model's newest thinking reaches it on
     // most calls (72 of 300 left out when this was written; 262 under the default policy).
     assert!(run.newest_dropped * 3 < 300, "{}", run.newest_dropped);
+}
+
+/// Claude Code's own edit (it keeps all thinking) and its betas.
+fn claude_code() -> Client {
+    Client {
+        context_management: Some(
+            json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}),
+        ),
+        betas: Some("interleaved-thinking-2025-05-14,context-management-2025-06-27"),
+        calls: None,
+    }
+}
+
+#[tokio::test]
+async fn by_default_a_thinking_model_is_delegated_and_keeps_every_thinking_block() {
+    // The default executor, `auto`: a binding model with thinking on is delegated.
+    let policy = ContextPolicy::default().with_max_context_tokens(30_000);
+    let run = run_with(policy, claude_code()).await;
+    check(&run, 30_000 - 2_048);
+    assert_eq!(run.executors, ["delegate"]);
+    // The provider cleared; the stack never edited what comes before a thinking block,
+    // so no block was left out, and the model saw its newest thinking on every call.
+    assert_eq!(run.dropped, 0);
+    assert_eq!(run.newest_dropped, 0);
+    assert!(run.provider_cleared > 0);
+    assert!(run.shown.iter().all(|s| s.stubs == 0));
+    // Claude Code's edit reached the provider as it wrote it, first; the policy's
+    // clearing follows it.
+    for body in &run.bodies {
+        let edits = body["context_management"]["edits"].as_array().unwrap();
+        assert_eq!(
+            edits[0],
+            json!({"type": "clear_thinking_20251015", "keep": "all"})
+        );
+        assert_eq!(edits[1]["type"], "clear_tool_uses_20250919");
+        assert_eq!(edits[1]["trigger"]["value"], 30_000 - 2_048);
+        assert_eq!(edits.len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn with_executor_delegate_the_300_call_loop_fits_with_no_binding_400() {
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(30_000)
+        .with_executor(Executor::Delegate);
+    let run = run(policy).await;
+    check(&run, 30_000 - 2_048);
+    assert_eq!(run.executors, ["delegate"]);
+    assert_eq!(run.dropped, 0);
+    assert!(run.provider_cleared > 0);
+}
+
+#[tokio::test]
+async fn a_client_that_asks_the_provider_to_clear_is_never_cleared_twice() {
+    // The client clears tool uses itself, keeping 5, from 12,000 tokens on; the policy
+    // says local, which must not clear the same span again.
+    let client = Client {
+        context_management: Some(json!({"edits": [
+            {"type": "clear_tool_uses_20250919",
+             "trigger": {"type": "input_tokens", "value": 12_000},
+             "keep": {"type": "tool_uses", "value": 5}}]})),
+        betas: Some("context-management-2025-06-27"),
+        calls: Some(120),
+    };
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(30_000)
+        .with_executor(Executor::Local);
+    let run = run_with(policy, client).await;
+    check(&run, 30_000 - 2_048);
+    assert_eq!(run.executors, ["delegate"]);
+    // The client's edit was sent alone, as written.
+    for body in &run.bodies {
+        assert_eq!(
+            body["context_management"]["edits"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+    // What the model was shown: no stub of the stack's, ever; once the provider's trigger
+    // is passed, exactly the newest 5 results whole (were both clearing, the provider's
+    // `keep` would count the stack's stubs and fewer would be whole).
+    assert!(run.shown.iter().all(|s| s.stubs == 0));
+    let late = &run.shown[run.shown.len() - 20..];
+    assert!(late.iter().all(|s| s.whole_results == 5), "{late:?}");
 }

@@ -46,6 +46,7 @@ const fn anthropic(window: usize, min: Option<usize>, price: Price) -> ModelInfo
         cache_min_tokens: min,
         price: Some(price),
         binds_thinking: None,
+        edits_context: None,
     }
 }
 
@@ -64,6 +65,7 @@ const fn openai(window: usize, price: Price) -> ModelInfo {
         cache_min_tokens: Some(1_024),
         price: Some(price),
         binds_thinking: None,
+        edits_context: None,
     }
 }
 

@@ -164,6 +164,12 @@ pub struct ModelInfo {
     /// it does not know.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binds_thinking: Option<bool>,
+    /// Whether the provider edits this model's context on request (Anthropic's
+    /// `context_management` edits: clearing tool uses and thinking), so the stack can
+    /// delegate clearing to it ([`Executor::Delegate`](crate::Executor::Delegate)).
+    /// `None`: decided by [`Catalog::edits_context`]'s rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edits_context: Option<bool>,
 }
 
 /// The minimum cacheable prefix assumed for a model the catalog does not know: 1,024
@@ -257,6 +263,38 @@ impl Catalog {
             // The built-in entries say so when they bind.
             Some(known) => known.binds_thinking.unwrap_or(false),
             None => unknown_claude_binds(model),
+        }
+    }
+
+    /// Whether the provider of `model` edits its context on request (clears old tool
+    /// uses and thinking server-side): the catalog's `edits_context`, else `true` for
+    /// Anthropic's models from Claude 4 on (the built-in ones, and any `claude-` model
+    /// the built-in catalog does not know but a `claude-2…` or `claude-3…` one) and
+    /// `false` for every other model.
+    ///
+    /// ```
+    /// use llm_context_layers::Catalog;
+    ///
+    /// let catalog = Catalog::builtin();
+    /// assert!(catalog.edits_context("claude-sonnet-4-6"));
+    /// assert!(catalog.edits_context("claude-nova-6"));
+    /// assert!(!catalog.edits_context("claude-3-7-sonnet-20250219"));
+    /// assert!(!catalog.edits_context("gpt-5.5"));
+    /// ```
+    pub fn edits_context(&self, model: &str) -> bool {
+        let builtin = Catalog::builtin();
+        let info = self.get(model).or_else(|| builtin.get(model));
+        if let Some(edits) = info.and_then(|m| m.edits_context) {
+            return edits;
+        }
+        match info.and_then(|m| m.provider) {
+            Some(provider) => provider == Provider::Anthropic,
+            None => {
+                model.starts_with("claude-")
+                    && !model.starts_with("claude-2")
+                    && !model.starts_with("claude-3")
+                    && !model.starts_with("claude-instant")
+            }
         }
     }
 

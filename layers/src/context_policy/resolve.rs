@@ -11,6 +11,7 @@ use super::steps::{Composite, prepare, prepare_verified};
 use crate::BoxError;
 use crate::ContextLimitError;
 use crate::artifact::{READ_ARTIFACT_TOOL, Untrusted};
+use crate::executor::AppliedEdits;
 use crate::fit::Scratch;
 use crate::model::{
     ChatRequest, ChatResponse, Content, FinishReason, Message, PreparationReport, ToolCall, Usage,
@@ -230,6 +231,10 @@ impl Rounds {
     ) -> Result<ControlFlow<ChatResponse, Prepared>, BoxError> {
         let mut report = sent.report;
         report.absorb_inner(&response.report);
+        // What the provider edited of this round's request (a delegated one's clearing).
+        if let Some(applied) = AppliedEdits::from_fields(&response.provider_fields) {
+            report.provider_edits = Some(applied);
+        }
         // Every round is a prompt the provider counted against this round's estimate.
         if let (Some(calibration), Some(model)) = (&self.shared.calibration, sent.model) {
             calibration.observe_parts(&model, &report, &response.usage);

@@ -1,11 +1,14 @@
 //! What the composite is configured with, and the synchronous part of its preparation.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::BoxError;
 use crate::artifact::{ArtifactReader, ArtifactStore, Untrusted, verify};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
+use crate::executor::edits::{self, ClientClearing};
+use crate::executor::{self, Executor};
 use crate::fit::{self, CutStore, Fitting, Scratch, Stages};
 use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
 use crate::offload::{Prepared, PreviewCache, offload_request};
@@ -92,6 +95,11 @@ fn prepare_checked(
     untrusted: &Untrusted,
     check_claims: bool,
 ) -> Result<Preparation, BoxError> {
+    let executor = executor::choose(shared.policy.executor, &req, &shared.catalog);
+    if executor == Executor::Off {
+        // Nothing edited, nothing added: the request as it came.
+        return Ok(Preparation::Prepared(Prepared::untouched(req, executor)));
+    }
     shared.prefix.inject(&mut req);
     // The session's previous cuts: kept when the policy says so (see `fit::budget`), and
     // always compared, so the report says when the cached prefix was broken.
@@ -99,17 +107,40 @@ fn prepare_checked(
         .cuts
         .get(&req.scope, &req.session)
         .unwrap_or_default();
-    let budget = fit::budget(
+    let mut budget = fit::budget(
         &req,
         &shared.policy,
         &shared.catalog,
         shared.calibration.as_ref(),
         previous,
     )?;
+    // The policy the plan is made with: the stack's, or, when the client's own clearing
+    // is the provider's, one that counts on what that clearing guarantees.
+    let mut planned = Cow::Borrowed(&shared.policy);
+    if executor == Executor::Delegate {
+        // The provider clears: the plan counts on it and sends the results unchanged,
+        // and no cleared region of the stack's is kept.
+        let allowance = shared.policy.prompt_allowance(budget.model_window);
+        if edits::client_owns_clearing(&req) {
+            let policy = planned.to_mut();
+            match edits::client_clearing(&req, allowance) {
+                ClientClearing::Counted { keep, exclude } => {
+                    policy.preserve_tool_results = Some(keep);
+                    policy.never_clear.extend(exclude);
+                }
+                // No result may be counted as cleared: what does not fit is pruned.
+                ClientClearing::Uncounted => policy.preserve_tool_results = Some(usize::MAX),
+            }
+        } else {
+            edits::delegate(&mut req, &shared.policy, allowance);
+        }
+        budget.server_clears = true;
+        budget.previous_clear = None;
+    }
     let memory = shared.memory.session(&req.scope, &req.session);
     let mut fitted = match fit::prepare(
         req,
-        &shared.policy,
+        &planned,
         untrusted,
         Stages::All,
         budget,
@@ -120,6 +151,7 @@ fn prepare_checked(
         Fitting::Fitted(fitted) => fitted,
         Fitting::Claims(req) => return Ok(Preparation::Claims(req)),
     };
+    fitted.report.executor = Some(executor);
     fitted.report.cut_moved = fitted.cuts.history_moved(&previous);
     fitted.report.clear_moved = fitted.cuts.cleared_moved(&previous);
     let mut cuts = fitted.cuts;

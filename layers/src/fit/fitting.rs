@@ -181,6 +181,7 @@ pub(crate) fn budget(
         previous_cut: policy.low_water_tokens.and(previous.history),
         previous_rounds: policy.low_water_tokens.and(previous.rounds),
         previous_clear: policy.clear_at_least_tokens.and(previous.cleared),
+        server_clears: false,
         factor: calibration.map_or(1.0, |c| c.factor(&req.model)),
     })
 }

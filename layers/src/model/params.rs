@@ -66,7 +66,9 @@ pub struct GenerationParams {
     /// HTTP headers to pass on to the provider as the caller's client sent them, in order
     /// (a proxy's: `anthropic-beta`, `OpenAI-Organization`, `x-…`, `user-agent`). Written
     /// as `extra` is: every one by a client of `extra_format`'s format; by a client of
-    /// another format only those that name no provider (not `anthropic-…` or `openai-…`).
+    /// another format only those that name no provider (not `anthropic-…` or
+    /// `openai-…`), and, when set by hand, those naming its own (see
+    /// [`headers_for`](Self::headers_for)).
     /// A client's own credentials and settings win over them. Not serialized; the memo
     /// key holds the `anthropic-…` and `openai-…` ones, which can change the answer, and
     /// not the others (a request id differs on every call).
@@ -125,13 +127,37 @@ impl GenerationParams {
     }
 
     /// The headers of [`headers`](Self::headers) a client of `format` sends: all of them
-    /// when they came in that format, else those that name no provider.
+    /// when they came in that format; those that name no provider when they came in
+    /// another; and when they were set by hand (`extra_format` unset), those that name no
+    /// provider or name `format`'s own (`anthropic-…` to a Messages upstream: a beta set
+    /// for the provider's edits).
+    ///
+    /// ```
+    /// use llm_context_layers::{GenerationParams, WireFormat};
+    ///
+    /// let mut params = GenerationParams::default();
+    /// params.headers.push(("anthropic-beta".into(), "context-management-2025-06-27".into()));
+    /// params.headers.push(("openai-organization".into(), "org-1".into()));
+    /// let names = |p: &GenerationParams, f| p.headers_for(f).map(|(n, _)| n.to_owned()).collect::<Vec<_>>();
+    /// assert_eq!(names(&params, WireFormat::Messages), ["anthropic-beta"]);
+    /// assert_eq!(names(&params, WireFormat::ChatCompletions), ["openai-organization"]);
+    /// // Headers a Chat Completions client sent: no provider gets another's.
+    /// params.extra_format = Some(WireFormat::ChatCompletions);
+    /// assert!(names(&params, WireFormat::Messages).is_empty());
+    /// ```
     pub fn headers_for(&self, format: WireFormat) -> impl Iterator<Item = (&str, &str)> {
         let own = self.extra_format == Some(format);
+        let by_hand = self.extra_format.is_none();
+        let prefix = match format {
+            WireFormat::ChatCompletions => "openai-",
+            WireFormat::Messages => "anthropic-",
+        };
         self.headers
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))
-            .filter(move |(n, _)| own || !names_a_provider(n))
+            .filter(move |(n, _)| {
+                own || !names_a_provider(n) || by_hand && starts_with_ignore_case(n, prefix)
+            })
     }
 
     /// The query string a client of `format` sends: the caller's, when it came in that
@@ -145,10 +171,14 @@ impl GenerationParams {
 
 /// Whether a header belongs to one provider's API (`anthropic-…`, `openai-…`).
 fn names_a_provider(name: &str) -> bool {
-    ["anthropic-", "openai-"].iter().any(|p| {
-        name.get(..p.len())
-            .is_some_and(|head| head.eq_ignore_ascii_case(p))
-    })
+    ["anthropic-", "openai-"]
+        .iter()
+        .any(|p| starts_with_ignore_case(name, p))
+}
+
+fn starts_with_ignore_case(name: &str, prefix: &str) -> bool {
+    name.get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
 }
 
 /// How the model may use a request's tools, in terms every format has.

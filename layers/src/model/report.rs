@@ -102,6 +102,15 @@ pub struct PreparationReport {
     /// [`thinking`](crate::thinking)).
     #[serde(skip_serializing_if = "is_zero")]
     pub thinking_dropped: usize,
+    /// Who edited the request's context ([`Executor`](crate::Executor): `local`,
+    /// `delegate` or `off`, never `auto`); `None` from a layer that does not choose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<crate::Executor>,
+    /// What the provider reported it edited, once its response came
+    /// ([`AppliedEdits`](crate::AppliedEdits)); `None` when it reported nothing (a
+    /// stream's is known only at its end, after its headers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_edits: Option<crate::AppliedEdits>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -156,6 +165,8 @@ impl PreparationReport {
         if self.prompt_allowance == 0 {
             self.prompt_allowance = inner.prompt_allowance;
         }
+        self.executor = self.executor.or(inner.executor);
+        self.provider_edits = self.provider_edits.or(inner.provider_edits);
     }
 
     /// Adds `other`'s counts of what was done (removed, cleared, offloaded, folded, …) and

@@ -28,6 +28,22 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
+    /// `req` sent as it came, by `executor` (which edits nothing).
+    pub(crate) fn untouched(req: ChatRequest, executor: crate::Executor) -> Self {
+        Self {
+            req,
+            report: PreparationReport {
+                executor: Some(executor),
+                ..PreparationReport::default()
+            },
+            to_store: Vec::new(),
+            refs: Vec::new(),
+            kept: Vec::new(),
+            made: Vec::new(),
+            rewritten_tokens: (0, 0),
+        }
+    }
+
     /// Whether the store has anything to do before the request is sent.
     pub(crate) fn needs_store(&self) -> bool {
         !self.to_store.is_empty() || !self.refs.is_empty()

@@ -9,6 +9,7 @@ mod clear_steps;
 mod compaction;
 mod cut;
 mod events;
+mod executor;
 mod layers;
 mod memo;
 mod pairing;

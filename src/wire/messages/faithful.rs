@@ -399,6 +399,13 @@ pub(crate) fn body(req: &ChatRequest) -> Result<Option<Body>, ProviderError> {
         .collect();
     let (mut messages, owners) = messages(kept, &req.messages[head_end..])?;
     let mut fields = kept.rest.clone();
+    // A field the stack set or changed wins over the client's (a delegated request's
+    // `context_management`, the client's edits and the stack's merged).
+    for (k, v) in &req.params.extra {
+        if fields.get(k) != Some(v) && super::params::FIELDS.contains(&k.as_str()) {
+            fields.insert(k.clone(), v.clone());
+        }
+    }
     fields.insert("model".into(), Value::String(req.model.clone()));
     if let Some(n) = req.params.max_output_tokens {
         fields.insert("max_tokens".into(), n.into());

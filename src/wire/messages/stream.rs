@@ -36,6 +36,8 @@ struct Envelope<'a> {
     delta: Option<Delta<'a>>,
     /// `message_delta`: cumulative figures, the input side perhaps left out.
     usage: Option<UsagePatch>,
+    /// `message_delta`: the provider's context edits, reported at the end of a stream.
+    context_management: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -277,6 +279,10 @@ impl Decoder for AnthropicDecoder {
                 }
                 if let Some(reason) = e.delta.and_then(|d| d.stop_reason) {
                     self.finish = Some(finish_reason(Some(&reason)));
+                }
+                // The edits applied, as a non-streamed answer has them.
+                if let Some(cm) = e.context_management.filter(|v| !v.is_null()) {
+                    self.fields.insert("context_management".into(), cm);
                 }
                 out.push_back(StreamEvent::Usage(usage(&self.usage)));
             }

@@ -11,8 +11,11 @@
 //!   removed from anywhere but the start;
 //! - `context_management` is checked as the provider checks it (only `edits`; known edit
 //!   types; `clear_thinking_20251015` first and only with thinking on; each edit's beta
-//!   in `anthropic-beta`), and the edits it is sent are reported in `applied_edits`
-//!   (the binding check compares what the client sent, not an edited copy).
+//!   in `anthropic-beta`), and the edits it is sent are applied as the provider applies
+//!   them (`clear_tool_uses_20250919`: over its trigger, every result but the newest
+//!   `keep` and those of `exclude_tools`, unless that frees less than `clear_at_least`)
+//!   to what the model is shown ([`Seen::shown`]), and reported in `applied_edits` (the
+//!   binding check compares what the client sent, not the edited copy).
 //!
 //! It answers every request by calling the first tool declared (`{"step": n}`), with a
 //! signed thinking block first when thinking is on, or with text when no tool is
@@ -42,6 +45,132 @@ pub(crate) struct Seen {
     pub(crate) bodies: Vec<Value>,
     /// The message of every 400 it answered, in order.
     pub(crate) refusals: Vec<String>,
+    /// What the model was shown of every request it answered, in order.
+    pub(crate) shown: Vec<Shown>,
+}
+
+/// What the model was shown of one request, once the provider's edits were applied.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shown {
+    /// Its messages' tokens, counted as the stack estimates them (4 a message, a token
+    /// for 4 characters of text, thinking, tool input and result).
+    pub(crate) tokens: usize,
+    /// Tool results shown whole (not cleared by the provider, not a stack's stub).
+    pub(crate) whole_results: usize,
+    /// Tool results the stack (not the provider) had replaced by its clearing stub.
+    pub(crate) stubs: usize,
+}
+
+/// The placeholder the provider puts in place of a result it cleared.
+const CLEARED: &str = "[cleared by context management]";
+
+fn blocks(m: &Value) -> Vec<Value> {
+    m["content"].as_array().cloned().unwrap_or_default()
+}
+
+fn is_cleared(result: &Value) -> bool {
+    result["content"] == CLEARED || is_local_stub(result)
+}
+
+/// The stack's clearing stub (`{"context_cleared":true, …}`), as a string or a text
+/// block.
+fn is_local_stub(result: &Value) -> bool {
+    let text = match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<String>(),
+        _ => String::new(),
+    };
+    text.starts_with("{\"context_cleared\":true")
+}
+
+/// The tokens of `messages` as the stack's estimate counts them.
+fn tokens(messages: &[Value]) -> usize {
+    let chars = |v: &Value| -> usize {
+        match v {
+            Value::String(s) => s.chars().count(),
+            Value::Null => 0,
+            other => other.to_string().chars().count(),
+        }
+    };
+    messages
+        .iter()
+        .map(|m| match &m["content"] {
+            Value::String(s) => 4 + s.chars().count() / 4,
+            Value::Array(parts) => {
+                let n: usize = parts
+                    .iter()
+                    .map(|b| match b["type"].as_str() {
+                        Some("text") => chars(&b["text"]),
+                        Some("thinking") => chars(&b["thinking"]),
+                        Some("tool_use") => chars(&b["input"]) + 4 * 4,
+                        Some("tool_result") => match &b["content"] {
+                            Value::Array(p) => p.iter().map(|p| chars(&p["text"])).sum(),
+                            other => chars(other),
+                        },
+                        _ => chars(b),
+                    })
+                    .sum();
+                4 + n / 4
+            }
+            _ => 4,
+        })
+        .sum()
+}
+
+/// The provider's `clear_tool_uses_20250919` over `shown`: when the input is over the
+/// trigger (100,000 tokens by default), every tool result but the newest `keep` (3 by
+/// default) and those of `exclude_tools` is cleared, oldest first, unless that clears
+/// less than `clear_at_least`. Returns the tool uses and tokens cleared.
+fn clear_tool_uses(edit: &Value, shown: &mut [Value]) -> (usize, usize) {
+    let trigger = edit["trigger"]["value"].as_u64().unwrap_or(100_000) as usize;
+    if tokens(shown) <= trigger {
+        return (0, 0);
+    }
+    let keep = edit["keep"]["value"].as_u64().unwrap_or(3) as usize;
+    let excluded: Vec<&str> = edit["exclude_tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    // Which tool each call id names.
+    let mut names = std::collections::HashMap::new();
+    for b in shown.iter().flat_map(blocks) {
+        if b["type"] == "tool_use" {
+            names.insert(
+                b["id"].as_str().unwrap_or_default().to_owned(),
+                b["name"].clone(),
+            );
+        }
+    }
+    let mut at: Vec<(usize, usize)> = Vec::new();
+    for (i, m) in shown.iter().enumerate() {
+        for (j, b) in blocks(m).iter().enumerate() {
+            let name = names.get(b["tool_use_id"].as_str().unwrap_or_default());
+            let excluded = name
+                .and_then(Value::as_str)
+                .is_some_and(|n| excluded.contains(&n));
+            if b["type"] == "tool_result" && !excluded && b["content"] != CLEARED {
+                at.push((i, j));
+            }
+        }
+    }
+    let clear = at.len().saturating_sub(keep);
+    let before = tokens(shown);
+    let mut edited = shown.to_vec();
+    for &(i, j) in &at[..clear] {
+        edited[i]["content"][j]["content"] = json!(CLEARED);
+    }
+    let freed = before - tokens(&edited);
+    let least = edit["clear_at_least"]["value"].as_u64().unwrap_or(0) as usize;
+    if clear == 0 || freed < least {
+        return (0, 0);
+    }
+    shown.clone_from_slice(&edited);
+    (clear, freed)
 }
 
 /// A running enforcing upstream.
@@ -93,13 +222,27 @@ fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8]) -> Response {
         .flat_map(|v| v.split(','))
         .map(|b| b.trim().to_owned())
         .collect();
-    let applied = match check_edits(&body, &betas) {
+    let mut shown = body["messages"].as_array().cloned().unwrap_or_default();
+    let applied = match check_edits(&body, &betas, &mut shown) {
         Ok(applied) => applied,
         Err(why) => return refuse(seen, why),
     };
     if let Err(why) = check_binding(&body) {
         return refuse(seen, why);
     }
+    seen.lock().unwrap().shown.push(Shown {
+        tokens: tokens(&shown),
+        whole_results: shown
+            .iter()
+            .flat_map(blocks)
+            .filter(|b| b["type"] == "tool_result" && !is_cleared(b))
+            .count(),
+        stubs: shown
+            .iter()
+            .flat_map(blocks)
+            .filter(|b| b["type"] == "tool_result" && is_local_stub(b))
+            .count(),
+    });
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let thinking_on = matches!(
         body["thinking"]["type"].as_str(),
@@ -206,8 +349,13 @@ fn streamed(message: &Value) -> Response {
     ([(header::CONTENT_TYPE, "text/event-stream")], text).into_response()
 }
 
-/// `context_management` checked as the provider checks it; the edits applied, reported.
-fn check_edits(body: &Value, betas: &[String]) -> Result<Option<Vec<Value>>, String> {
+/// `context_management` checked as the provider checks it; the edits applied to
+/// `shown` (the messages the model is shown, as sent until then), reported.
+fn check_edits(
+    body: &Value,
+    betas: &[String],
+    shown: &mut [Value],
+) -> Result<Option<Vec<Value>>, String> {
     let Some(cm) = body.get("context_management") else {
         return Ok(None);
     };
@@ -258,19 +406,11 @@ fn check_edits(body: &Value, betas: &[String]) -> Result<Option<Vec<Value>>, Str
             applied.push(json!({"type": kind, "cleared_thinking_turns": 0,
                                 "cleared_input_tokens": 0}));
         } else if kind == "clear_tool_uses_20250919" {
-            let keep = edit["keep"]["value"].as_u64().unwrap_or(3) as usize;
-            let results: Vec<usize> = body["messages"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-                .filter(|b| b["type"] == "tool_result")
-                .map(|b| b["content"].to_string().len())
-                .collect();
-            let cleared = results.len().saturating_sub(keep);
-            let tokens: usize = results[..cleared].iter().sum::<usize>() / 4;
-            applied.push(json!({"type": kind, "cleared_tool_uses": cleared,
-                                "cleared_input_tokens": tokens}));
+            let (uses, tokens) = clear_tool_uses(edit, shown);
+            if uses > 0 {
+                applied.push(json!({"type": kind, "cleared_tool_uses": uses,
+                                    "cleared_input_tokens": tokens}));
+            }
         } else {
             applied.push(json!({"type": kind}));
         }

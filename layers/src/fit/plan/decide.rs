@@ -99,11 +99,20 @@ pub(super) fn decide(
     if total > allowance {
         debug_assert!(m.laid_out, "over the allowance with the turns not laid out");
         let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
-            if stages.clears() {
+            if !stages.clears() {
+            } else if m.server_clears {
+                // Once over its trigger, the provider clears every result but the newest
+                // it keeps, not just enough.
+                for &i in m.clear_order {
+                    clear_one(m, policy, i, actions, &mut clears, cost, total);
+                }
+            } else {
                 clear_until_fit(m, policy, actions, &mut clears, cost, total);
             }
         };
-        if policy.clear_before_prune {
+        // The provider clears before anything else is done.
+        let clear_first = policy.clear_before_prune || m.server_clears;
+        if clear_first {
             clear(actions, cost, &mut total);
         }
         if stages.prunes() && total > allowance {
@@ -121,7 +130,7 @@ pub(super) fn decide(
                 report.cut_reused = false;
             }
         }
-        if !policy.clear_before_prune {
+        if !clear_first {
             clear(actions, cost, &mut total);
         }
         if stages.drops_rounds() && total > allowance {
@@ -161,6 +170,13 @@ pub(super) fn decide(
     }
 
     clears.retain(|c| actions[c.index] == Action::Clear);
+    if m.server_clears {
+        // The provider clears these (and maybe more: it keeps only the newest
+        // `preserve_tool_results`): they are sent as they are, counted as cleared.
+        for c in clears.drain(..) {
+            actions[c.index] = Action::Keep;
+        }
+    }
     let inputs = if stages.offloads() {
         let mut inputs = input_references(m, policy, actions);
         inputs.extend(summary_references(&req.messages, layout.head_end));
@@ -329,6 +345,10 @@ pub(super) fn clear_until_fit(
 
 /// Clears the tool result `i` when it is kept and its stub is smaller, recording the stub
 /// in `clears`. Returns the tokens freed.
+/// The characters counted for the placeholder the provider leaves in place of a result it
+/// cleared (a short sentence; counted generously, as an estimate must be).
+const PROVIDER_PLACEHOLDER_CHARS: usize = 64;
+
 pub(super) fn clear_one(
     m: &Measured<'_>,
     policy: &ContextPolicy,
@@ -382,8 +402,14 @@ pub(super) fn clear_one(
             bytes: 0,
         },
     };
-    let stub = stub_for(msg.name(), cleared.chars, &cleared.naming, None);
-    let new_cost = size.tokens_with_content(char_count(&stub));
+    // The provider's placeholder is short and names nothing; the stack's stub says what
+    // was cleared and where it is kept.
+    let stub_chars = if m.server_clears {
+        PROVIDER_PLACEHOLDER_CHARS
+    } else {
+        char_count(&stub_for(msg.name(), cleared.chars, &cleared.naming, None))
+    };
+    let new_cost = size.tokens_with_content(stub_chars);
     if new_cost >= cost[i] {
         return 0;
     }

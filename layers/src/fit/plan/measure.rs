@@ -253,6 +253,7 @@ pub(crate) fn plan(input: Input<'_>, scratch: &mut Scratch) -> Result<Planned, C
             previous_rounds,
             previous_clear,
             prune_target,
+            server_clears: budget.server_clears,
             longs,
         };
         let mut out = Decision {
@@ -341,6 +342,7 @@ mod tests {
                 previous_cut: None,
                 previous_rounds: None,
                 previous_clear: None,
+                server_clears: false,
                 factor: 1.0,
             },
             memory: None,

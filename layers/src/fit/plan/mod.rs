@@ -88,6 +88,11 @@ pub(crate) struct Budget {
     pub(crate) previous_rounds: Option<Cut>,
     /// Where the session's previous cleared region ended (clearing in steps).
     pub(crate) previous_clear: Option<Cut>,
+    /// The provider clears old tool results (a delegated request): the plan counts the
+    /// clearing it needs as the provider's (clearing first, as the provider does before
+    /// anything else), sends those results unchanged, and prunes only what that clearing
+    /// would not make fit.
+    pub(crate) server_clears: bool,
     /// What the allowance is divided by ([`Calibration::factor`](crate::calibration::Calibration::factor)); 1 without calibration.
     pub(crate) factor: f64,
 }
@@ -242,6 +247,8 @@ pub(super) struct Measured<'a> {
     pub(super) previous_clear: Option<usize>,
     /// What pruning aims for ([`ContextPolicy::prune_target`]).
     pub(super) prune_target: usize,
+    /// The provider clears (see [`Budget::server_clears`]).
+    pub(super) server_clears: bool,
     /// The long plain results, by index.
     pub(super) longs: &'a [Long],
 }
