@@ -25,6 +25,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::executor::Executor;
+use crate::thinking::ThinkingMismatch;
 
 /// The default ceiling when neither `max_context_tokens` nor the model's window is known.
 pub const DEFAULT_MAX_CONTEXT_TOKENS: usize = 32_000;
@@ -108,6 +109,11 @@ pub struct ContextPolicy {
     /// `local` runs the stack's steps, `delegate` has the provider clear where it can,
     /// `off` sends every request as it came. See [`executor`](crate::executor).
     pub executor: Executor,
+    /// On a model that binds thinking, who leaves out a signed thinking block whose
+    /// prefix the stack changed: `omit` (the default) the stack, from the start of the
+    /// history; `drop_block` the provider, asked to with `thinking.block_binding` (see
+    /// [`ThinkingMismatch`]).
+    pub thinking_mismatch: ThinkingMismatch,
 }
 
 impl Default for ContextPolicy {
@@ -129,6 +135,7 @@ impl Default for ContextPolicy {
             clear_tool_inputs: false,
             repair_pairing: true,
             executor: Executor::Auto,
+            thinking_mismatch: ThinkingMismatch::Omit,
         }
     }
 }
@@ -278,6 +285,14 @@ impl ContextPolicy {
     #[must_use]
     pub fn with_executor(mut self, executor: Executor) -> Self {
         self.executor = executor;
+        self
+    }
+
+    /// Sets who leaves out a thinking block whose prefix changed (see
+    /// [`ThinkingMismatch`]).
+    #[must_use]
+    pub fn with_thinking_mismatch(mut self, who: ThinkingMismatch) -> Self {
+        self.thinking_mismatch = who;
         self
     }
 

@@ -57,9 +57,67 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
 use crate::hash::StableHasher;
 use crate::model::{ChatRequest, Reasoning};
+
+/// Who leaves out a signed thinking block whose prefix the stack changed
+/// ([`ContextPolicy::thinking_mismatch`](crate::ContextPolicy::thinking_mismatch)).
+///
+/// ```
+/// use llm_context_layers::thinking::{ThinkingMismatch, ask_provider_to_drop};
+/// use llm_context_layers::{ChatRequest, Message};
+/// use serde_json::json;
+///
+/// let mut req = ChatRequest::new("claude-fable-5-1", vec![Message::user("hi")]);
+/// req.params.extra.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 2048}));
+/// assert!(ask_provider_to_drop(&mut req));
+/// assert_eq!(req.params.extra["thinking"]["block_binding"],
+///            json!({"prefix_mismatch_behavior": "drop_block"}));
+/// assert_eq!(req.params.headers[0].1, "thinking-binding-controls-2026-08-01");
+/// assert_eq!(serde_json::to_value(ThinkingMismatch::DropBlock).unwrap(), "drop_block");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ThinkingMismatch {
+    /// The stack leaves them out, from the start of the history, and counts them
+    /// ([`PreparationReport::thinking_dropped`](crate::PreparationReport::thinking_dropped)).
+    #[default]
+    Omit,
+    /// Every block is sent, with `thinking.block_binding.prefix_mismatch_behavior:
+    /// "drop_block"` and its beta: the provider drops the blocks whose prefix changed,
+    /// and reports them (`input_transformations`, read into
+    /// [`AppliedEdits::dropped_thinking`](crate::AppliedEdits::dropped_thinking)). Only
+    /// for a request whose own `thinking` object enables thinking (the field lives
+    /// there); for any other the stack leaves them out.
+    DropBlock,
+}
+
+/// The beta `thinking.block_binding` needs.
+pub const BINDING_BETA: &str = "thinking-binding-controls-2026-08-01";
+
+/// Asks the provider to drop the thinking blocks whose prefix changed instead of refusing
+/// the request: `block_binding` set in the request's `thinking` (a client's own
+/// `block_binding` is kept as it is), its beta added. `false`, and nothing changed, when
+/// the request carries no `thinking` object that enables thinking.
+pub fn ask_provider_to_drop(req: &mut ChatRequest) -> bool {
+    let Some(Value::Object(thinking)) = req.params.extra.get_mut("thinking") else {
+        return false;
+    };
+    if !matches!(
+        thinking.get("type").and_then(Value::as_str),
+        Some("enabled" | "adaptive")
+    ) {
+        return false;
+    }
+    thinking
+        .entry("block_binding")
+        .or_insert_with(|| json!({"prefix_mismatch_behavior": "drop_block"}));
+    crate::executor::edits::add_beta(&mut req.params.headers, BINDING_BETA);
+    true
+}
 
 /// What the stack remembers of the last request it sent for a session, on a model that
 /// binds thinking: enough to tell, on the next request, which thinking blocks are still

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
+use llm_context::Executor;
 use llm_context::simulate::{Calls, Candidate, Conversation, Outcome, Sessions, Simulation};
 
 use super::{Exit, emit, input};
@@ -60,9 +61,33 @@ pub(crate) struct SimulateArgs {
     /// of a generated conversation.
     #[arg(long, value_name = "FILE")]
     transcript: Option<PathBuf>,
+    /// Run each policy under each of these executors (who edits the context: auto,
+    /// local, delegate, off), side by side, named policy/executor. A delegated request is
+    /// billed as the provider edits it. Comma-separated or repeated.
+    #[arg(long, value_name = "E", value_enum, value_delimiter = ',')]
+    executor: Vec<ExecutorArg>,
     /// Print {"model", "calls", "turns", "policies": [...]} as JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ExecutorArg {
+    Auto,
+    Local,
+    Delegate,
+    Off,
+}
+
+impl From<ExecutorArg> for Executor {
+    fn from(e: ExecutorArg) -> Self {
+        match e {
+            ExecutorArg::Auto => Executor::Auto,
+            ExecutorArg::Local => Executor::Local,
+            ExecutorArg::Delegate => Executor::Delegate,
+            ExecutorArg::Off => Executor::Off,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -94,6 +119,15 @@ pub(crate) async fn run(args: SimulateArgs) -> Result<u8, Exit> {
             .map(|p| candidate(p))
             .collect::<Result<_, _>>()?
     };
+    let candidates: Vec<Candidate> = if args.executor.is_empty() {
+        candidates
+    } else {
+        candidates
+            .iter()
+            .flat_map(|c| args.executor.iter().map(|&e| c.under(e.into())))
+            .collect()
+    };
+    let executors = !args.executor.is_empty();
     let conversations: Vec<Conversation> = match &args.transcript {
         Some(path) => {
             let (request, _) = input::request(Some(path))?;
@@ -126,7 +160,7 @@ pub(crate) async fn run(args: SimulateArgs) -> Result<u8, Exit> {
             "model": simulation.model(),
             "calls": simulation.calls().as_str(),
             "turns": turns,
-            "policies": outcomes.iter().map(outcome_json).collect::<Vec<_>>(),
+            "policies": outcomes.iter().map(|o| outcome_json(o, executors)).collect::<Vec<_>>(),
         });
         // Only when asked for: the contract's keys stay exactly these otherwise.
         if conversations.len() > 1 {
@@ -137,7 +171,13 @@ pub(crate) async fn run(args: SimulateArgs) -> Result<u8, Exit> {
         }
         format!("{v}\n")
     } else {
-        table(&simulation, turns, conversations.len(), &outcomes)
+        table(
+            &simulation,
+            turns,
+            conversations.len(),
+            &outcomes,
+            executors,
+        )
     };
     emit(&text, 0)
 }
@@ -156,8 +196,9 @@ fn candidate(path: &Path) -> Result<Candidate, Exit> {
     Ok(Candidate::new(name, policy))
 }
 
-fn outcome_json(o: &Outcome) -> Value {
-    json!({
+/// One policy's figures; with `executors`, also what the provider cleared.
+fn outcome_json(o: &Outcome, executors: bool) -> Value {
+    let mut v = json!({
         "name": o.name,
         "cost_usd": o.cost_usd,
         "cache_read_share": o.cache_read_share(),
@@ -167,15 +208,20 @@ fn outcome_json(o: &Outcome) -> Value {
         "messages_lost": o.messages_lost,
         "cut_moves": o.cut_moves,
         "context_limit_errors": o.context_limit_errors,
-    })
+    });
+    if executors {
+        v["provider_cleared"] = json!(o.provider_cleared);
+    }
+    v
 }
 
-/// One row per policy.
+/// One row per policy; with `executors`, a column of the results the provider cleared.
 fn table(
     simulation: &Simulation,
     turns: usize,
     conversations: usize,
     outcomes: &[Outcome],
+    executors: bool,
 ) -> String {
     // Refused calls were scheduled too.
     let calls = outcomes
@@ -210,6 +256,9 @@ fn table(
         "cut moves",
         "limit errors"
     ));
+    if executors {
+        out.insert_str(out.len() - 1, &format!("  {:>16}", "provider cleared"));
+    }
     for o in outcomes {
         out.push_str(&format!(
             "{:<name_width$}  {:>10.4}  {:>6.1}  {:>12}  {:>12}  {:>12}  {:>8}  {:>9}  {:>12}\n",
@@ -223,6 +272,9 @@ fn table(
             o.cut_moves,
             o.context_limit_errors
         ));
+        if executors {
+            out.insert_str(out.len() - 1, &format!("  {:>16}", o.provider_cleared));
+        }
     }
     out
 }

@@ -34,6 +34,11 @@
 //!   steps from 1,024) over the request's units ([`openai::units`]). Prices are the
 //!   catalog's.
 //!
+//! A delegated request ([`Executor::Delegate`](crate::Executor::Delegate)) is billed as
+//! the provider edits it: its `clear_tool_uses` edit is applied to what the stack sent
+//! before the cache model sees it, so the cleared region moving costs the cache writes
+//! after it (what the edit's `clear_at_least` is there to batch).
+//!
 //! Token counts are the crate's estimate, so the figures compare policies with each
 //! other; they are not a bill.
 //!
@@ -44,6 +49,7 @@ mod cache;
 mod content;
 mod conversation;
 pub mod openai;
+mod provider;
 mod run;
 
 pub use anthropic::AnthropicCache;

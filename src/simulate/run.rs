@@ -13,7 +13,7 @@ use llm_context_layers::mock::Capture;
 use llm_context_layers::prefix::PrefixLayer;
 use llm_context_layers::{
     BoxError, CacheHints, ChatRequest, ContextLimitError, ContextPolicy, ContextPolicyLayer,
-    PolicyError, Scope,
+    Executor, PolicyError, Scope,
 };
 
 use super::anthropic::{self, AnthropicCache};
@@ -132,6 +132,16 @@ impl Candidate {
         &self.policy
     }
 
+    /// This candidate with `executor` deciding who edits the context, named
+    /// `name/executor`: what `llm-context simulate --executor` compares.
+    #[must_use]
+    pub fn under(&self, executor: Executor) -> Candidate {
+        let mut out = self.clone();
+        out.name = format!("{}/{executor}", self.name);
+        out.policy.executor = executor;
+        out
+    }
+
     /// The stack of a run: a fresh layer, so no state (cuts, artifacts) crosses runs.
     fn layer(&self, catalog: &Arc<Catalog>) -> Result<ContextPolicyLayer, PolicyError> {
         let layer = ContextPolicyLayer::new(self.policy.clone())?.with_catalog(catalog.clone());
@@ -173,6 +183,10 @@ pub struct Outcome {
     pub cut_move_write_tokens: u64,
     /// Calls the stack refused because what must be kept did not fit.
     pub context_limit_errors: usize,
+    /// Tool results the provider cleared, summed over the calls: a delegated run's
+    /// clearing, applied to each request before it is billed (see
+    /// [`Executor::Delegate`]).
+    pub provider_cleared: usize,
 }
 
 impl Outcome {
@@ -372,10 +386,14 @@ impl Simulation {
                 }
                 Err(e) => return Err(SimulateError::Stack(e)),
             };
-            let Some(sent) = capture.take() else {
+            let Some(mut sent) = capture.take() else {
                 // A response the model did not make (the memo, which is off here): no call.
                 continue;
             };
+            // A delegated request is cached and billed as the provider edits it.
+            if provider == Provider::Anthropic {
+                outcome.provider_cleared += super::provider::apply(&mut sent);
+            }
             let tally = cache.call(&sent, at)?;
             outcome.calls += 1;
             outcome.input_tokens += tally.input_tokens;

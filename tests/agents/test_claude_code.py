@@ -6,8 +6,9 @@ The fake answers Claude Code's main loop with a signed thinking block, a text an
 streamed (Claude Code always streams). Through the proxy the loop must complete, each turn
 must stay its own message (they were merged when every answer carried one id), and every
 body the upstream gets must equal the direct run's but for the stack's documented
-addition, the read tool, and what differs between two runs of Claude Code anyway (its
-session id).
+additions (the read tool; on this model, which binds thinking, the provider's clearing
+edit after Claude Code's own) and what differs between two runs of Claude Code anyway
+(its session id).
 
     CLAUDE_CODE_BIN=…/claude LLM_CONTEXT_BIN=target/debug/llm-context \\
         python3 -m unittest tests/agents/test_claude_code.py
@@ -217,9 +218,20 @@ class ClaudeCodeThroughServe(unittest.TestCase):
                              b["headers"].get("anthropic-beta"))
             self.assertEqual(b["headers"].get("x-api-key"), "sk-ant-server")
             direct_body, through_body = normalized(a["body"]), normalized(b["body"])
-            # The stack's one documented addition: its read tool, after the client's.
+            # The stack's documented additions: its read tool, after the client's; and,
+            # since the model binds thinking (executor auto: the provider clears), the
+            # policy's clearing edit after Claude Code's own edits, which stay first and
+            # as Claude Code wrote them (its beta is Claude Code's own already).
             added = through_body["tools"].pop()
             self.assertEqual(added["name"], "read_context_artifact")
+            edits = through_body["context_management"]["edits"]
+            ours = edits.pop()
+            self.assertEqual(ours["type"], "clear_tool_uses_20250919")
+            self.assertEqual(ours["trigger"]["type"], "input_tokens")
+            if not edits and "context_management" not in direct_body:
+                del through_body["context_management"]
+            self.assertIn("context-management-2025-06-27",
+                          b["headers"].get("anthropic-beta", ""))
             self.assertEqual(direct_body, through_body)
         # The second round: the first answer came back as one assistant message of its
         # own, thinking and signature unchanged, before the tool's result.

@@ -65,6 +65,16 @@ fn keys(v: &Value) -> Vec<&str> {
     k
 }
 
+/// The policies' names, in order.
+fn names(v: &Value) -> Vec<&str> {
+    v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect()
+}
+
 /// The policy named `name`.
 fn policy<'a>(v: &'a Value, name: &str) -> &'a Value {
     v["policies"]
@@ -90,12 +100,7 @@ fn json_output_has_the_contract_shape() {
     assert_eq!(v["model"], "claude-sonnet-4-6");
     assert_eq!(v["calls"], "per-turn");
     assert_eq!(v["turns"], 3);
-    let names: Vec<&str> = v["policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = names(&v);
     assert_eq!(names, ["minimal", "low_water_0.6", "no_breakpoints"]);
     for p in v["policies"].as_array().unwrap() {
         assert_eq!(
@@ -196,12 +201,7 @@ fn policy_files_are_named_by_their_stem() {
         "--policy",
         toml.to_str().unwrap(),
     ]);
-    let names: Vec<&str> = v["policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = names(&v);
     assert_eq!(names, ["tight", "roomy"]);
     // A 40,000-token ceiling loses messages a 200,000 one keeps.
     assert!(policy(&v, "tight")["messages_lost"].as_u64().unwrap() > 0);
@@ -297,12 +297,46 @@ fn the_policies_readme_compares_are_valid_and_named_by_their_files() {
         args.extend(["--policy", f.as_str()]);
     }
     let v = ok_json(&args);
-    let names: Vec<&str> = v["policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = names(&v);
     assert!(names.contains(&"low_water_60k") && names.contains(&"tiny_lw50"));
     assert_eq!(names.len(), files.len());
+}
+
+#[test]
+fn executors_run_side_by_side_and_a_delegated_run_is_billed_as_the_provider_clears() {
+    let v = ok_json(&[
+        "--turns",
+        "30",
+        "--calls",
+        "per-round",
+        "--model",
+        "claude-fable-5-1",
+        "--executor",
+        "local,delegate",
+        "--executor",
+        "auto",
+    ]);
+    let names = names(&v);
+    assert_eq!(names.len(), 9);
+    assert_eq!(
+        names[..3],
+        ["minimal/local", "minimal/delegate", "minimal/auto"]
+    );
+    let local = policy(&v, "minimal/local");
+    let delegate = policy(&v, "minimal/delegate");
+    // The stack clears and prunes locally; the provider clears the delegated run's
+    // results, so fewer messages are lost and fewer tokens are sent.
+    assert_eq!(local["provider_cleared"], 0);
+    assert!(
+        delegate["provider_cleared"].as_u64().unwrap() > 0,
+        "{delegate}"
+    );
+    assert!(delegate["messages_lost"].as_u64() < local["messages_lost"].as_u64());
+    assert!(delegate["input_tokens"].as_u64() < local["input_tokens"].as_u64());
+    // No thinking in the generated conversation: `auto` is the stack's own steps.
+    assert_eq!(policy(&v, "minimal/auto")["cost_usd"], local["cost_usd"]);
+    // Without --executor the contract's keys are unchanged.
+    let plain = ok_json(&["--turns", "3"]);
+    assert!(plain["policies"][0].get("provider_cleared").is_none());
+    bad_flag(&["--executor", "remote"], &["--executor", "remote"]);
 }

@@ -104,6 +104,53 @@ async fn an_appended_history_passes_and_an_edited_prefix_is_refused() {
 }
 
 #[tokio::test]
+async fn with_drop_block_an_edited_prefix_drops_its_blocks_and_says_so() {
+    const BINDING: &str = "thinking-binding-controls-2026-08-01";
+    let up = start().await;
+    let body = three_rounds(&up).await;
+    let mut edited = body.clone();
+    edited["messages"][2]["content"][0]["content"] = json!("[cleared]");
+    edited["thinking"]["block_binding"] = json!({"prefix_mismatch_behavior": "drop_block"});
+    // Without its beta the field is refused.
+    let (status, error) = post(&up, &edited, &[]).await;
+    assert_eq!(status, 400);
+    assert!(error.to_string().contains(BINDING), "{error}");
+    // With it, the blocks after the edit are dropped and reported, the first kept.
+    let (status, answer) = post(&up, &edited, &[BINDING]).await;
+    assert_eq!(status, 200, "{answer}");
+    let paths: Vec<&str> = answer["input_transformations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["messages.3.content.0", "messages.5.content.0"]);
+    assert_eq!(
+        answer["input_transformations"][0]["type"],
+        "thinking_dropped"
+    );
+    // Streamed, the report is in `message_start`.
+    edited["stream"] = json!(true);
+    let (status, text) = post(&up, &edited, &[BINDING]).await;
+    assert_eq!(status, 200);
+    let start_event = text
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .find(|d| d.contains("message_start"))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .unwrap();
+    assert_eq!(
+        start_event["message"]["input_transformations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
 async fn thinking_removed_from_the_start_passes_and_from_the_middle_is_refused() {
     let up = start().await;
     let body = three_rounds(&up).await;

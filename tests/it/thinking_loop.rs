@@ -12,6 +12,7 @@
 use crate::support::enforcing::{Shown, start};
 use crate::support::proxy::{anthropic, serving};
 use llm_context::serve::Proxy;
+use llm_context::thinking::ThinkingMismatch;
 use llm_context::{ContextPolicy, Executor};
 use serde_json::{Value, json};
 
@@ -107,6 +108,9 @@ struct Run {
     bodies: Vec<Value>,
     /// Tool uses the provider reported clearing (`x-llm-context-provider-cleared-tool-uses`).
     provider_cleared: u64,
+    /// Thinking blocks the provider reported dropping
+    /// (`x-llm-context-provider-dropped-thinking`, non-streamed answers).
+    provider_dropped: u64,
 }
 
 async fn run(policy: ContextPolicy) -> Run {
@@ -125,7 +129,7 @@ async fn run_with(policy: ContextPolicy, client_setup: Client) -> Run {
     let mut messages =
         vec![json!({"role": "user", "content": "Finde heraus, warum der Build fehlschlägt."})];
     let mut failed = Vec::new();
-    let (mut largest, mut dropped, mut provider_cleared) = (0, 0, 0);
+    let (mut largest, mut dropped, mut provider_cleared, mut provider_dropped) = (0, 0, 0, 0);
     let mut executors: Vec<String> = Vec::new();
     for call in 0..client_setup.calls.unwrap_or(300) {
         let stream = call % 2 == 1;
@@ -158,6 +162,7 @@ async fn run_with(policy: ContextPolicy, client_setup: Client) -> Run {
         largest = largest.max(number("x-llm-context-after-tokens"));
         dropped += number("x-llm-context-thinking-dropped");
         provider_cleared += number("x-llm-context-provider-cleared-tool-uses");
+        provider_dropped += number("x-llm-context-provider-dropped-thinking");
         if let Some(e) = r.headers().get("x-llm-context-executor")
             && !executors.iter().any(|x| x == e.to_str().unwrap())
         {
@@ -225,6 +230,7 @@ async fn run_with(policy: ContextPolicy, client_setup: Client) -> Run {
         shown: seen.shown.clone(),
         bodies: seen.bodies.clone(),
         provider_cleared,
+        provider_dropped,
     }
 }
 
@@ -371,4 +377,28 @@ async fn a_client_that_asks_the_provider_to_clear_is_never_cleared_twice() {
     assert!(run.shown.iter().all(|s| s.stubs == 0));
     let late = &run.shown[run.shown.len() - 20..];
     assert!(late.iter().all(|s| s.whole_results == 5), "{late:?}");
+}
+
+#[tokio::test]
+async fn with_drop_block_the_provider_drops_what_the_stack_would_have_left_out() {
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(30_000)
+        .with_executor(Executor::Local)
+        .with_thinking_mismatch(ThinkingMismatch::DropBlock);
+    let client = Client {
+        calls: Some(100),
+        ..Client::default()
+    };
+    let run = run_with(policy, client).await;
+    check(&run, 30_000 - 2_048);
+    // Every block was sent; the provider dropped the ones whose prefix the pruning
+    // changed, and said so, instead of refusing the request.
+    assert_eq!(run.dropped, 0);
+    assert!(run.provider_dropped > 0);
+    for body in &run.bodies {
+        assert_eq!(
+            body["thinking"]["block_binding"],
+            json!({"prefix_mismatch_behavior": "drop_block"})
+        );
+    }
 }

@@ -14,7 +14,7 @@ use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
 use crate::offload::{Prepared, PreviewCache, offload_request};
 use crate::policy::ContextPolicy;
 use crate::prefix::PrefixLayer;
-use crate::thinking;
+use crate::thinking::{self, ThinkingMismatch};
 
 #[derive(Clone)]
 /// The composite's configuration, shared by every service of one layer.
@@ -167,11 +167,16 @@ fn prepare_checked(
     )?;
     // Last, on what will be sent: a thinking block bound to a prefix this request no
     // longer sends is left out, from the start (see `thinking`).
+    // Or, when the policy says so and the request can carry it, the provider drops them.
     if shared.catalog.binds_thinking(&prepared.req.model) {
-        let edited = prepared.report.changed();
-        let kept = thinking::keep_bound(&mut prepared.req, previous.thinking, edited);
-        prepared.report.thinking_dropped = kept.dropped;
-        cuts.thinking = Some(kept.binding);
+        let provider_drops = shared.policy.thinking_mismatch == ThinkingMismatch::DropBlock
+            && thinking::ask_provider_to_drop(&mut prepared.req);
+        if !provider_drops {
+            let edited = prepared.report.changed();
+            let kept = thinking::keep_bound(&mut prepared.req, previous.thinking, edited);
+            prepared.report.thinking_dropped = kept.dropped;
+            cuts.thinking = Some(kept.binding);
+        }
     }
     if cuts != previous {
         shared

@@ -162,6 +162,25 @@ mod tests {
         assert_eq!(choose(Executor::Auto, &r, &catalog), Executor::Off);
         assert_eq!(choose(Executor::Delegate, &r, &catalog), Executor::Off);
         assert_eq!(choose(Executor::Local, &r, &catalog), Executor::Local);
+        // The Responses API's chains (the seam its format will read into): the same.
+        for (field, value) in [
+            ("previous_response_id", json!("resp_1")),
+            ("conversation", json!({"id": "conv_1"})),
+        ] {
+            let mut r = req("gpt-5.5");
+            r.params.extra.insert(field.into(), value);
+            assert_eq!(
+                choose(Executor::Auto, &r, &catalog),
+                Executor::Off,
+                "{field}"
+            );
+        }
+        // A null field chains nothing.
+        let mut r = req("gpt-5.5");
+        r.params
+            .extra
+            .insert("previous_response_id".into(), Value::Null);
+        assert_eq!(choose(Executor::Auto, &r, &catalog), Executor::Local);
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!   and with the number of thinking blocks before it;
 //! - a later request carrying a block whose prefix changed is answered 400, in the
 //!   provider's error shape, naming the block; so is one whose thinking blocks were
-//!   removed from anywhere but the start;
+//!   removed from anywhere but the start; with `thinking.block_binding:
+//!   {prefix_mismatch_behavior: "drop_block"}` (and its beta) such a block is dropped
+//!   and reported in `input_transformations` instead;
 //! - `context_management` is checked as the provider checks it (only `edits`; known edit
 //!   types; `clear_thinking_20251015` first and only with thinking on; each edit's beta
 //!   in `anthropic-beta`), and the edits it is sent are applied as the provider applies
@@ -30,6 +32,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
+
+/// The beta `thinking.block_binding` needs.
+const BINDING_BETA: &str = "thinking-binding-controls-2026-08-01";
 
 /// The edits the fake knows, and the beta each needs.
 const EDITS: &[(&str, &str)] = &[
@@ -227,9 +232,10 @@ fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8]) -> Response {
         Ok(applied) => applied,
         Err(why) => return refuse(seen, why),
     };
-    if let Err(why) = check_binding(&body) {
-        return refuse(seen, why);
-    }
+    let dropped = match check_binding(&body, &betas) {
+        Ok(dropped) => dropped,
+        Err(why) => return refuse(seen, why),
+    };
     seen.lock().unwrap().shown.push(Shown {
         tokens: tokens(&shown),
         whole_results: shown
@@ -278,6 +284,9 @@ fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8]) -> Response {
                              "stop_reason": stop, "stop_sequence": null, "usage": usage});
     if let Some(applied) = &applied {
         message["context_management"] = json!({"applied_edits": applied});
+    }
+    if !dropped.is_empty() {
+        message["input_transformations"] = json!(dropped);
     }
     if body["stream"] == json!(true) {
         return streamed(&message);
@@ -432,9 +441,20 @@ fn is_thinking(block: &Value) -> bool {
     )
 }
 
-/// Every thinking block's signature checked against the request it is carried in.
-fn check_binding(body: &Value) -> Result<(), String> {
+/// Every thinking block's signature checked against the request it is carried in. With
+/// `thinking.block_binding.prefix_mismatch_behavior: "drop_block"` (and its beta) a block
+/// that fails is dropped instead, and reported: the transformations are returned.
+fn check_binding(body: &Value, betas: &[String]) -> Result<Vec<Value>, String> {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let binding = body["thinking"].get("block_binding");
+    if binding.is_some() && !betas.iter().any(|b| b == BINDING_BETA) {
+        return Err(format!(
+            "thinking.block_binding: Extra inputs are not permitted (the {BINDING_BETA} beta \
+             is not enabled)"
+        ));
+    }
+    let drop_block = binding.is_some_and(|b| b["prefix_mismatch_behavior"] == "drop_block");
+    let mut transformations = Vec::new();
     // How many of the earliest thinking blocks were removed: the same for every block, or
     // one was removed from the middle.
     let mut dropped: Option<usize> = None;
@@ -463,9 +483,18 @@ fn check_binding(body: &Value) -> Result<(), String> {
                 .parse()
                 .map_err(|_| format!("{at}: invalid signature"))?;
             if finish(prefix.clone(), &blocks[..j]) != digest {
+                if drop_block {
+                    transformations.push(json!({"type": "thinking_dropped", "path": at,
+                                                "reason": "prefix_binding_mismatch"}));
+                    continue;
+                }
                 return Err(format!(
                     "{at}: thinking block is bound to a different conversation prefix"
                 ));
+            }
+            if drop_block {
+                // Blocks dropped before it are the provider's doing, not the client's.
+                continue;
             }
             let gone = before.checked_sub(present);
             match (dropped, gone) {
@@ -483,7 +512,7 @@ fn check_binding(body: &Value) -> Result<(), String> {
         }
         feed(&mut prefix, m);
     }
-    Ok(())
+    Ok(transformations)
 }
 
 /// The digest a thinking block is bound to: `system`, `tools`, the messages before its
