@@ -92,6 +92,7 @@ if ! "$CLAUDE_CODE_BIN" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "
 fi
 CLAUDE_CODE_BIN="$CLAUDE_CODE_BIN" \
     LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
+    ENFORCING_UPSTREAM_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/examples/enforcing_upstream" \
     python3 -m unittest tests/agents/test_claude_code.py || status=$?
 
 # Agent frameworks (pinned, outside the repository), each one's two-round tool loop run

@@ -244,5 +244,67 @@ class ClaudeCodeThroughServe(unittest.TestCase):
         self.assertIn(MARKER, json.dumps(second[-1], ensure_ascii=False))
 
 
+class ClaudeCodeAgainstTheEnforcingUpstream(unittest.TestCase):
+    """Claude Code through `serve` in front of the enforcing fake
+    (`examples/enforcing_upstream.rs`), which signs each thinking block over what came
+    before it and refuses a request whose history changed before one, as the provider's
+    binding models do, and checks `context_management` (edit order, each edit's beta,
+    `clear_thinking` only with thinking on). Claude Code's own edits and the stack's
+    clearing edit must arrive merged, Claude Code's first, and no request be refused."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        up_port, port = free_port(), free_port()
+        self.upstream = subprocess.Popen(
+            [os.environ.get("ENFORCING_UPSTREAM_BIN", "target/debug/examples/enforcing_upstream"),
+             f"127.0.0.1:{up_port}", "--rounds", "3"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.upstream_url = f"http://127.0.0.1:{up_port}"
+        env = dict(os.environ, ANTHROPIC_BASE_URL=self.upstream_url,
+                   ANTHROPIC_API_KEY="sk-ant-server", OPENAI_API_KEY="sk-unused",
+                   RUST_LOG="error")
+        self.serve = subprocess.Popen(
+            [os.environ.get("LLM_CONTEXT_BIN", "target/debug/llm-context"), "serve",
+             "--listen", f"127.0.0.1:{port}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.url = f"http://127.0.0.1:{port}"
+        for url in (f"{self.upstream_url}/seen", f"{self.url}/healthz"):
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(url, timeout=1).read()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            else:
+                self.fail(f"{url} did not answer")
+
+    def tearDown(self):
+        for p in (self.serve, self.upstream):
+            p.terminate()
+            p.wait(timeout=30)
+        self.tmp.cleanup()
+
+    def test_a_thinking_tool_loop_is_never_refused_and_its_edits_arrive_merged(self):
+        home = os.path.join(self.tmp.name, "home")
+        work = os.path.join(self.tmp.name, "work")
+        for d in (home, work):
+            os.makedirs(d)
+        result = claude_code(self.url, home, work)
+        self.assertFalse(result["is_error"], result)
+        self.assertEqual(result["result"], "Fertig. 完了。")
+        # Three Bash rounds, each answered with a signed thinking block Claude Code sent
+        # back, then the answer.
+        self.assertEqual(result["num_turns"], 4)
+        with urllib.request.urlopen(f"{self.upstream_url}/seen", timeout=5) as r:
+            seen = json.loads(r.read())
+        self.assertEqual(seen["refusals"], [])
+        self.assertEqual(seen["requests"], 4)
+        for cm in seen["context_management"]:
+            types = [e["type"] for e in cm["edits"]]
+            # Claude Code's own edits first, as it wrote them; the stack's clearing last.
+            self.assertEqual(types[-1], "clear_tool_uses_20250919")
+            self.assertEqual(types.count("clear_tool_uses_20250919"), 1, types)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -177,6 +177,26 @@ async fn thinking_removed_from_the_start_passes_and_from_the_middle_is_refused()
 }
 
 #[tokio::test]
+async fn a_content_written_as_a_string_instead_of_its_one_text_block_passes() {
+    // Claude Code drops a marker from its `system` message by writing the content as a
+    // string: the same text, which the provider reads alike.
+    let up = start().await;
+    let mut body = first();
+    body["messages"][0]["content"] = json!([{"type": "text", "text": "Warum fällt die API aus? なぜ",
+                                             "cache_control": {"type": "ephemeral"}}]);
+    body["system"] = json!("Du bist ein SRE-Agent.");
+    let (status, answer) = post(&up, &body, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    let mut body = next(body, &answer, "Ausgabe 0");
+    body["messages"][0]["content"] = json!("Warum fällt die API aus? なぜ");
+    body["system"] = json!([{"type": "text", "text": "Du bist ein SRE-Agent."}]);
+    assert_eq!(post(&up, &body, &[]).await.0, 200);
+    // A different text is an edit.
+    body["messages"][0]["content"] = json!("Warum fällt die API aus?");
+    assert_eq!(post(&up, &body, &[]).await.0, 400);
+}
+
+#[tokio::test]
 async fn moved_cache_markers_pass() {
     let up = start().await;
     let body = three_rounds(&up).await;

@@ -19,9 +19,11 @@
 //!   to what the model is shown ([`Seen::shown`]), and reported in `applied_edits` (the
 //!   binding check compares what the client sent, not the edited copy).
 //!
-//! It answers every request by calling the first tool declared (`{"step": n}`), with a
-//! signed thinking block first when thinking is on, or with text when no tool is
-//! declared; streamed when asked.
+//! It answers every request by calling the first tool declared (`{"step": n}`; a
+//! `Bash` tool first when there is one, with `echo step n`), with a signed thinking block
+//! first when thinking is on, or with text when no tool is declared (or, with
+//! [`router_ending_after`], once the request carries that many tool results); streamed
+//! when asked.
 
 use std::sync::{Arc, Mutex};
 
@@ -197,14 +199,48 @@ pub(crate) async fn start() -> Enforcing {
 
 /// The fake's routes, recording into `seen`.
 pub(crate) fn router(seen: Arc<Mutex<Seen>>) -> Router {
+    router_ending_after(seen, None)
+}
+
+/// [`router`], answering with text (no tool call) once a request carries `rounds` tool
+/// results, so a real agent's loop ends; and with what a real agent calls besides
+/// `/v1/messages`: `count_tokens`, a model list, and `GET /seen` (how many requests it
+/// answered, the message of every 400, each request's `context_management`), for a
+/// script to read.
+pub(crate) fn router_ending_after(seen: Arc<Mutex<Seen>>, rounds: Option<usize>) -> Router {
+    let answered = seen.clone();
     Router::new()
         .route(
             "/v1/messages",
             post(move |headers: HeaderMap, body: Bytes| {
                 let seen = seen.clone();
-                async move { answer(&seen, &headers, &body) }
+                async move { answer(&seen, &headers, &body, rounds) }
             }),
         )
+        .route(
+            "/v1/messages/count_tokens",
+            post(|| async { axum::Json(json!({"input_tokens": 1234})) }),
+        )
+        .route(
+            "/seen",
+            axum::routing::get(move || {
+                let seen = answered.clone();
+                async move {
+                    let seen = seen.lock().unwrap();
+                    let edits: Vec<&Value> = seen
+                        .bodies
+                        .iter()
+                        .map(|b| &b["context_management"])
+                        .collect();
+                    axum::Json(json!({"requests": seen.bodies.len(),
+                                      "refusals": seen.refusals,
+                                      "context_management": edits}))
+                }
+            }),
+        )
+        .fallback(axum::routing::get(|| async {
+            axum::Json(json!({"data": [], "has_more": false}))
+        }))
         .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
 }
 
@@ -215,7 +251,7 @@ fn refuse(seen: &Mutex<Seen>, message: String) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
-fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8]) -> Response {
+fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8], rounds: Option<usize>) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(body) else {
         return refuse(seen, "the body is not JSON".into());
     };
@@ -263,12 +299,29 @@ fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8]) -> Response {
                             "signature": format!("sig1.{digest}.{before}")}),
         );
     }
-    let tool = body["tools"].as_array().and_then(|t| t.first()).cloned();
+    // A shell tool when there is one (a coding agent's), run harmlessly; else the first.
+    let tools = body["tools"].as_array().cloned().unwrap_or_default();
+    let tool = tools
+        .iter()
+        .find(|t| t["name"] == "Bash")
+        .or_else(|| tools.first())
+        .cloned();
+    let results = messages
+        .iter()
+        .flat_map(blocks)
+        .filter(|b| b["type"] == "tool_result")
+        .count();
+    let tool = tool.filter(|_| rounds.is_none_or(|r| results < r));
     let stop = match &tool {
         Some(tool) => {
             let step = messages.len();
+            let input = if tool["name"] == "Bash" {
+                json!({"command": format!("echo step {step}"), "description": "print the step"})
+            } else {
+                json!({"step": step})
+            };
             content.push(json!({"type": "tool_use", "id": format!("toolu_{step:06}"),
-                                "name": tool["name"], "input": {"step": step}}));
+                                "name": tool["name"], "input": input}));
             "tool_use"
         }
         None => {
@@ -528,7 +581,11 @@ fn prefix_digest(body: &Value, before: &[Value], blocks: &[Value]) -> String {
 /// A digest fed `system` and `tools`.
 fn head(body: &Value) -> Sha256 {
     let mut hash = Sha256::new();
-    for part in [&body["system"], &body["tools"]] {
+    let system = match &body["system"] {
+        Value::String(text) => json!([{"type": "text", "text": text}]),
+        other => other.clone(),
+    };
+    for part in [&system, &body["tools"]] {
         feed(&mut hash, part);
     }
     hash
@@ -546,13 +603,21 @@ fn finish(mut hash: Sha256, blocks: &[Value]) -> String {
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `v` without thinking blocks and `cache_control` members, at any depth.
+/// `v` without thinking blocks and `cache_control` members, at any depth, and with a
+/// string `content` (or `system`) as the one text block it stands for: Claude Code
+/// writes a message whose marker it removed as a string, which the provider reads as
+/// the same text.
 fn stripped(v: &Value) -> Value {
     match v {
         Value::Object(map) => Value::Object(
             map.iter()
                 .filter(|(k, _)| *k != "cache_control")
-                .map(|(k, v)| (k.clone(), stripped(v)))
+                .map(|(k, v)| match v {
+                    Value::String(text) if k == "content" || k == "system" => {
+                        (k.clone(), json!([{"type": "text", "text": text}]))
+                    }
+                    _ => (k.clone(), stripped(v)),
+                })
                 .collect(),
         ),
         Value::Array(items) => Value::Array(
