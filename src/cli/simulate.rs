@@ -64,30 +64,11 @@ pub(crate) struct SimulateArgs {
     /// Run each policy under each of these executors (who edits the context: auto,
     /// local, delegate, off), side by side, named policy/executor. A delegated request is
     /// billed as the provider edits it. Comma-separated or repeated.
-    #[arg(long, value_name = "E", value_enum, value_delimiter = ',')]
-    executor: Vec<ExecutorArg>,
+    #[arg(long, value_name = "E", value_delimiter = ',', value_parser = str::parse::<Executor>)]
+    executor: Vec<Executor>,
     /// Print {"model", "calls", "turns", "policies": [...]} as JSON instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ExecutorArg {
-    Auto,
-    Local,
-    Delegate,
-    Off,
-}
-
-impl From<ExecutorArg> for Executor {
-    fn from(e: ExecutorArg) -> Self {
-        match e {
-            ExecutorArg::Auto => Executor::Auto,
-            ExecutorArg::Local => Executor::Local,
-            ExecutorArg::Delegate => Executor::Delegate,
-            ExecutorArg::Off => Executor::Off,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -124,7 +105,7 @@ pub(crate) async fn run(args: SimulateArgs) -> Result<u8, Exit> {
     } else {
         candidates
             .iter()
-            .flat_map(|c| args.executor.iter().map(|&e| c.under(e.into())))
+            .flat_map(|c| args.executor.iter().map(|&e| c.under(e)))
             .collect()
     };
     let executors = !args.executor.is_empty();

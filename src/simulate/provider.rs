@@ -4,7 +4,9 @@
 //! newest result the provider cleared is written again.
 
 use llm_context_layers::executor::edits::CLEAR_TOOL_USES;
-use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
+use llm_context_layers::tokens::{
+    estimate_message_tokens, estimate_text_tokens, estimate_tool_tokens,
+};
 use llm_context_layers::{ChatRequest, Content};
 use serde_json::Value;
 
@@ -37,10 +39,8 @@ fn clear(req: &mut ChatRequest, edit: &Value) -> usize {
             .and_then(Value::as_u64)
             .map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
     };
-    let tokens = |req: &ChatRequest| {
-        estimate_message_tokens(&req.messages) + estimate_tool_tokens(&req.tools)
-    };
-    if tokens(req) <= number("trigger", 100_000) {
+    let tokens = estimate_message_tokens(&req.messages) + estimate_tool_tokens(&req.tools);
+    if tokens <= number("trigger", 100_000) {
         return 0;
     }
     let excluded: Vec<&str> = edit
@@ -63,15 +63,19 @@ fn clear(req: &mut ChatRequest, edit: &Value) -> usize {
     if clear == 0 {
         return 0;
     }
-    let mut edited = req.messages.clone();
-    for &i in &results[..clear] {
-        edited[i].content = Content::from(PLACEHOLDER);
-    }
-    let freed = estimate_message_tokens(&req.messages) - estimate_message_tokens(&edited);
+    // What clearing frees, measured on the results alone before any is touched: clearing
+    // that frees less than `clear_at_least` is not done.
+    let placeholder = estimate_text_tokens(PLACEHOLDER);
+    let freed: usize = results[..clear]
+        .iter()
+        .map(|&i| estimate_text_tokens(&req.messages[i].content.text()).saturating_sub(placeholder))
+        .sum();
     if freed < number("clear_at_least", 0) {
         return 0;
     }
-    req.messages = edited;
+    for &i in &results[..clear] {
+        req.messages[i].content = Content::from(PLACEHOLDER);
+    }
     clear
 }
 

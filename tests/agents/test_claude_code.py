@@ -161,28 +161,39 @@ def normalized(body):
     return body
 
 
+def wait_for(url):
+    """Waits until `url` answers, for at most 10 s."""
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer")
+
+
+def start_serve(upstream_url):
+    """`llm-context serve` in front of the Anthropic upstream at `upstream_url`, started:
+    the process and its URL."""
+    port = free_port()
+    env = dict(os.environ, ANTHROPIC_BASE_URL=upstream_url,
+               ANTHROPIC_API_KEY="sk-ant-server", OPENAI_API_KEY="sk-unused",
+               RUST_LOG="error")
+    serve = subprocess.Popen(
+        [os.environ.get("LLM_CONTEXT_BIN", "target/debug/llm-context"), "serve",
+         "--listen", f"127.0.0.1:{port}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{url}/healthz")
+    return serve, url
+
+
 class ClaudeCodeThroughServe(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.direct = Recording()
         self.through = Recording()
-        port = free_port()
-        env = dict(os.environ, ANTHROPIC_BASE_URL=self.through.url,
-                   ANTHROPIC_API_KEY="sk-ant-server", OPENAI_API_KEY="sk-unused",
-                   RUST_LOG="error")
-        self.serve = subprocess.Popen(
-            [os.environ.get("LLM_CONTEXT_BIN", "target/debug/llm-context"), "serve",
-             "--listen", f"127.0.0.1:{port}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.url = f"http://127.0.0.1:{port}"
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(f"{self.url}/healthz", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            self.fail("serve did not start")
+        self.serve, self.url = start_serve(self.through.url)
 
     def tearDown(self):
         self.serve.terminate()
@@ -254,29 +265,14 @@ class ClaudeCodeAgainstTheEnforcingUpstream(unittest.TestCase):
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
-        up_port, port = free_port(), free_port()
+        up_port = free_port()
         self.upstream = subprocess.Popen(
             [os.environ.get("ENFORCING_UPSTREAM_BIN", "target/debug/examples/enforcing_upstream"),
              f"127.0.0.1:{up_port}", "--rounds", "3"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.upstream_url = f"http://127.0.0.1:{up_port}"
-        env = dict(os.environ, ANTHROPIC_BASE_URL=self.upstream_url,
-                   ANTHROPIC_API_KEY="sk-ant-server", OPENAI_API_KEY="sk-unused",
-                   RUST_LOG="error")
-        self.serve = subprocess.Popen(
-            [os.environ.get("LLM_CONTEXT_BIN", "target/debug/llm-context"), "serve",
-             "--listen", f"127.0.0.1:{port}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.url = f"http://127.0.0.1:{port}"
-        for url in (f"{self.upstream_url}/seen", f"{self.url}/healthz"):
-            for _ in range(200):
-                try:
-                    urllib.request.urlopen(url, timeout=1).read()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            else:
-                self.fail(f"{url} did not answer")
+        wait_for(f"{self.upstream_url}/seen")
+        self.serve, self.url = start_serve(self.upstream_url)
 
     def tearDown(self):
         for p in (self.serve, self.upstream):

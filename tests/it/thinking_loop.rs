@@ -234,6 +234,13 @@ async fn run_with(policy: ContextPolicy, client_setup: Client) -> Run {
     }
 }
 
+/// The 30,000-token window every loop runs in, with `executor` deciding who edits.
+fn in_the_window(executor: Executor) -> ContextPolicy {
+    ContextPolicy::default()
+        .with_max_context_tokens(30_000)
+        .with_executor(executor)
+}
+
 /// No call failed, and every request the model was shown, after the provider's edits,
 /// is within the 30,000-token window (by the stack's estimate: under its allowance).
 fn check(run: &Run, allowance: u64) {
@@ -254,9 +261,7 @@ fn check(run: &Run, allowance: u64) {
 
 #[tokio::test]
 async fn a_300_call_thinking_loop_through_serve_never_breaks_a_signed_thinking_block() {
-    let policy = ContextPolicy::default()
-        .with_max_context_tokens(30_000)
-        .with_executor(Executor::Local);
+    let policy = in_the_window(Executor::Local);
     let run = run(policy).await;
     check(&run, 30_000 - 2_048);
     assert_eq!(run.executors, ["local"]);
@@ -275,11 +280,9 @@ async fn a_300_call_thinking_loop_through_serve_never_breaks_a_signed_thinking_b
 
 #[tokio::test]
 async fn with_cache_aware_pruning_thinking_is_dropped_in_steps() {
-    let policy = ContextPolicy::default()
-        .with_max_context_tokens(30_000)
+    let policy = in_the_window(Executor::Local)
         .with_low_water_tokens(15_000)
-        .with_clear_at_least_tokens(8_000)
-        .with_executor(Executor::Local);
+        .with_clear_at_least_tokens(8_000);
     let run = run(policy).await;
     check(&run, 30_000 - 2_048);
     assert!(run.dropped > 0);
@@ -307,7 +310,7 @@ fn claude_code() -> Client {
 #[tokio::test]
 async fn by_default_a_thinking_model_is_delegated_and_keeps_every_thinking_block() {
     // The default executor, `auto`: a binding model with thinking on is delegated.
-    let policy = ContextPolicy::default().with_max_context_tokens(30_000);
+    let policy = in_the_window(Executor::Auto);
     let run = run_with(policy, claude_code()).await;
     check(&run, 30_000 - 2_048);
     assert_eq!(run.executors, ["delegate"]);
@@ -333,9 +336,7 @@ async fn by_default_a_thinking_model_is_delegated_and_keeps_every_thinking_block
 
 #[tokio::test]
 async fn with_executor_delegate_the_300_call_loop_fits_with_no_binding_400() {
-    let policy = ContextPolicy::default()
-        .with_max_context_tokens(30_000)
-        .with_executor(Executor::Delegate);
+    let policy = in_the_window(Executor::Delegate);
     let run = run(policy).await;
     check(&run, 30_000 - 2_048);
     assert_eq!(run.executors, ["delegate"]);
@@ -355,9 +356,7 @@ async fn a_client_that_asks_the_provider_to_clear_is_never_cleared_twice() {
         betas: Some("context-management-2025-06-27"),
         calls: Some(120),
     };
-    let policy = ContextPolicy::default()
-        .with_max_context_tokens(30_000)
-        .with_executor(Executor::Local);
+    let policy = in_the_window(Executor::Local);
     let run = run_with(policy, client).await;
     check(&run, 30_000 - 2_048);
     assert_eq!(run.executors, ["delegate"]);
@@ -381,10 +380,7 @@ async fn a_client_that_asks_the_provider_to_clear_is_never_cleared_twice() {
 
 #[tokio::test]
 async fn with_drop_block_the_provider_drops_what_the_stack_would_have_left_out() {
-    let policy = ContextPolicy::default()
-        .with_max_context_tokens(30_000)
-        .with_executor(Executor::Local)
-        .with_thinking_mismatch(ThinkingMismatch::DropBlock);
+    let policy = in_the_window(Executor::Local).with_thinking_mismatch(ThinkingMismatch::DropBlock);
     let client = Client {
         calls: Some(100),
         ..Client::default()

@@ -121,18 +121,17 @@ fn prepare_checked(
         // The provider clears: the plan counts on it and sends the results unchanged,
         // and no cleared region of the stack's is kept.
         let allowance = shared.policy.prompt_allowance(budget.model_window);
-        if edits::client_owns_clearing(&req) {
-            let policy = planned.to_mut();
-            match edits::client_clearing(&req, allowance) {
-                ClientClearing::Counted { keep, exclude } => {
-                    policy.preserve_tool_results = Some(keep);
-                    policy.never_clear.extend(exclude);
-                }
-                // No result may be counted as cleared: what does not fit is pruned.
-                ClientClearing::Uncounted => policy.preserve_tool_results = Some(usize::MAX),
+        match edits::client_clearing(&req, allowance) {
+            Some(ClientClearing::Counted { keep, exclude }) => {
+                let policy = planned.to_mut();
+                policy.preserve_tool_results = Some(keep);
+                policy.never_clear.extend(exclude);
             }
-        } else {
-            edits::delegate(&mut req, &shared.policy, allowance);
+            // No result may be counted as cleared: what does not fit is pruned.
+            Some(ClientClearing::Uncounted) => {
+                planned.to_mut().preserve_tool_results = Some(usize::MAX);
+            }
+            None => edits::delegate(&mut req, &shared.policy, allowance),
         }
         budget.server_clears = true;
         budget.previous_clear = None;

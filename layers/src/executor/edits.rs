@@ -43,15 +43,27 @@ const BETA_HEADER: &str = "anthropic-beta";
 /// Whether the client asked the provider to clear or compact this request itself: a
 /// `clear_tool_uses_…` or `compact_…` edit of its own, or a top-level `compaction`.
 pub fn client_owns_clearing(req: &ChatRequest) -> bool {
-    let extra = &req.params.extra;
-    if extra.get("compaction").is_some_and(|v| !v.is_null()) {
-        return true;
-    }
-    client_edits(req).iter().any(|e| {
-        e.get("type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t.starts_with("clear_tool_uses_") || t.starts_with("compact_"))
-    })
+    client_compacts(req) || client_edits(req).iter().any(|e| clears(e) || compacts(e))
+}
+
+/// A top-level `compaction` (which no `context_management` may be combined with).
+fn client_compacts(req: &ChatRequest) -> bool {
+    req.params
+        .extra
+        .get("compaction")
+        .is_some_and(|v| !v.is_null())
+}
+
+fn edit_type(edit: &Value) -> &str {
+    edit.get("type").and_then(Value::as_str).unwrap_or_default()
+}
+
+fn clears(edit: &Value) -> bool {
+    edit_type(edit).starts_with("clear_tool_uses_")
+}
+
+fn compacts(edit: &Value) -> bool {
+    edit_type(edit).starts_with("compact_")
 }
 
 /// What the stack may count on from a client's own clearing when it plans a request
@@ -67,24 +79,15 @@ pub(crate) enum ClientClearing {
     Uncounted,
 }
 
-/// What the client's own clearing guarantees a request `allowance` tokens long.
-pub(crate) fn client_clearing(req: &ChatRequest, allowance: usize) -> ClientClearing {
-    if req
-        .params
-        .extra
-        .get("compaction")
-        .is_some_and(|v| !v.is_null())
-    {
-        return ClientClearing::Uncounted;
+/// What the client's own clearing guarantees a request `allowance` tokens long; `None`
+/// when the client asks for none ([`client_owns_clearing`] is false).
+pub(crate) fn client_clearing(req: &ChatRequest, allowance: usize) -> Option<ClientClearing> {
+    let edits = client_edits(req);
+    let edit = edits.iter().find(|e| clears(e));
+    if client_compacts(req) || (edit.is_none() && edits.iter().any(compacts)) {
+        return Some(ClientClearing::Uncounted);
     }
-    let edit = client_edits(req).iter().find(|e| {
-        e.get("type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t.starts_with("clear_tool_uses_"))
-    });
-    let Some(edit) = edit else {
-        return ClientClearing::Uncounted;
-    };
+    let edit = edit?;
     let number = |field: &str, kind: &str, default: u64| -> Option<u64> {
         match edit.get(field) {
             None | Some(Value::Null) => Some(default),
@@ -98,7 +101,7 @@ pub(crate) fn client_clearing(req: &ChatRequest, allowance: usize) -> ClientClea
     let trigger = number("trigger", "input_tokens", 100_000);
     let keep = number("keep", "tool_uses", 3);
     let at_least = number("clear_at_least", "input_tokens", 0);
-    match (trigger, keep, at_least) {
+    Some(match (trigger, keep, at_least) {
         // A `clear_at_least` the clearing may fall short of leaves it undone.
         (Some(trigger), Some(keep), Some(0)) if trigger <= allowance as u64 => {
             ClientClearing::Counted {
@@ -114,7 +117,7 @@ pub(crate) fn client_clearing(req: &ChatRequest, allowance: usize) -> ClientClea
             }
         }
         _ => ClientClearing::Uncounted,
-    }
+    })
 }
 
 /// The client's own edits, as it sent them.
@@ -267,7 +270,7 @@ mod tests {
             r.params
                 .extra
                 .insert("context_management".into(), json!({"edits": [edit]}));
-            client_clearing(&r, 30_000)
+            client_clearing(&r, 30_000).unwrap()
         };
         assert_eq!(
             with(json!({"type": "clear_tool_uses_20250919",
@@ -293,6 +296,18 @@ mod tests {
             with(json!({"type": "compact_20260112"})),
             ClientClearing::Uncounted
         );
+    }
+
+    #[test]
+    fn a_client_that_asks_for_no_clearing_has_none_to_count_on() {
+        let mut r = req();
+        assert_eq!(client_clearing(&r, 30_000), None);
+        r.params.extra.insert(
+            "context_management".into(),
+            json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}),
+        );
+        assert_eq!(client_clearing(&r, 30_000), None);
+        assert!(!client_owns_clearing(&r));
     }
 
     #[test]

@@ -87,6 +87,23 @@ impl Executor {
     }
 }
 
+impl std::str::FromStr for Executor {
+    type Err = String;
+
+    /// Its name, as [`as_str`](Self::as_str) writes it: `"delegate".parse()`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Executor::Auto,
+            Executor::Local,
+            Executor::Delegate,
+            Executor::Off,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+        .ok_or_else(|| format!("`{s}` is not an executor: use auto, local, delegate or off"))
+    }
+}
+
 impl std::fmt::Display for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -225,6 +242,7 @@ mod tests {
 
     #[test]
     fn names_read_back_from_policy_files() {
+        assert!("remote".parse::<Executor>().unwrap_err().contains("remote"));
         for e in [
             Executor::Auto,
             Executor::Local,
@@ -234,6 +252,7 @@ mod tests {
             let json = serde_json::to_value(e).unwrap();
             assert_eq!(json, json!(e.as_str()));
             assert_eq!(serde_json::from_value::<Executor>(json).unwrap(), e);
+            assert_eq!(e.as_str().parse::<Executor>(), Ok(e));
         }
     }
 }

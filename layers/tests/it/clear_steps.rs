@@ -4,11 +4,10 @@
 
 use llm_context_layers::mock::MockModel;
 use llm_context_layers::{
-    ChatRequest, ContextPolicy, ContextPolicyLayer, ContextPolicyService, Message,
-    PreparationReport, ToolCall,
+    ChatRequest, ContextPolicy, ContextPolicyLayer, Message, PreparationReport, ToolCall,
 };
 use serde_json::json;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, ServiceExt};
 
 /// Allowance 5,500 tokens, clearing before pruning: a turn is about 640 tokens, almost
 /// all of it one tool result, so from the ninth turn on old results must be cleared.
@@ -41,27 +40,7 @@ fn turn(n: usize) -> Vec<Message> {
 /// Sends 20 turns, each request the whole transcript so far plus the next question;
 /// returns what was sent and the report of each.
 async fn converse(policy: ContextPolicy) -> Vec<(ChatRequest, PreparationReport)> {
-    let model = MockModel::echo();
-    let mut agent: ContextPolicyService<MockModel> = ContextPolicyLayer::new(policy)
-        .unwrap()
-        .layer(model.clone());
-    let mut history = Vec::new();
-    let mut out = Vec::new();
-    for n in 0..20 {
-        let mut t = turn(n);
-        let answer = t.pop().unwrap();
-        history.extend(t);
-        let req = ChatRequest::new("mock", history.clone()).with_session("s1");
-        let reply = ServiceExt::<ChatRequest>::ready(&mut agent)
-            .await
-            .unwrap()
-            .call(req)
-            .await
-            .unwrap();
-        out.push((model.last_request().unwrap(), reply.report));
-        history.push(answer);
-    }
-    out
+    crate::support::converse(policy, "mock", 20, turn).await
 }
 
 fn moves(turns: &[(ChatRequest, PreparationReport)]) -> usize {

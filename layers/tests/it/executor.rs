@@ -2,13 +2,10 @@
 //! its results unchanged and the provider's clearing edit, pruned only where that
 //! clearing would not make it fit; `off` sends a request as it came.
 
-use llm_context_layers::mock::MockModel;
 use llm_context_layers::{
-    ChatRequest, ContextPolicy, ContextPolicyLayer, ContextPolicyService, Executor, Message,
-    PreparationReport, ToolCall,
+    ChatRequest, ContextPolicy, Executor, Message, PreparationReport, ToolCall,
 };
 use serde_json::json;
-use tower::{Layer, Service, ServiceExt};
 
 /// Allowance 5,500 tokens: a turn is about 640 tokens, almost all of it one tool result.
 fn policy(executor: Executor) -> ContextPolicy {
@@ -35,35 +32,14 @@ fn is_stub(m: &Message) -> bool {
         .is_some_and(|t| t.starts_with("{\"context_cleared\":true"))
 }
 
-/// Sends `turns` turns on `model`, each request the whole transcript so far plus the next
-/// question; returns what was sent and the report of each.
+/// Sends `turns` turns on `model_id` (see `support::converse`), each asking `question`.
 async fn converse(
     policy: ContextPolicy,
     model_id: &str,
     turns: usize,
     question: &str,
 ) -> Vec<(ChatRequest, PreparationReport)> {
-    let model = MockModel::echo();
-    let mut agent: ContextPolicyService<MockModel> = ContextPolicyLayer::new(policy)
-        .unwrap()
-        .layer(model.clone());
-    let mut history = Vec::new();
-    let mut out = Vec::new();
-    for n in 0..turns {
-        let mut t = turn(n, question);
-        let answer = t.pop().unwrap();
-        history.extend(t);
-        let req = ChatRequest::new(model_id, history.clone()).with_session("s1");
-        let reply = ServiceExt::<ChatRequest>::ready(&mut agent)
-            .await
-            .unwrap()
-            .call(req)
-            .await
-            .unwrap();
-        out.push((model.last_request().unwrap(), reply.report));
-        history.push(answer);
-    }
-    out
+    crate::support::converse(policy, model_id, turns, |n| turn(n, question)).await
 }
 
 #[tokio::test]

@@ -1,8 +1,45 @@
-//! Transcript builders shared by the layer tests.
+//! Transcript builders and a conversation driver shared by the layer tests.
 #![allow(dead_code, unreachable_pub)]
 
-use llm_context_layers::{Message, ToolCall};
+use llm_context_layers::mock::MockModel;
+use llm_context_layers::{
+    ChatRequest, ContextPolicy, ContextPolicyLayer, Message, PreparationReport, ToolCall,
+};
 use serde_json::json;
+use tower::{Layer, Service, ServiceExt};
+
+/// An agent's conversation through a fresh `ContextPolicyLayer` over an echoing model,
+/// one session: for each of `turns` turns, `turn(n)` without its last message is
+/// appended and the whole transcript so far sent, then that last message (the turn's
+/// answer) appended. Returns what the model was sent and the report of each call.
+pub async fn converse(
+    policy: ContextPolicy,
+    model_id: &str,
+    turns: usize,
+    turn: impl Fn(usize) -> Vec<Message>,
+) -> Vec<(ChatRequest, PreparationReport)> {
+    let model = MockModel::echo();
+    let mut agent = ContextPolicyLayer::new(policy)
+        .unwrap()
+        .layer(model.clone());
+    let mut history = Vec::new();
+    let mut out = Vec::new();
+    for n in 0..turns {
+        let mut t = turn(n);
+        let answer = t.pop().unwrap();
+        history.extend(t);
+        let req = ChatRequest::new(model_id, history.clone()).with_session("s1");
+        let reply = ServiceExt::<ChatRequest>::ready(&mut agent)
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap();
+        out.push((model.last_request().unwrap(), reply.report));
+        history.push(answer);
+    }
+    out
+}
 
 /// A user request, `rounds` tool rounds of one call each with results of `result_len`
 /// characters, and a final answer.

@@ -100,15 +100,17 @@ pub(super) fn decide(
         debug_assert!(m.laid_out, "over the allowance with the turns not laid out");
         let mut clear = |actions: &mut [Action], cost: &mut [usize], total: &mut usize| {
             if !stages.clears() {
-            } else if m.server_clears {
+                return;
+            }
+            if m.server_clears {
                 // Once over its trigger, the provider clears every result but the newest
                 // it keeps, not just enough.
                 for &i in m.clear_order {
                     clear_one(m, policy, i, actions, &mut clears, cost, total);
                 }
-            } else {
-                clear_until_fit(m, policy, actions, &mut clears, cost, total);
+                return;
             }
+            clear_until_fit(m, policy, actions, &mut clears, cost, total);
         };
         // The provider clears before anything else is done.
         let clear_first = policy.clear_before_prune || m.server_clears;
@@ -369,7 +371,8 @@ pub(super) fn clear_one(
     let size = MessageSize::of(msg);
     // A preview already names a stored artifact: point the stub at it.
     // Only a message marked as a preview is parsed again, for its id.
-    let preview = (m.marks[i] & PREVIEW != 0)
+    // The provider's clearing names nothing: no preview is read, no artifact sized.
+    let preview = (m.marks[i] & PREVIEW != 0 && !m.server_clears)
         .then(|| genuine_preview(&text, policy, m.untrusted))
         .flatten();
     let cleared = match preview {
@@ -380,7 +383,7 @@ pub(super) fn clear_one(
             chars: p.original_chars,
             bytes: p.original_chars.min(policy.artifact_max_chars),
         },
-        None if stages.offloads() => {
+        None if stages.offloads() && !m.server_clears => {
             let long = m
                 .longs
                 .binary_search_by_key(&i, |l| l.index)
