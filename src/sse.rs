@@ -221,10 +221,12 @@ impl<D: Decoder, C: AsRef<Reading>> State<D, C> {
             self.queue.push_front(StreamEvent::Wire(raw));
         }
         if let Some(ending) = ending {
-            let response = std::mem::take(&mut self.acc)
+            let mut response = std::mem::take(&mut self.acc)
                 .finish(ending.finish)
                 .map_err(invalid)?
                 .with_provider_fields(ending.fields);
+            // A provider's compaction goes back with the message, first.
+            llm_context_layers::executor::compaction::keep_in_message(&mut response);
             self.queue.push_back(StreamEvent::Done(Box::new(response)));
             self.ended = true;
         }

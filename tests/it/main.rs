@@ -23,6 +23,8 @@ mod cli_send;
 mod cli_send_stream;
 #[cfg(all(feature = "cli", feature = "simulate"))]
 mod cli_simulate;
+#[cfg(all(feature = "serve", feature = "anthropic"))]
+mod delegated_compaction;
 mod durable_memory;
 mod durable_redis;
 mod durable_sqlite;

@@ -232,7 +232,7 @@ impl Rounds {
         let mut report = sent.report;
         report.absorb_inner(&response.report);
         // What the provider edited of this round's request (a delegated one's clearing).
-        if let Some(applied) = AppliedEdits::from_fields(&response.provider_fields) {
+        if let Some(applied) = AppliedEdits::from_response(&response) {
             report.provider_edits = Some(applied);
         }
         // Every round is a prompt the provider counted against this round's estimate.

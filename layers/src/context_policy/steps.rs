@@ -8,7 +8,7 @@ use crate::artifact::{ArtifactReader, ArtifactStore, Untrusted, verify};
 use crate::calibration::Calibration;
 use crate::catalog::Catalog;
 use crate::executor::edits::{self, ClientClearing};
-use crate::executor::{self, Executor};
+use crate::executor::{self, Executor, compaction};
 use crate::fit::{self, CutStore, Fitting, Scratch, Stages};
 use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
 use crate::offload::{Prepared, PreviewCache, offload_request};
@@ -100,6 +100,9 @@ fn prepare_checked(
         // Nothing edited, nothing added: the request as it came.
         return Ok(Preparation::Prepared(Prepared::untouched(req, executor)));
     }
+    // What a provider's compaction stands in for is not shown to the model: neither
+    // counted nor sent.
+    let compacted = compaction::leave_out_compacted(&mut req);
     shared.prefix.inject(&mut req);
     // The session's previous cuts: kept when the policy says so (see `fit::budget`), and
     // always compared, so the report says when the cached prefix was broken.
@@ -151,6 +154,7 @@ fn prepare_checked(
         Fitting::Claims(req) => return Ok(Preparation::Claims(req)),
     };
     fitted.report.executor = Some(executor);
+    fitted.report.compacted_messages = compacted;
     fitted.report.cut_moved = fitted.cuts.history_moved(&previous);
     fitted.report.clear_moved = fitted.cuts.cleared_moved(&previous);
     let mut cuts = fitted.cuts;
@@ -172,7 +176,10 @@ fn prepare_checked(
             && thinking::ask_provider_to_drop(&mut prepared.req);
         if !provider_drops {
             let edited = prepared.report.changed();
-            let kept = thinking::keep_bound(&mut prepared.req, previous.thinking, edited);
+            // Past a compaction the history starts at its block: the blocks after it
+            // were signed over what follows it, not over what it left out.
+            let bound = previous.thinking.filter(|_| compacted == 0);
+            let kept = thinking::keep_bound(&mut prepared.req, bound, edited);
             prepared.report.thinking_dropped = kept.dropped;
             cuts.thinking = Some(kept.binding);
         }

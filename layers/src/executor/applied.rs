@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::compaction::is_compaction;
+use crate::model::{ChatResponse, Content};
+
 /// The provider's edits of one request, summed from its response: tool uses and thinking
 /// turns it cleared, the input tokens that freed, compactions, and thinking blocks it
 /// dropped (`drop_block`). All zero is a response that says it edited nothing.
@@ -78,6 +81,22 @@ impl AppliedEdits {
             .filter(|t| t.get("type").and_then(Value::as_str) == Some("thinking_dropped"))
             .count();
         Some(out)
+    }
+
+    /// What a response says was edited: its fields ([`from_fields`](Self::from_fields)),
+    /// and a compaction for each provider's `compaction` block its message starts with
+    /// (the provider reports a compaction by answering with the block); `None` when it
+    /// says nothing.
+    pub fn from_response(response: &ChatResponse) -> Option<Self> {
+        let blocks = match &response.message.content {
+            Content::Parts(parts) => parts.iter().filter(|p| is_compaction(p)).count(),
+            Content::Text(_) => 0,
+        };
+        let mut out = Self::from_fields(&response.provider_fields);
+        if blocks > 0 {
+            out.get_or_insert_with(Self::default).compactions += blocks;
+        }
+        out
     }
 }
 

@@ -170,22 +170,31 @@ pub fn delegate(req: &mut ChatRequest, policy: &ContextPolicy, allowance: usize)
     if client_owns_clearing(req) {
         return;
     }
-    let edit = clear_tool_uses(policy, allowance);
+    if add_edit(req, clear_tool_uses(policy, allowance)) {
+        add_beta(&mut req.params.headers, CONTEXT_MANAGEMENT_BETA);
+    }
+}
+
+/// Appends `edit` after the client's own `context_management` edits; `false`, with
+/// nothing added, when the client's `context_management` is not an object with an
+/// `edits` list (the client's error, which the provider reports; the stack adds
+/// nothing to it).
+pub(crate) fn add_edit(req: &mut ChatRequest, edit: Value) -> bool {
     let cm = req
         .params
         .extra
         .entry("context_management".to_owned())
         .or_insert_with(|| json!({}));
-    // Not the provider's shape: the client's error, which the provider reports; the
-    // stack adds nothing to it.
     let Some(cm) = cm.as_object_mut() else {
-        return;
+        return false;
     };
     match cm.entry("edits").or_insert_with(|| json!([])) {
-        Value::Array(edits) => edits.push(edit),
-        _ => return,
+        Value::Array(edits) => {
+            edits.push(edit);
+            true
+        }
+        _ => false,
     }
-    add_beta(&mut req.params.headers, CONTEXT_MANAGEMENT_BETA);
 }
 
 /// Adds `beta` to the `anthropic-beta` list unless a header lists it already: to the

@@ -44,8 +44,16 @@
 //! The stack still offloads, prunes when even the provider's clearing would not make the
 //! request fit, and refuses one that cannot fit; what the provider did comes back in the
 //! response ([`AppliedEdits`]).
+//!
+//! Summary compaction is delegated the same way, by the
+//! [`SummarizeLayer`](crate::summarize::SummarizeLayer) under its own
+//! [`executor`](crate::summarize::SummarizeConfig::executor): the provider's compaction
+//! edit instead of a local fold ([`compaction`]); the signed block it answers with is
+//! kept in the answer's message, and everything before it is left out of the requests
+//! that carry it back.
 
 mod applied;
+pub mod compaction;
 pub mod edits;
 
 pub use applied::AppliedEdits;

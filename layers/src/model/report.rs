@@ -43,6 +43,11 @@ pub struct PreparationReport {
     /// `max_context_tokens - reserve_tokens`, in estimated tokens: divided by the
     /// [calibration](crate::calibration) factor when the layer calibrates.
     pub prompt_allowance: usize,
+    /// Messages a provider's compaction block stands in for (those before the newest
+    /// one the request carries), left out: the provider drops them unseen, so they are
+    /// neither counted nor sent. Not in `removed_messages`: the stack chose nothing.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub compacted_messages: usize,
     /// Whole user turns removed.
     pub pruned_turns: usize,
     /// Tool rounds (a call and all its results) removed from turns that were kept.
@@ -173,6 +178,7 @@ impl PreparationReport {
     /// its cut flags to this report's.
     pub(crate) fn add_counts(&mut self, other: &PreparationReport) {
         self.removed_messages += other.removed_messages;
+        self.compacted_messages += other.compacted_messages;
         self.repaired += other.repaired;
         self.cleared_results += other.cleared_results;
         self.offloaded_results += other.offloaded_results;

@@ -1,5 +1,6 @@
 //! When to fold, and how much the summarizer is shown.
 
+use crate::executor::Executor;
 use crate::policy::{DEFAULT_MAX_CONTEXT_TOKENS, PolicyError};
 
 /// How summary compaction behaves. Build with [`SummarizeConfig::new`] and the `with_*`
@@ -50,6 +51,17 @@ pub struct SummarizeConfig {
     /// `compact_at`. Default 0.25, so that a fold always leaves the kept turns and the
     /// current one room.
     pub max_summary_share: f64,
+    /// Who folds: the stack ([`Executor::Local`]), the provider
+    /// ([`Executor::Delegate`]: its compaction edit, triggered at
+    /// [`threshold`](Self::threshold), with
+    /// [`compaction_instructions`](Self::compaction_instructions)), or nobody
+    /// ([`Executor::Off`]). Chosen per request as for the context policy
+    /// ([`executor::choose`](crate::executor::choose)); `Auto` by default, which
+    /// delegates on a model that binds thinking, with thinking in play.
+    pub executor: Executor,
+    /// What the provider's summarizer is told when the fold is delegated; `None`:
+    /// [`COMPACTION_INSTRUCTIONS`](crate::executor::compaction::COMPACTION_INSTRUCTIONS).
+    pub compaction_instructions: Option<String>,
 }
 
 impl Default for SummarizeConfig {
@@ -73,7 +85,30 @@ impl SummarizeConfig {
             artifact_max_chars: 1_000_000,
             max_artifacts: 8,
             max_summary_share: 0.25,
+            executor: Executor::Auto,
+            compaction_instructions: None,
         }
+    }
+
+    /// Sets `executor`.
+    #[must_use]
+    pub fn with_executor(mut self, executor: Executor) -> Self {
+        self.executor = executor;
+        self
+    }
+
+    /// Sets `compaction_instructions`.
+    #[must_use]
+    pub fn with_compaction_instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.compaction_instructions = Some(instructions.into());
+        self
+    }
+
+    /// What the provider's summarizer is told when the fold is delegated.
+    pub fn provider_instructions(&self) -> &str {
+        self.compaction_instructions
+            .as_deref()
+            .unwrap_or(crate::executor::compaction::COMPACTION_INSTRUCTIONS)
     }
 
     /// Sets `compact_at`.

@@ -9,6 +9,7 @@ use super::config::SummarizeConfig;
 use super::service::Summarize;
 use crate::artifact::ArtifactStore;
 use crate::artifact::LocalArtifactStore;
+use crate::catalog::Catalog;
 use crate::policy::PolicyError;
 
 /// Folds old history into a summary written by the inner model. See the
@@ -23,6 +24,9 @@ pub(crate) struct SummarizeState {
     pub(crate) config: SummarizeConfig,
     pub(crate) cache: SummaryCache,
     pub(crate) store: Arc<dyn ArtifactStore>,
+    /// Which models' providers compact on request and bind thinking (the executor's
+    /// choice).
+    pub(crate) catalog: Arc<Catalog>,
 }
 
 impl std::fmt::Debug for SummarizeLayer {
@@ -45,6 +49,7 @@ impl SummarizeLayer {
                 config,
                 cache: SummaryCache::default(),
                 store: Arc::new(LocalArtifactStore::default()),
+                catalog: Catalog::builtin(),
             }),
         })
     }
@@ -61,6 +66,13 @@ impl SummarizeLayer {
     #[must_use]
     pub fn with_cache(self, cache: SummaryCache) -> Self {
         self.with_shared(|s| s.cache = cache)
+    }
+
+    /// Chooses the executor with `catalog` (the built-in one by default): give it the
+    /// catalog of the [`ContextPolicyLayer`](crate::ContextPolicyLayer) below.
+    #[must_use]
+    pub fn with_catalog(self, catalog: Arc<Catalog>) -> Self {
+        self.with_shared(|s| s.catalog = catalog)
     }
 
     /// The configuration.
@@ -83,6 +95,7 @@ impl SummarizeLayer {
             config: self.shared.config.clone(),
             cache: self.shared.cache.clone(),
             store: self.shared.store.clone(),
+            catalog: self.shared.catalog.clone(),
         };
         f(&mut shared);
         Self {

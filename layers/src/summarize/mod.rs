@@ -74,6 +74,17 @@
 //! byte, on every later turn, and pays for a new summary only when the folded request
 //! crosses the threshold again.
 //!
+//! # Who folds
+//!
+//! [`SummarizeConfig::executor`] chooses per request, as the context policy does
+//! ([`executor::choose`](crate::executor::choose)). A delegated request (by default: a
+//! model that binds thinking, with thinking in play, where a local fold would rewrite
+//! history before a signed thinking block) is not folded: it carries the provider's
+//! compaction edit instead, triggered at [`SummarizeConfig::threshold`], with
+//! [`SummarizeConfig::compaction_instructions`] (see
+//! [`executor::compaction`](crate::executor::compaction)). An `Off` request passes as
+//! it came. The explicit [`Summarize::compact`] always folds locally.
+//!
 //! # Where it goes in the stack
 //!
 //! Outside [`ContextPolicyLayer`](crate::ContextPolicyLayer): fold first, then let the

@@ -14,6 +14,7 @@ use super::run::{Summarized, ask, call, fold_block, span_text};
 use crate::BoxError;
 use crate::artifact::artifact_id;
 use crate::artifact::{Artifact, ArtifactStore};
+use crate::executor::{Executor, choose, compaction};
 use crate::future::ResponseFuture;
 use crate::future::{streamed, take_ready};
 use crate::model::PreparationReport;
@@ -91,8 +92,11 @@ where
     }
 
     fn call(&mut self, req: ChatRequest) -> Self::Future {
-        let req = crate::model::infer_session(req);
+        let mut req = crate::model::infer_session(req);
         let shared = &self.layer.shared;
+        if let Some(report) = not_local(shared, &mut req) {
+            return ResponseFuture::direct(self.inner.call(req), report);
+        }
         let work = match plan(req, &shared.config, &shared.cache, false) {
             Ok(Step::Send(req, report)) => {
                 return ResponseFuture::direct(self.inner.call(req), report);
@@ -136,8 +140,12 @@ where
     }
 
     fn call(&mut self, req: Streaming) -> Self::Future {
-        let req = crate::model::infer_session(req.0);
+        let mut req = crate::model::infer_session(req.0);
         let shared = &self.layer.shared;
+        if let Some(report) = not_local(shared, &mut req) {
+            let call = Service::<Streaming>::call(&mut self.inner, Streaming(req));
+            return streamed(call, report, None);
+        }
         let work = match plan(req, &shared.config, &shared.cache, false) {
             Ok(Step::Send(req, report)) => {
                 let call = Service::<Streaming>::call(&mut self.inner, Streaming(req));
@@ -158,6 +166,29 @@ where
             streamed(call, report, None).await
         })
     }
+}
+
+/// The report of a request the stack does not fold, with the fold handed to the
+/// provider when the executor is `Delegate` (its compaction edit, see
+/// [`compaction`](crate::executor::compaction)); `None` when the stack folds.
+fn not_local(shared: &SummarizeState, req: &mut ChatRequest) -> Option<PreparationReport> {
+    let config = &shared.config;
+    let executor = choose(config.executor, req, &shared.catalog);
+    match executor {
+        Executor::Delegate => {
+            compaction::delegate_compaction(
+                req,
+                config.threshold(),
+                config.provider_instructions(),
+            );
+        }
+        Executor::Off => {}
+        _ => return None,
+    }
+    Some(PreparationReport {
+        executor: Some(executor),
+        ..PreparationReport::default()
+    })
 }
 
 /// Summarizes the span of `work` with `inner`, stores it as an artifact, caches the new

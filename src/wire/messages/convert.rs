@@ -12,6 +12,7 @@ use crate::catalog::Provider;
 use crate::client::unsupported;
 use crate::error::ProviderError;
 use crate::wire::extra::PassThrough;
+use llm_context_layers::executor::compaction::{is_compaction, keep_in_message};
 use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{
     CacheHints, CacheTtl, ChatRequest, ChatResponse, Content, ContentPart, FinishReason,
@@ -359,30 +360,33 @@ pub(super) fn blocks(m: &Message) -> Result<(InputRole, Vec<ContentBlockParam>),
             Ok((InputRole::User, blocks))
         }
         Role::Assistant => {
-            // Reasoning first, unchanged: Anthropic checks the thinking block before the
-            // tool_use it led to. A server's plain reasoning text is not Anthropic's and
-            // is not sent.
-            let mut blocks: Vec<ContentBlockParam> = m
-                .reasoning()
-                .iter()
-                .filter_map(|r| match r {
-                    Reasoning::Thinking {
-                        thinking,
-                        signature,
-                    } => Some(ContentBlockParam::Thinking {
-                        thinking: thinking.clone(),
-                        signature: signature.clone(),
-                    }),
-                    Reasoning::RedactedThinking { data } => {
-                        Some(ContentBlockParam::RedactedThinking { data: data.clone() })
-                    }
-                    _ => None,
-                })
-                .collect();
+            // A provider's compaction block first of all: it stands in for everything
+            // before it. Then reasoning, unchanged: Anthropic checks the thinking block
+            // before the tool_use it led to. A server's plain reasoning text is not
+            // Anthropic's and is not sent.
+            let parts: &[ContentPart] = match &m.content {
+                Content::Parts(parts) => parts,
+                Content::Text(_) => &[],
+            };
+            let lead = parts.iter().take_while(|p| is_compaction(p)).count();
+            let mut blocks = part_blocks(&parts[..lead])?;
+            blocks.extend(m.reasoning().iter().filter_map(|r| match r {
+                Reasoning::Thinking {
+                    thinking,
+                    signature,
+                } => Some(ContentBlockParam::Thinking {
+                    thinking: thinking.clone(),
+                    signature: signature.clone(),
+                }),
+                Reasoning::RedactedThinking { data } => {
+                    Some(ContentBlockParam::RedactedThinking { data: data.clone() })
+                }
+                _ => None,
+            }));
             match &m.content {
                 Content::Text(t) => blocks.extend(text_block(t)),
                 // Several text blocks stay several.
-                Content::Parts(parts) => blocks.extend(part_blocks(parts)?),
+                Content::Parts(_) => blocks.extend(part_blocks(&parts[lead..])?),
             }
             blocks.extend(m.tool_calls.iter().map(|c| ContentBlockParam::ToolUse {
                 id: c.id.clone(),
@@ -626,10 +630,13 @@ pub(crate) fn response(body: MessageResponse) -> ChatResponse {
     if !unmodelled.is_empty() {
         fields.insert("content".into(), Value::Array(unmodelled));
     }
-    ChatResponse::new(message)
+    let mut response = ChatResponse::new(message)
         .with_finish_reason(finish)
         .with_usage(usage(&body.usage))
-        .with_provider_fields(fields)
+        .with_provider_fields(fields);
+    // A provider's compaction goes back with the message, first.
+    keep_in_message(&mut response);
+    response
 }
 
 /// The neutral finish reason for Anthropic's `stop_reason`.

@@ -61,6 +61,9 @@ struct Delta<'a> {
     signature: Option<String>,
     partial_json: Option<String>,
     stop_reason: Option<String>,
+    /// A `compaction_delta`'s summary, or its encrypted form.
+    content: Option<String>,
+    encrypted_content: Option<String>,
 }
 
 /// The usage figures an event gives; those present override what came before.
@@ -93,7 +96,11 @@ enum Block {
     Reasoning(usize),
     /// The block's position among the message's tool calls.
     Tool(usize),
-    /// A block this client does not model (server tools' results, …): skipped.
+    /// A block this client does not model (server tools' results, …), kept whole at
+    /// this position of the unmodelled blocks; its deltas are skipped, but a
+    /// compaction's, which complete it.
+    Unmodelled(usize),
+    /// A position no block started at.
     Other,
 }
 
@@ -131,7 +138,7 @@ impl AnthropicDecoder {
         );
         if !modelled {
             self.unmodelled.push(raw);
-            self.set_block(index, Block::Other);
+            self.set_block(index, Block::Unmodelled(self.unmodelled.len() - 1));
             return Ok(());
         }
         let b =
@@ -187,7 +194,7 @@ impl AnthropicDecoder {
     }
 
     fn delta(
-        &self,
+        &mut self,
         index: usize,
         d: Delta<'_>,
         out: &mut VecDeque<StreamEvent>,
@@ -209,7 +216,25 @@ impl AnthropicDecoder {
             (Some("input_json_delta"), Block::Tool(index)) => StreamEvent::ToolCall(
                 ToolCallDelta::new(index).with_arguments(d.partial_json.unwrap_or_default()),
             ),
-            (_, Block::Other) => return Ok(()),
+            // A compaction's summary arrives in deltas: the block is kept whole, so that
+            // it can be sent back.
+            (Some("compaction_delta"), Block::Unmodelled(at)) => {
+                let Some(block) = self.unmodelled[at].as_object_mut() else {
+                    return Err(invalid("a compaction block is not an object"));
+                };
+                for (field, more) in [
+                    ("content", d.content),
+                    ("encrypted_content", d.encrypted_content),
+                ] {
+                    if let Some(more) = more {
+                        let so_far = block.get(field).and_then(Value::as_str).unwrap_or("");
+                        let joined = format!("{so_far}{more}");
+                        block.insert(field.into(), Value::String(joined));
+                    }
+                }
+                return Ok(());
+            }
+            (_, Block::Other | Block::Unmodelled(_)) => return Ok(()),
             // A delta this client does not model (a text block's `citations_delta`, kinds
             // newer than it): nothing of the neutral answer. A relay passes it on.
             (Some(kind), _)

@@ -17,7 +17,11 @@
 //!   them (`clear_tool_uses_20250919`: over its trigger, every result but the newest
 //!   `keep` and those of `exclude_tools`, unless that frees less than `clear_at_least`)
 //!   to what the model is shown ([`Seen::shown`]), and reported in `applied_edits` (the
-//!   binding check compares what the client sent, not the edited copy).
+//!   binding check compares what the client sent, not the edited copy);
+//!   `compact_20260112` over its trigger answers with a `compaction` block first, and
+//!   the thinking after it is bound to that block alone;
+//! - everything before the newest `compaction` block a request carries is dropped
+//!   unseen, before anything is checked, as the provider drops it.
 //!
 //! It answers every request by calling the first tool declared (`{"step": n}`; a
 //! `Bash` tool first when there is one, with `echo step n`), with a signed thinking block
@@ -54,6 +58,8 @@ pub(crate) struct Seen {
     pub(crate) refusals: Vec<String>,
     /// What the model was shown of every request it answered, in order.
     pub(crate) shown: Vec<Shown>,
+    /// The requests it compacted (`compact_20260112` over its trigger).
+    pub(crate) compactions: usize,
 }
 
 /// What the model was shown of one request, once the provider's edits were applied.
@@ -263,9 +269,12 @@ fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8], rounds: Option<u
         .flat_map(|v| v.split(','))
         .map(|b| b.trim().to_owned())
         .collect();
+    // The provider drops everything before the newest compaction block unseen: the
+    // request it checks, edits and answers starts there.
+    let body = past_compaction(body);
     let mut shown = body["messages"].as_array().cloned().unwrap_or_default();
-    let applied = match check_edits(&body, &betas, &mut shown) {
-        Ok(applied) => applied,
+    let (applied, compaction) = match check_edits(&body, &betas, &mut shown) {
+        Ok(edits) => edits,
         Err(why) => return refuse(seen, why),
     };
     let dropped = match check_binding(&body, &betas) {
@@ -291,9 +300,20 @@ fn answer(seen: &Mutex<Seen>, headers: &HeaderMap, body: &[u8], rounds: Option<u
         Some("enabled" | "adaptive")
     );
     let mut content = Vec::new();
+    if let Some(block) = &compaction {
+        content.push(block.clone());
+        seen.lock().unwrap().compactions += 1;
+    }
     if thinking_on {
-        let before = messages.iter().map(thinking_count).sum::<usize>();
-        let digest = prefix_digest(&body, &messages, &[]);
+        // After a compaction the answer's thinking is bound to the block before it
+        // alone, which is where the next request's history starts.
+        let (before, digest) = match &compaction {
+            Some(block) => (0, prefix_digest(&body, &[], std::slice::from_ref(block))),
+            None => (
+                messages.iter().map(thinking_count).sum::<usize>(),
+                prefix_digest(&body, &messages, &[]),
+            ),
+        };
         content.push(
             json!({"type": "thinking", "thinking": "Den nächsten Schritt planen.",
                             "signature": format!("sig1.{digest}.{before}")}),
@@ -376,6 +396,11 @@ fn streamed(message: &Value) -> Response {
                 vec![json!({"type": "input_json_delta",
                             "partial_json": block["input"].to_string()})],
             ),
+            // The provider's summary arrives in deltas.
+            Some("compaction") => (
+                json!({"type": "compaction"}),
+                vec![json!({"type": "compaction_delta", "content": block["content"]})],
+            ),
             _ => (
                 json!({"type": "text", "text": ""}),
                 vec![json!({"type": "text_delta", "text": block["text"]})],
@@ -413,13 +438,52 @@ fn streamed(message: &Value) -> Response {
 
 /// `context_management` checked as the provider checks it; the edits applied to
 /// `shown` (the messages the model is shown, as sent until then), reported.
-fn check_edits(
-    body: &Value,
-    betas: &[String],
-    shown: &mut [Value],
-) -> Result<Option<Vec<Value>>, String> {
+/// `body` as the provider reads it: its messages from the one that holds the newest
+/// `compaction` block, that message from the block on.
+fn past_compaction(mut body: Value) -> Value {
+    let Some(messages) = body["messages"].as_array_mut() else {
+        return body;
+    };
+    let holds = |m: &Value| blocks(m).iter().any(|b| b["type"] == "compaction");
+    if let Some(at) = messages.iter().rposition(holds) {
+        messages.drain(..at);
+        let content = messages[0]["content"].as_array_mut().expect("blocks");
+        let first = content
+            .iter()
+            .rposition(|b| b["type"] == "compaction")
+            .expect("a block");
+        content.drain(..first);
+    }
+    body
+}
+
+/// The provider's `compact_20260112` over `shown`: over its trigger (150,000 input
+/// tokens by default), the conversation is summarized into a `compaction` block, which
+/// is all the model is shown of it but for the newest message. Returns the block.
+fn compact(edit: &Value, shown: &mut Vec<Value>) -> Option<Value> {
+    let trigger = edit["trigger"]["value"].as_u64().unwrap_or(150_000) as usize;
+    if tokens(shown) <= trigger {
+        return None;
+    }
+    let about = edit["instructions"]
+        .as_str()
+        .unwrap_or("the provider's own prompt");
+    let block = json!({"type": "compaction",
+                       "content": format!("Summary of {} messages, as asked: {about}",
+                                          shown.len())});
+    let newest = shown.pop();
+    shown.clear();
+    shown.push(json!({"role": "assistant", "content": [block]}));
+    shown.extend(newest);
+    Some(block)
+}
+
+/// The edits applied, and the compaction block when the request was compacted.
+type Edits = (Option<Vec<Value>>, Option<Value>);
+
+fn check_edits(body: &Value, betas: &[String], shown: &mut Vec<Value>) -> Result<Edits, String> {
     let Some(cm) = body.get("context_management") else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let Some(cm) = cm.as_object() else {
         return Err("context_management: must be an object".into());
@@ -439,6 +503,7 @@ fn check_edits(
         Some("enabled" | "adaptive")
     );
     let mut applied = Vec::new();
+    let mut compaction = None;
     for (i, edit) in edits.iter().enumerate() {
         let kind = edit["type"].as_str().unwrap_or_default();
         let Some((_, beta)) = EDITS.iter().find(|(k, _)| *k == kind) else {
@@ -473,11 +538,12 @@ fn check_edits(
                 applied.push(json!({"type": kind, "cleared_tool_uses": uses,
                                     "cleared_input_tokens": tokens}));
             }
-        } else {
-            applied.push(json!({"type": kind}));
+        } else if kind == "compact_20260112" {
+            // Reported by the block in the answer, not among the applied edits.
+            compaction = compaction.or_else(|| compact(edit, shown));
         }
     }
-    Ok(Some(applied))
+    Ok((Some(applied), compaction))
 }
 
 /// The thinking blocks a message holds.
