@@ -131,6 +131,30 @@ impl<A: Api, T> Client<A, T> {
         &self.state.base_url
     }
 
+    /// A client of the API `B` with this one's settings (base URL, key, headers, body
+    /// limit, transport): the same provider's other API.
+    #[cfg(feature = "serve")]
+    pub(crate) fn sibling<B>(&self) -> Client<B, T>
+    where
+        B: Api<Options = A::Options>,
+        A::Options: Clone,
+        T: Clone,
+    {
+        let s = &self.state;
+        Client {
+            transport: self.transport.clone(),
+            state: Arc::new(State {
+                base_url: s.base_url.clone(),
+                shown_url: s.shown_url.clone(),
+                endpoint: format!("{}{}", s.base_url, B::PATH),
+                api_key: s.api_key.clone(),
+                headers: s.headers.clone(),
+                options: s.options.clone(),
+                reading: s.reading.clone(),
+            }),
+        }
+    }
+
     /// The same client over another transport.
     pub fn with_transport<U>(self, transport: U) -> Client<A, U> {
         Client {

@@ -117,7 +117,7 @@ impl Settings {
 }
 
 /// What a client needs to read its answers: its redactor and its body limit.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Reading {
     pub(crate) redactor: Redactor,
     pub(crate) max_response_bytes: usize,

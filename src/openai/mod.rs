@@ -42,6 +42,8 @@
 //!   `stream_options.include_usage` itself.
 
 mod client;
+#[cfg(feature = "serve")]
+pub(crate) mod responses;
 
 pub use crate::client::{ResponseFuture, StreamFuture};
 pub use client::{

@@ -116,15 +116,21 @@ async fn handle<F: Format>(
     };
     let tenant = tenant.ok().flatten();
     let read = F::read(&body.bytes);
+    let read = match read {
+        Ok(read) => read,
+        Err(why) => return failures::invalid::<F>(&why),
+    };
+    if let Some(why) = F::unmanaged(&read) {
+        let provider = provider_of(&shared.routes, &shared.catalog, &read.request.model);
+        drop(read);
+        return super::passthrough::unmanaged(shared, provider, parts, body, permit, why).await;
+    }
     let body::Read { bytes, mut held } = body;
     let Read {
         request: mut req,
         stream,
         include_usage,
-    } = match read {
-        Ok(read) => read,
-        Err(why) => return failures::invalid::<F>(&why),
-    };
+    } = read;
     // The request holds more than its bytes until it is answered: its parsed form, and
     // (a Messages request) its bytes, to send them back as they came. Its share of the
     // budget grows to that, and is held to the end of its answer, so that big requests

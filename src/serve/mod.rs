@@ -99,6 +99,7 @@
 
 mod admit;
 mod body;
+mod by_format;
 mod count;
 mod decode;
 mod failures;
@@ -142,6 +143,7 @@ use crate::stream::{ChatStream, Streaming};
 use crate::trace::GenAiSpanLayer;
 use crate::wire::chat_completions::serve::ChatCompletions;
 use crate::wire::messages::serve::Messages;
+use crate::wire::responses::serve::Responses;
 use crate::wire::served::Format;
 use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer,
@@ -295,6 +297,10 @@ impl Proxy {
             .route(
                 Messages::ROUTE,
                 post(endpoint::<Messages>).fallback(not_allowed::<Messages>),
+            )
+            .route(
+                Responses::ROUTE,
+                post(endpoint::<Responses>).fallback(not_allowed::<Responses>),
             )
             .route(
                 count::ROUTE,
@@ -472,7 +478,11 @@ impl ProxyBuilder {
     pub fn openai(mut self, client: OpenAi) -> Self {
         // Its base URL ends with `/v1`: a caller's `/v1/models` is `{base}/models`.
         self.relays.insert(Provider::OpenAi, client.relay("/v1"));
-        self.upstream(Provider::OpenAi, boxed_errors(client))
+        // A Responses caller's request goes on over the Responses API.
+        self.upstream(
+            Provider::OpenAi,
+            boxed_errors(by_format::OpenAiByFormat::new(client)),
+        )
     }
 
     /// The Anthropic upstream: `upstream(Provider::Anthropic, client)`.

@@ -119,25 +119,13 @@ async fn relay(
         );
         return error(provider, StatusCode::NOT_FOUND, &why);
     };
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path(), |p| p.as_str());
-    let headers = forwarded(&parts.headers);
     // The body goes as it came, compressed or not, so its headers go with it.
     let content = BodyHeaders {
         kind: parts.headers.get(header::CONTENT_TYPE).cloned(),
         encoding: parts.headers.get(header::CONTENT_ENCODING).cloned(),
     };
-    let sent = relay.send(
-        parts.method.clone(),
-        path,
-        headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-        content,
-        body.bytes.clone(),
-    );
     // The body's share of the budget is held until the upstream has it.
-    let answer = sent.await;
+    let answer = send(relay, parts, content, &body).await;
     drop(body);
     match answer {
         Ok(answer) => relayed_answer(answer, permit),
@@ -149,6 +137,72 @@ async fn relay(
             }
         }
     }
+}
+
+/// A request of a managed route that the stack does not manage (`why`: a chained
+/// request's history is the provider's): its body, as read, sent on to `provider` with
+/// the server's credentials, and the answer relayed as it comes, saying so in
+/// `x-llm-context-managed`.
+pub(crate) async fn unmanaged(
+    shared: &Shared,
+    provider: Provider,
+    parts: &axum::http::request::Parts,
+    body: super::body::Read,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    why: &'static str,
+) -> Response {
+    let Some(relay) = shared.relays.get(&provider) else {
+        let why = super::upstreams::no_upstream("this model", provider);
+        return error(provider, StatusCode::BAD_REQUEST, &why);
+    };
+    tracing::info!(
+        event = "serve_unmanaged",
+        path = parts.uri.path(),
+        reason = why,
+        "request passed on unmanaged"
+    );
+    // Decoded when it was read: sent as JSON, whatever encoding it came in.
+    let content = BodyHeaders {
+        kind: Some(header::HeaderValue::from_static("application/json")),
+        encoding: None,
+    };
+    let answer = send(relay, parts, content, &body).await;
+    drop(body);
+    match answer {
+        Ok(answer) => {
+            let mut out = relayed_answer(answer, permit);
+            let value = format!("no ({why})");
+            if let Ok(value) = header::HeaderValue::from_str(&value) {
+                out.headers_mut().insert("x-llm-context-managed", value);
+            }
+            out
+        }
+        Err(e) => failures::failure::<ChatCompletions>(&crate::BoxError::from(e)),
+    }
+}
+
+/// Sends `body` on with the method, path, query and headers it came with, and the
+/// server's credentials.
+async fn send(
+    relay: &crate::client::Relay,
+    parts: &axum::http::request::Parts,
+    content: BodyHeaders,
+    body: &super::body::Read,
+) -> Result<crate::transport::HttpStreamResponse, crate::ProviderError> {
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |p| p.as_str());
+    let headers = forwarded(&parts.headers);
+    relay
+        .send(
+            parts.method.clone(),
+            path,
+            headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            content,
+            body.bytes.clone(),
+        )
+        .await
 }
 
 /// The upstream's answer as it came (status, headers but the connection's, the body

@@ -2,7 +2,8 @@
 //! a caller's body and written to a provider, the answer and the stream events both ways,
 //! and the format's error bodies.
 //!
-//! Formats and providers are two axes. A format ([`chat_completions`], [`messages`]) is
+//! Formats and providers are two axes. A format ([`chat_completions`], [`messages`], the
+//! Responses API's, which the proxy serves) is
 //! a shape of JSON on the wire; a provider ([`openai`](crate::openai),
 //! [`anthropic`](crate::anthropic)) is who is called: a base URL, a key, a transport,
 //! retries. The OpenAI client speaks Chat Completions, the Anthropic client Messages, and
@@ -28,5 +29,7 @@ mod extra;
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod messages;
+#[cfg(feature = "serve")]
+pub(crate) mod responses;
 #[cfg(feature = "serve")]
 pub(crate) mod served;

@@ -56,6 +56,13 @@ pub(crate) trait Format: Send + Sync + 'static {
 
     /// The body of a failure of the stack or the upstream, answered with `status`.
     fn failure(error: &BoxError, status: StatusCode) -> Value;
+
+    /// Why a request read from this format is passed on unmanaged, when it is: its
+    /// history is not all in the body (a chained request), or the format cannot serve
+    /// it yet. `None` (the default): the stack manages it.
+    fn unmanaged(_read: &Read) -> Option<&'static str> {
+        None
+    }
 }
 
 /// What a stream's writer needs to know of the request.

@@ -73,6 +73,8 @@ mod serve_passthrough;
 #[cfg(feature = "serve")]
 mod serve_redis;
 mod serve_relay;
+#[cfg(feature = "serve")]
+mod serve_responses;
 mod snapshot_order;
 #[cfg(feature = "serve")]
 mod thinking_loop;

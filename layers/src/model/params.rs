@@ -149,7 +149,7 @@ impl GenerationParams {
         let own = self.extra_format == Some(format);
         let by_hand = self.extra_format.is_none();
         let prefix = match format {
-            WireFormat::ChatCompletions => "openai-",
+            WireFormat::ChatCompletions | WireFormat::Responses => "openai-",
             WireFormat::Messages => "anthropic-",
         };
         self.headers
@@ -215,4 +215,6 @@ pub enum WireFormat {
     ChatCompletions,
     /// Anthropic Messages.
     Messages,
+    /// The OpenAI Responses API.
+    Responses,
 }

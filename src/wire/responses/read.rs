@@ -1,0 +1,492 @@
+//! A `CreateResponse` body read into the neutral request, with what the writer needs to
+//! send it back as it came ([`Kept`]).
+//!
+//! Items become neutral messages:
+//!
+//! - a `message` of role `user` is a user message; `system` and `developer` are system
+//!   messages (leading ones are the prefix, after `instructions`);
+//! - an `assistant` message, `reasoning` items and tool calls (`function_call`,
+//!   `custom_tool_call`) in a row are one assistant message: its text, its reasoning
+//!   and every item it cannot model kept whole as opaque parts, in order, and its calls;
+//! - a call's output (`function_call_output`, `custom_tool_call_output`) is a tool
+//!   result, paired with its call by `call_id`;
+//! - any other item (`item_reference`, `compaction`, hosted tools' calls, kinds newer
+//!   than this proxy) is an opaque part of the assistant message it stands in.
+//!
+//! A turn is a user message and everything up to the next one, as in the other formats,
+//! so a reasoning item is pruned only with its turn and never cleared on its own.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::ops::Range;
+
+use bytes::Bytes;
+use foldhash::quality::RandomState;
+use llm_context_layers::{
+    ChatRequest, Content, ContentPart, Message, OpaqueTool, Role, ToolCall, ToolSpec, WireFormat,
+};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::wire::checks::{self, Invalid, Kind};
+
+/// Top-level fields read into the neutral request; every other one is carried in
+/// `params.extra` and written back in its place.
+pub(crate) const READ: &[&str] = &["model", "input", "instructions", "tools", "stream"];
+
+/// What the reader kept of a body: its bytes, where each item, tool and the
+/// instructions lie in them, and which items each neutral message was read from.
+#[derive(Debug)]
+pub(crate) struct Kept {
+    pub(super) body: Bytes,
+    /// Each input item's bytes (none when `input` is a string).
+    pub(super) items: Vec<Range<usize>>,
+    /// Each tool's name (a hosted tool's `type`) and bytes.
+    pub(super) tools: Vec<(String, Range<usize>)>,
+    /// `instructions`' bytes, when it is a string.
+    pub(super) instructions: Option<Range<usize>>,
+    /// How many neutral messages `instructions` was read into (0 or 1).
+    pub(super) top: usize,
+    /// Each top-level member's value bytes.
+    pub(super) members: HashMap<String, Range<usize>>,
+    /// The top-level fields but those of [`READ`] other than `model` and `stream`, as
+    /// the caller wrote them: what the writer compares the stack's to.
+    pub(super) original: Map<String, Value>,
+    /// For each neutral message after the instructions, the items it was read from.
+    pub(super) groups: Vec<Range<usize>>,
+    /// The groups (ascending) a neutral message of each digest was read from.
+    pub(super) digests: HashMap<u64, Vec<usize>>,
+    /// The output item of each call id: where a result the stack cleared or offloaded
+    /// is edited in place.
+    pub(super) outputs: HashMap<String, usize>,
+    pub(super) hasher: RandomState,
+}
+
+impl Kept {
+    /// The digest a neutral message is matched by.
+    pub(super) fn digest(&self, m: &Message) -> u64 {
+        self.hasher.hash_one(m)
+    }
+}
+
+/// Where the parts of a body lie, borrowed from its bytes.
+#[derive(Deserialize)]
+struct Spans<'a> {
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    instructions: Option<&'a RawValue>,
+}
+
+/// The neutral request of a Responses body, and what was kept of it; or what is wrong
+/// with it (every field read is checked for its type, and each item for what it needs).
+pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
+    let not_json = |e: &dyn std::fmt::Display| Invalid::body(format!("the body is not JSON: {e}"));
+    let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
+    let parsed: Value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
+    let Value::Object(obj) = parsed else {
+        return Err(Invalid::body(
+            "the body must be a JSON object (a Responses request)",
+        ));
+    };
+    let spans: Spans<'_> = serde_json::from_str(text).map_err(|e| not_json(&e))?;
+    let raw_members: HashMap<String, &RawValue> =
+        serde_json::from_str(text).map_err(|e| not_json(&e))?;
+    let base = text.as_ptr() as usize;
+    let range = |raw: &RawValue| {
+        let start = raw.get().as_ptr() as usize - base;
+        start..start + raw.get().len()
+    };
+    let model = match obj.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(Invalid::new("model", "is required"));
+        }
+        Some(other) => {
+            return Err(Invalid::new(
+                "model",
+                format!("must be a string, not {}", checks::what(other)),
+            ));
+        }
+    };
+    for (name, kind) in [
+        ("max_output_tokens", Kind::Count),
+        ("stream", Kind::Bool),
+        ("temperature", Kind::Number),
+        ("top_p", Kind::Number),
+        ("store", Kind::Bool),
+        ("parallel_tool_calls", Kind::Bool),
+    ] {
+        checks::field(obj.get(name), name, kind)?;
+    }
+
+    let mut messages = Vec::new();
+    let mut instructions = None;
+    match obj.get("instructions") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(text)) => {
+            messages.push(Message::system(text.as_str()));
+            instructions = spans.instructions.map(range);
+        }
+        // Instructions as items (a stored prompt's form): a prefix the neutral model
+        // cannot hold apart; refused rather than sent changed.
+        Some(other) => {
+            return Err(Invalid::new(
+                "instructions",
+                format!("must be a string, not {}", checks::what(other)),
+            ));
+        }
+    }
+    let top = messages.len();
+
+    let mut items = Vec::new();
+    let wire: Vec<Value> = match obj.get("input") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => {
+            messages.push(Message::user(text.as_str()));
+            Vec::new()
+        }
+        Some(Value::Array(wire)) => {
+            let raw: Vec<&RawValue> = spans
+                .input
+                .map(|r| serde_json::from_str(r.get()))
+                .transpose()
+                .map_err(|e| not_json(&e))?
+                .unwrap_or_default();
+            items = raw.into_iter().map(range).collect();
+            wire.clone()
+        }
+        Some(other) => {
+            return Err(Invalid::new(
+                "input",
+                format!(
+                    "must be a string or an array of items, not {}",
+                    checks::what(other)
+                ),
+            ));
+        }
+    };
+    let string_input = messages.len() > top;
+    let (read, mut groups, outputs) = read_items(&wire)?;
+    messages.extend(read);
+    if string_input {
+        // The string's one message has no item of its own.
+        groups.insert(0, 0..0);
+    }
+
+    let mut tools = Vec::new();
+    let mut kept_tools = Vec::new();
+    match obj.get("tools") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(wire)) => {
+            let raw = spans.tools.as_deref().unwrap_or_default();
+            for (i, t) in wire.iter().enumerate() {
+                let spec = tool(t).map_err(|e| e.item("tools", i))?;
+                if let Some(r) = raw.get(i) {
+                    kept_tools.push((spec.name.clone(), range(r)));
+                }
+                tools.push(spec);
+            }
+        }
+        Some(other) => {
+            return Err(Invalid::new(
+                "tools",
+                format!("must be an array, not {}", checks::what(other)),
+            ));
+        }
+    }
+
+    let mut req = ChatRequest::new(model, messages);
+    req.tools = tools;
+    req.params.max_output_tokens = obj
+        .get("max_output_tokens")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok());
+    for (k, v) in &obj {
+        if !READ.contains(&k.as_str()) {
+            req.params.extra.insert(k.clone(), v.clone());
+        }
+    }
+    req.params.extra_format = Some(WireFormat::Responses);
+
+    let members = raw_members
+        .into_iter()
+        .map(|(k, raw)| (k, range(raw)))
+        .collect();
+    let original = obj
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "input" | "tools" | "instructions"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let hasher = RandomState::default();
+    let mut digests: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (g, m) in req.messages[top..].iter().enumerate() {
+        digests.entry(hasher.hash_one(m)).or_default().push(g);
+    }
+    let kept = Kept {
+        body: body.clone(),
+        items,
+        tools: kept_tools,
+        instructions,
+        top,
+        members,
+        original,
+        groups,
+        digests,
+        outputs,
+        hasher,
+    };
+    Ok((req, kept))
+}
+
+/// The assistant message being read, opened at item `i` when none is.
+fn assistant(open: &mut Option<Assistant>, i: usize) -> &mut Assistant {
+    open.get_or_insert_with(|| Assistant {
+        parts: Vec::new(),
+        calls: Vec::new(),
+        from: i,
+    })
+}
+
+/// An assistant message being read: its parts, its calls, and its first item.
+struct Assistant {
+    parts: Vec<ContentPart>,
+    calls: Vec<ToolCall>,
+    from: usize,
+}
+
+type Items = (Vec<Message>, Vec<Range<usize>>, HashMap<String, usize>);
+
+/// The neutral messages of `items`, each with the items it was read from, and the
+/// output item of each call id.
+fn read_items(items: &[Value]) -> Result<Items, Invalid> {
+    let mut messages = Vec::new();
+    let mut groups = Vec::new();
+    let mut outputs = HashMap::new();
+    // Each call's tool name, for its result.
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut open: Option<Assistant> = None;
+    let close = |open: &mut Option<Assistant>,
+                 to: usize,
+                 messages: &mut Vec<Message>,
+                 groups: &mut Vec<Range<usize>>| {
+        if let Some(a) = open.take() {
+            let content = Content::from(a.parts);
+            messages.push(if a.calls.is_empty() {
+                Message::assistant(content)
+            } else {
+                Message::assistant_tool_calls(content, a.calls)
+            });
+            groups.push(a.from..to);
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let at = |e: Invalid| e.item("input", i);
+        let Some(obj) = item.as_object() else {
+            return Err(at(Invalid::body(format!(
+                "must be an object (an item), not {}",
+                checks::what(item)
+            ))));
+        };
+        let kind = match obj.get("type") {
+            Some(Value::String(t)) => t.as_str(),
+            // An easy input message has no `type`.
+            None | Some(Value::Null) if obj.contains_key("role") => "message",
+            _ => return Err(at(Invalid::new("type", "must be a string"))),
+        };
+        match kind {
+            "message" => {
+                let role = str_field(obj, "role").map_err(at)?;
+                let parts = content(obj.get("content")).map_err(|e| at(e.within("content")))?;
+                match role {
+                    "assistant" => assistant(&mut open, i).parts.extend(parts),
+                    "user" | "system" | "developer" => {
+                        close(&mut open, i, &mut messages, &mut groups);
+                        let role = if role == "user" {
+                            Role::User
+                        } else {
+                            Role::System
+                        };
+                        messages.push(Message::new(role, Content::from(parts)));
+                        groups.push(i..i + 1);
+                    }
+                    other => {
+                        return Err(at(Invalid::new(
+                            "role",
+                            format!("must be user, assistant, system or developer, not {other:?}"),
+                        )));
+                    }
+                }
+            }
+            "function_call" | "custom_tool_call" => {
+                let id = str_field(obj, "call_id").map_err(at)?;
+                let name = str_field(obj, "name").map_err(at)?;
+                let field = if kind == "function_call" {
+                    "arguments"
+                } else {
+                    "input"
+                };
+                let arguments = str_field(obj, field).map_err(at)?;
+                names.insert(id.to_owned(), name.to_owned());
+                assistant(&mut open, i)
+                    .calls
+                    .push(ToolCall::from_text(id, name, arguments));
+            }
+            "function_call_output" | "custom_tool_call_output" => {
+                close(&mut open, i, &mut messages, &mut groups);
+                let id = str_field(obj, "call_id").map_err(at)?;
+                let output = match obj.get("output") {
+                    Some(Value::String(s)) => Content::from(s.as_str()),
+                    Some(Value::Array(_)) => Content::from(
+                        content(obj.get("output")).map_err(|e| at(e.within("output")))?,
+                    ),
+                    other => {
+                        return Err(at(Invalid::new(
+                            "output",
+                            format!(
+                                "must be a string or an array of parts, not {}",
+                                other.map_or("absent".into(), checks::what)
+                            ),
+                        )));
+                    }
+                };
+                let name = names.get(id).cloned().unwrap_or_default();
+                messages.push(Message::tool_result(id, name, output));
+                groups.push(i..i + 1);
+                outputs.insert(id.to_owned(), i);
+            }
+            // Reasoning, compaction, references, hosted tools' calls, kinds newer than
+            // this proxy: kept whole, in their place, with the turn they belong to.
+            other => assistant(&mut open, i).parts.push(ContentPart::Opaque {
+                format: WireFormat::Responses,
+                kind: other.to_owned(),
+                json: item.to_string(),
+            }),
+        }
+    }
+    close(&mut open, items.len(), &mut messages, &mut groups);
+    Ok((messages, groups, outputs))
+}
+
+/// The string field `name` of an item.
+fn str_field<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<&'a str, Invalid> {
+    match obj.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(Invalid::new(name, "is required")),
+        Some(other) => Err(Invalid::new(
+            name,
+            format!("must be a string, not {}", checks::what(other)),
+        )),
+    }
+}
+
+/// A message's (or an output's) content: a string, or parts. Text parts are read as
+/// text; an image given by URL as an image; any other part kept whole.
+fn content(v: Option<&Value>) -> Result<Vec<ContentPart>, Invalid> {
+    let parts = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) => return Ok(vec![ContentPart::text(s.as_str())]),
+        Some(Value::Array(parts)) => parts,
+        Some(other) => {
+            return Err(Invalid::body(format!(
+                "must be a string or an array of parts, not {}",
+                checks::what(other)
+            )));
+        }
+    };
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let kind = p.get("type").and_then(Value::as_str);
+            Ok(match (kind, p.get("text"), p.get("image_url")) {
+                (Some("input_text" | "output_text"), Some(Value::String(t)), _)
+                    if only(p, &["type", "text", "annotations", "logprobs"]) =>
+                {
+                    // Annotations and log probabilities are kept by the item's own
+                    // bytes; a part that carries any is kept whole.
+                    if has_details(p) {
+                        opaque(p)
+                    } else {
+                        ContentPart::text(t.as_str())
+                    }
+                }
+                (Some("input_image"), _, Some(Value::String(url)))
+                    if only(p, &["type", "image_url", "detail"]) =>
+                {
+                    ContentPart::Image {
+                        url: url.clone(),
+                        detail: p.get("detail").and_then(Value::as_str).map(str::to_owned),
+                    }
+                }
+                (Some(_), _, _) => opaque(p),
+                (None, _, _) => {
+                    return Err(Invalid::new("type", "must be a string").item("", i));
+                }
+            })
+        })
+        .collect()
+}
+
+/// Whether `p` has no member but `names`.
+fn only(p: &Value, names: &[&str]) -> bool {
+    p.as_object()
+        .is_some_and(|o| o.keys().all(|k| names.contains(&k.as_str())))
+}
+
+/// Whether a text part carries annotations or log probabilities.
+fn has_details(p: &Value) -> bool {
+    ["annotations", "logprobs"].iter().any(|k| {
+        p.get(*k)
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+    })
+}
+
+fn opaque(p: &Value) -> ContentPart {
+    ContentPart::Opaque {
+        format: WireFormat::Responses,
+        kind: p
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        json: p.to_string(),
+    }
+}
+
+/// A tool: a function as a neutral tool, anything else (custom tools, hosted tools)
+/// kept whole under its name (a hosted tool's `type`).
+fn tool(t: &Value) -> Result<ToolSpec, Invalid> {
+    let Some(obj) = t.as_object() else {
+        return Err(Invalid::body(format!(
+            "must be an object (a tool), not {}",
+            checks::what(t)
+        )));
+    };
+    let kind = str_field(obj, "type")?;
+    if kind == "function" {
+        let name = str_field(obj, "name")?;
+        let description = obj
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let parameters = obj.get("parameters").cloned().unwrap_or(Value::Null);
+        let mut spec = ToolSpec::new(name, description, parameters);
+        spec.strict = obj.get("strict").and_then(Value::as_bool);
+        return Ok(spec);
+    }
+    let name = obj.get("name").and_then(Value::as_str).unwrap_or(kind);
+    let mut spec = ToolSpec::new(
+        name,
+        obj.get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        Value::Null,
+    );
+    spec.opaque = Some(OpaqueTool::new(WireFormat::Responses, kind, t.to_string()));
+    Ok(spec)
+}

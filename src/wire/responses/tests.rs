@@ -1,0 +1,140 @@
+//! The Responses format's reader and writers on their own: a body sent back unchanged
+//! is the caller's bytes, items are grouped into turns as the stack needs them, and
+//! what the proxy writes validates against OpenAI's published schema.
+
+use axum::body::Bytes;
+use llm_context_layers::stream::StreamEvent;
+use llm_context_layers::{ChatResponse, Content, ContentPart, Message, Role, ToolCall, Usage};
+use serde_json::{Value, json};
+
+use super::answer::{response, written};
+use super::read::request;
+use super::stream::Events;
+use super::write::faithful;
+use crate::wire::served::EventWriter;
+
+fn schema(root: &str) -> jsonschema::Validator {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/wire/openai-responses.schema.json"
+    );
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let target = doc["x-roots"][root].as_str().unwrap().to_owned();
+    doc["$ref"] = Value::String(target);
+    jsonschema::draft202012::new(&doc).unwrap()
+}
+
+fn valid(v: &jsonschema::Validator, instance: &Value) {
+    let errors: Vec<String> = v.iter_errors(instance).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}\n{instance:#}");
+}
+
+#[test]
+fn a_body_the_stack_left_alone_goes_back_as_its_bytes() {
+    for body in [
+        // Whitespace, key order, an unknown field, an unknown item, a string input.
+        "{ \"input\" : [ {\"type\":\"message\",\"role\":\"user\",\"content\":\"hi\"} ,\n \
+         {\"type\":\"future_item\",\"x\":1} ], \"model\":\"gpt-5.5\", \"zz\": {\"a\": [1, 2]} }",
+        r#"{"model":"gpt-5.5","input":"Sag hallo. 你好","instructions":"Be brief.","stream":false}"#,
+        r#"{"model":"gpt-5.5"}"#,
+    ] {
+        let bytes = Bytes::from(body);
+        let (req, kept) = request(&bytes).unwrap();
+        let out = faithful(&req, &kept, false, None).unwrap();
+        assert_eq!(std::str::from_utf8(&out).unwrap(), body);
+    }
+}
+
+#[test]
+fn a_streamed_call_and_a_cache_key_are_the_only_additions() {
+    let body = r#"{"model":"gpt-5.5","input":"hi","stream":true}"#;
+    let (req, kept) = request(&Bytes::from(body)).unwrap();
+    let plain = faithful(&req, &kept, false, Some("k1".into())).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&plain).unwrap(),
+        r#"{"model":"gpt-5.5","input":"hi","stream":false,"prompt_cache_key":"k1"}"#
+    );
+    let streamed = faithful(&req, &kept, true, None).unwrap();
+    assert_eq!(std::str::from_utf8(&streamed).unwrap(), body);
+}
+
+#[test]
+fn calls_in_a_row_are_one_assistant_turn_and_their_outputs_results() {
+    let body = json!({"model": "gpt-5.5", "instructions": "sys", "input": [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+        {"type": "function_call", "call_id": "a", "name": "run", "arguments": "{\"n\":1}"},
+        {"type": "custom_tool_call", "call_id": "b", "name": "apply_patch", "input": "*** Begin"},
+        {"type": "function_call_output", "call_id": "a", "output": "one"},
+        {"type": "custom_tool_call_output", "call_id": "b",
+         "output": [{"type": "input_text", "text": "done"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "next"}]}]});
+    let (req, _) = request(&Bytes::from(body.to_string())).unwrap();
+    let roles: Vec<Role> = req.messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [
+            Role::System,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Tool,
+            Role::User
+        ]
+    );
+    let turn = &req.messages[2];
+    assert_eq!(turn.tool_calls.len(), 2);
+    assert_eq!(turn.tool_calls[1].arguments, "*** Begin");
+    // The reasoning is kept whole, in the turn it belongs to.
+    let Content::Parts(parts) = &turn.content else {
+        panic!("parts")
+    };
+    assert!(matches!(&parts[0], ContentPart::Opaque { kind, .. } if kind == "reasoning"));
+    assert_eq!(req.messages[3].tool_call_id.as_deref(), Some("a"));
+    assert_eq!(req.messages[3].name(), Some("run"));
+    assert_eq!(req.messages[4].text(), "done");
+}
+
+#[test]
+fn an_answer_is_read_with_its_reasoning_first_and_its_cached_tokens_apart() {
+    let answer = json!({"id": "resp_1", "object": "response", "status": "completed",
+        "model": "gpt-5.5", "output": [
+            {"type": "reasoning", "id": "rs_9", "summary": [], "encrypted_content": "e9"},
+            {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "run",
+             "arguments": "{}", "status": "completed"}],
+        "usage": {"input_tokens": 1_000, "input_tokens_details": {"cached_tokens": 800},
+                  "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 3},
+                  "total_tokens": 1_005}});
+    let r = response(&answer).unwrap();
+    assert_eq!(r.usage, Usage::new(200, 5, 800, 0));
+    assert_eq!(r.message.tool_calls[0].id, "c1");
+    let Content::Parts(parts) = &r.message.content else {
+        panic!("parts")
+    };
+    assert!(matches!(&parts[0], ContentPart::Opaque { json, .. } if json.contains("e9")));
+    assert_eq!(r.provider_fields["id"], "resp_1");
+}
+
+#[test]
+fn what_the_proxy_writes_itself_validates() {
+    let message = Message::assistant_tool_calls(
+        "Ich lese die Datei. 读取",
+        vec![ToolCall::new("call_1", "run", json!({"cmd": "ls"}))],
+    );
+    let r = ChatResponse::new(message).with_usage(Usage::new(10, 2, 5, 0));
+    let whole = written(&r, "gpt-5.5", 1_765_000_000);
+    valid(&schema("response"), &whole);
+    let mut events = Events {
+        model: "gpt-5.5".into(),
+        created: 1_765_000_000,
+        sequence: 0,
+    };
+    let frames = events.event(&StreamEvent::Done(Box::new(r)));
+    let stream = schema("stream-event");
+    assert!(frames.len() >= 4);
+    for frame in frames {
+        let text = std::str::from_utf8(&frame).unwrap();
+        let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        valid(&stream, &serde_json::from_str(data).unwrap());
+    }
+}

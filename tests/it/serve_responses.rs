@@ -1,0 +1,398 @@
+//! `POST /v1/responses`, managed: a Codex-shaped Responses body through `serve` to a
+//! recording upstream on 127.0.0.1 that answers in the Responses shape. What fits goes
+//! on byte for byte; a long `exec_command` output is offloaded, its item kept but for
+//! `output`; the model's read of it is answered inside; a request that cannot fit is
+//! refused before any upstream call; chained and streamed requests pass on unmanaged.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+
+use llm_context::ContextPolicy;
+use llm_context::serve::Proxy;
+use serde_json::{Value, json};
+
+use crate::support::proxy::{json_of, openai, serving};
+use crate::support::schema::{Root, assert_valid, validator};
+
+const SCHEMA: &str = "openai-responses.schema.json";
+
+/// What the upstream received, and how it answers the `n`th request.
+type Answer = dyn Fn(&Value, usize) -> Value + Send + Sync;
+
+struct Recording {
+    url: String,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
+}
+
+impl Recording {
+    fn bodies(&self) -> Vec<Bytes> {
+        self.bodies.lock().unwrap().clone()
+    }
+
+    fn json(&self, i: usize) -> Value {
+        serde_json::from_slice(&self.bodies()[i]).unwrap()
+    }
+}
+
+async fn upstream(answer: Arc<Answer>) -> Recording {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    let app = Router::new().route(
+        "/v1/responses",
+        axum::routing::post(move |body: Bytes| {
+            let seen = seen.clone();
+            let answer = answer.clone();
+            async move {
+                let n = {
+                    let mut s = seen.lock().unwrap();
+                    s.push(body.clone());
+                    s.len() - 1
+                };
+                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                axum::Json(answer(&request, n))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Recording { url, bodies }
+}
+
+/// A Responses answer with `output`.
+fn response(output: Value) -> Value {
+    json!({"id": "resp_up1", "object": "response", "created_at": 1_765_000_000,
+           "status": "completed", "error": null, "incomplete_details": null,
+           "instructions": null, "model": "gpt-5.5-codex", "output": output,
+           "parallel_tool_calls": false, "metadata": {}, "tool_choice": "auto", "tools": [],
+           "temperature": null, "top_p": null, "service_tier": "default",
+           "usage": {"input_tokens": 1_200, "input_tokens_details": {"cached_tokens": 1_024},
+                     "output_tokens": 40, "output_tokens_details": {"reasoning_tokens": 12},
+                     "total_tokens": 1_240}})
+}
+
+fn done() -> Value {
+    response(json!([
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAA-2"},
+        {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
+         "phase": "final_answer",
+         "content": [{"type": "output_text", "text": "Der Build ist repariert. 完了。",
+                      "annotations": []}]}]))
+}
+
+/// What `seq 1 n` prints.
+fn seq(n: usize) -> String {
+    (1..=n).map(|i| format!("{i}\n")).collect()
+}
+
+/// A Codex-shaped body: instructions, a developer message, the task, one
+/// `exec_command` round with its reasoning, a custom tool, fields this proxy does not
+/// know, written in Codex's key order; the `exec_command` printed `output`.
+fn codex_body(output: &str) -> String {
+    let body = json!({
+        "model": "gpt-5.5-codex",
+        "instructions": "You are Codex, a coding agent. Keep answers short.",
+        "input": [
+            {"type": "message", "role": "developer",
+             "content": [{"type": "input_text", "text": "<permissions>workspace-write</permissions>"}]},
+            {"type": "message", "role": "user",
+             "content": [{"type": "input_text", "text": "Warum schlägt der Build fehl? 为什么"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Run it."}],
+             "encrypted_content": "gAAAAABo-opaque=="},
+            {"type": "message", "role": "assistant", "phase": "commentary",
+             "content": "Ich führe den Build aus."},
+            {"type": "function_call", "call_id": "call_1", "name": "exec_command",
+             "arguments": "{\"cmd\":\"seq 1 3000\"}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": output},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed",
+             "action": {"type": "search", "query": "rust build"}},
+            {"type": "message", "role": "user",
+             "content": [{"type": "input_text", "text": "Und jetzt?"}]}
+        ],
+        "tools": [
+            {"type": "function", "name": "exec_command", "description": "Runs a command.",
+             "strict": false, "parameters": {"type": "object",
+                "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}},
+            {"type": "custom", "name": "apply_patch", "description": "Applies a patch.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
+        ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": false,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "store": false,
+        "stream": false,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "019a-codex-session",
+        "x_future_field": {"kept": true}
+    });
+    // Written with spaces after the separators, as no serializer of ours writes it: a
+    // byte-for-byte comparison then shows whose bytes went on.
+    let compact = serde_json::to_string(&body).unwrap();
+    compact.replace("\",\"", "\", \"")
+}
+
+/// `sent` without the read tool the stack offers an agent (a tool list's last item, its
+/// one documented addition to a body that fits), which must be there.
+fn without_read_tool(sent: &[u8]) -> String {
+    let sent = std::str::from_utf8(sent).unwrap();
+    let tool = r#",{"type":"function","name":"read_context_artifact","#;
+    let start = sent.find(tool).expect("the read tool");
+    let last = r#""strict":false}]"#;
+    let end = start + sent[start..].find(last).expect("the end of the tools") + last.len() - 1;
+    format!("{}{}", &sent[..start], &sent[end..])
+}
+
+async fn proxy(policy: ContextPolicy, upstream: &Recording) -> String {
+    let proxy = Proxy::builder()
+        .policy(policy)
+        .openai(openai(&upstream.url))
+        .build()
+        .unwrap();
+    serving(proxy).await
+}
+
+async fn post(url: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/v1/responses"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_body_that_fits_reaches_the_upstream_byte_for_byte_and_its_answer_comes_back_as_given() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = codex_body("build ok\n");
+    let answer = post(&url, body.clone()).await;
+    assert_eq!(answer.status(), 200);
+    let headers = answer.headers().clone();
+    assert_eq!(json_of(answer).await, done());
+    assert_eq!(up.bodies().len(), 1);
+    assert_eq!(
+        without_read_tool(&up.bodies()[0]),
+        body,
+        "the upstream gets the caller's bytes"
+    );
+    // Managed: the report's headers.
+    assert!(
+        headers.contains_key("x-llm-context-after-tokens"),
+        "{headers:?}"
+    );
+    assert!(!headers.contains_key("x-llm-context-managed"));
+}
+
+#[tokio::test]
+async fn a_long_output_is_offloaded_in_its_item_and_the_models_read_is_answered_inside() {
+    // The model reads the artifact its first request names, then answers.
+    let up = upstream(Arc::new(|req: &Value, n| {
+        if n > 0 {
+            return done();
+        }
+        let items = req["input"].as_array().unwrap();
+        let preview = items
+            .iter()
+            .find(|i| i["type"] == "function_call_output")
+            .and_then(|i| i["output"].as_str())
+            .unwrap()
+            .to_owned();
+        let id = preview
+            .split(|c: char| c == '"' || c.is_whitespace() || c == '`')
+            .find(|w| w.starts_with("art_"))
+            .unwrap_or_default()
+            .to_owned();
+        response(json!([
+            {"type": "reasoning", "id": "rs_r", "summary": [], "encrypted_content": "gAAA-r"},
+            {"type": "function_call", "id": "fc_r", "call_id": "call_read", "status": "completed",
+             "name": "read_context_artifact",
+             "arguments": json!({"artifact_id": id, "offset": 0, "max_chars": 2000}).to_string()}]))
+    }))
+    .await;
+    let policy = ContextPolicy::default().with_tool_result_max_chars(2_000);
+    let url = proxy(policy, &up).await;
+    let long = seq(3_000);
+    let body = codex_body(&long);
+    let answer = post(&url, body.clone()).await;
+    assert_eq!(answer.status(), 200);
+    let got = json_of(answer).await;
+    // The client gets the model's answer, never the read.
+    assert_eq!(got["output"], done()["output"]);
+    assert!(!got.to_string().contains("read_context_artifact"));
+
+    let bodies = up.bodies();
+    assert_eq!(bodies.len(), 2, "one hidden round");
+    let first = up.json(0);
+    let sent: &Value = &serde_json::from_str::<Value>(&body).unwrap();
+    let items = first["input"].as_array().unwrap();
+    let output = items
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap();
+    // The item is kept (its call id, its place), its output a preview naming an artifact.
+    assert_eq!(output["call_id"], "call_1");
+    let preview = output["output"].as_str().unwrap();
+    assert!(preview.len() < 3_000, "{} chars", preview.len());
+    assert!(preview.contains("art_"), "{preview}");
+    // Every other item went on as the caller wrote it: the reasoning whole, by its bytes.
+    let raw = std::str::from_utf8(&bodies[0]).unwrap();
+    let start = body.find(r#"{"type":"reasoning""#).unwrap();
+    let end = body[start..].find('}').unwrap();
+    let end = start + end + body[start + end + 1..].find('}').unwrap() + 2;
+    let reasoning = &body[start..end];
+    assert!(
+        reasoning.ends_with(r#""encrypted_content":"gAAAAABo-opaque=="}"#),
+        "{reasoning}"
+    );
+    assert!(raw.contains(reasoning), "{raw}");
+    assert!(
+        reasoning.contains(r#""id":"rs_1", "summary""#),
+        "{reasoning}"
+    );
+    for (i, item) in sent["input"].as_array().unwrap().iter().enumerate() {
+        if item["type"] != "function_call_output" {
+            assert_eq!(&items[i], item, "item {i}");
+        }
+    }
+    // What the proxy wrote validates (the caller's own unknown field aside).
+    let request = validator(SCHEMA, Root::Request);
+    for i in 0..2 {
+        let mut sent = up.json(i);
+        sent.as_object_mut().unwrap().remove("x_future_field");
+        assert_valid(&request, &sent, &format!("upstream request {i}"));
+    }
+    // The read tool was offered, after the caller's own tools.
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        ["exec_command", "apply_patch", "read_context_artifact"]
+    );
+    // The hidden round: the model's read and its answer follow the caller's items, the
+    // reasoning that led to it included.
+    let second = up.json(1);
+    let items = second["input"].as_array().unwrap();
+    let n = items.len();
+    assert_eq!(items[n - 3]["type"], "reasoning");
+    assert_eq!(items[n - 3]["encrypted_content"], "gAAA-r");
+    assert_eq!(items[n - 2]["type"], "function_call");
+    assert_eq!(items[n - 2]["name"], "read_context_artifact");
+    assert_eq!(items[n - 1]["type"], "function_call_output");
+    assert_eq!(items[n - 1]["call_id"], "call_read");
+    let read: Value = serde_json::from_str(items[n - 1]["output"].as_str().unwrap()).unwrap();
+    assert!(
+        read["text"].as_str().unwrap().starts_with("1\n2\n3\n"),
+        "{read}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_fit_is_refused_in_the_responses_shape_before_any_call() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(2_000)
+        .with_reserve_tokens(500);
+    let url = proxy(policy, &up).await;
+    // The newest user message alone is over the window: nothing can be dropped for it.
+    let huge = "Warum? ".repeat(4_000);
+    let body = json!({"model": "gpt-5.5-codex", "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": huge}]}]});
+    let answer = post(&url, body.to_string()).await;
+    assert_eq!(answer.status(), 400);
+    let error = json_of(answer).await;
+    assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
+    assert_eq!(error["error"]["param"], "input");
+    assert!(up.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn a_compressed_body_is_read_as_the_other_routes_read_it() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = codex_body("build ok\n");
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/v1/responses"))
+        .header("content-type", "application/json")
+        .header("content-encoding", "zstd")
+        .body(zstd::stream::encode_all(body.as_bytes(), 3).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(without_read_tool(&up.bodies()[0]), body);
+}
+
+#[tokio::test]
+async fn a_chained_request_passes_on_unmanaged_and_says_so() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let policy = ContextPolicy::default().with_tool_result_max_chars(2_000);
+    let url = proxy(policy, &up).await;
+    let body = json!({"model": "gpt-5.5-codex", "previous_response_id": "resp_0",
+                      "input": [{"type": "function_call_output", "call_id": "call_9",
+                                 "output": seq(3_000)}]})
+    .to_string();
+    let answer = post(&url, body.clone()).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-llm-context-managed"], "no (stateful)");
+    // Nothing offloaded: the provider holds the history this output belongs to.
+    assert_eq!(std::str::from_utf8(&up.bodies()[0]).unwrap(), body);
+}
+
+#[tokio::test]
+async fn a_malformed_item_is_refused_naming_it() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = json!({"model": "gpt-5.5-codex", "input": [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "function_call", "name": "exec_command", "arguments": "{}"}]});
+    let answer = post(&url, body.to_string()).await;
+    assert_eq!(answer.status(), 400);
+    let error = json_of(answer).await;
+    assert_eq!(error["error"]["param"], "input[1].call_id", "{error}");
+    assert!(up.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn a_claude_model_is_answered_in_the_responses_shape_and_what_cannot_cross_is_refused() {
+    let upstream = crate::support::proxy::anthropic_upstream().await;
+    let url = crate::support::proxy::anthropic_proxy(&upstream).await;
+    // Text crosses: the answer comes back as a `Response`, written by the proxy.
+    let body = json!({"model": "claude-sonnet-4-6", "instructions": "Be brief.",
+                      "input": "Warum? 为什么", "max_output_tokens": 256});
+    let answer = post(&url, body.to_string()).await;
+    assert_eq!(answer.status(), 200);
+    let got = json_of(answer).await;
+    assert_eq!(got["object"], "response");
+    let response = validator(SCHEMA, Root::Response);
+    assert_valid(&response, &got, "the answer");
+    let sent: Value =
+        serde_json::from_slice(&upstream.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(sent["system"][0]["text"], "Be brief.");
+    assert_eq!(sent["max_tokens"], 256);
+    // A reasoning item is OpenAI's alone: refused by name, nothing sent.
+    let body = json!({"model": "claude-sonnet-4-6", "input": [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+        {"type": "function_call", "call_id": "c", "name": "run", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"}],
+        "tools": [{"type": "function", "name": "run", "description": "Runs.", "strict": false,
+                   "parameters": {"type": "object", "properties": {}}}]});
+    let answer = post(&url, body.to_string()).await;
+    assert_eq!(answer.status(), 400);
+    let error = json_of(answer).await;
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reasoning"),
+        "{error}"
+    );
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
+}
