@@ -43,6 +43,10 @@ pub(crate) struct Ending {
     pub(crate) finish: Option<FinishReason>,
     /// Its top-level fields, for [`ChatResponse::provider_fields`](llm_context_layers::ChatResponse::provider_fields).
     pub(crate) fields: BTreeMap<String, Value>,
+    /// The whole message, when the provider's last event gives it (the Responses API's
+    /// `response.completed`): it then stands for what the deltas add up to, with what
+    /// they cannot carry (reasoning items, kept whole).
+    pub(crate) message: Option<Box<llm_context_layers::Message>>,
 }
 
 /// Awaits the response to a streamed request and reads its events with `decoder`. The
@@ -225,6 +229,9 @@ impl<D: Decoder, C: AsRef<Reading>> State<D, C> {
                 .finish(ending.finish)
                 .map_err(invalid)?
                 .with_provider_fields(ending.fields);
+            if let Some(message) = ending.message {
+                response.message = *message;
+            }
             // A provider's compaction goes back with the message, first.
             llm_context_layers::executor::compaction::keep_in_message(&mut response);
             self.queue.push_back(StreamEvent::Done(Box::new(response)));

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::response::IntoResponse;
 
 use llm_context::ContextPolicy;
 use llm_context::serve::Proxy;
@@ -51,7 +52,15 @@ async fn upstream(answer: Arc<Answer>) -> Recording {
                     s.len() - 1
                 };
                 let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                axum::Json(answer(&request, n))
+                let whole = answer(&request, n);
+                if request["stream"] == true {
+                    let frames: String = events_of(&whole)
+                        .iter()
+                        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+                        .collect();
+                    return ([("content-type", "text/event-stream")], frames).into_response();
+                }
+                axum::Json(whole).into_response()
             }
         }),
     );
@@ -61,6 +70,68 @@ async fn upstream(answer: Arc<Answer>) -> Recording {
     Recording { url, bodies }
 }
 
+/// `whole` as OpenAI streams it: created, each item added, its deltas and done, then
+/// completed; or, for an answer that is an error, the error event alone.
+fn events_of(whole: &Value) -> Vec<Value> {
+    if let Some(error) = whole.get("stream_error") {
+        // The answer begins, then fails.
+        let mut events = events_of(&done());
+        events.truncate(5);
+        events.push(error.clone());
+        return events;
+    }
+    let mut events = Vec::new();
+    let mut opening = whole.clone();
+    opening["status"] = json!("in_progress");
+    opening["output"] = json!([]);
+    opening.as_object_mut().unwrap().remove("usage");
+    events.push(json!({"type": "response.created", "response": opening}));
+    for (i, item) in whole["output"].as_array().unwrap().iter().enumerate() {
+        let mut empty = item.clone();
+        match item["type"].as_str() {
+            Some("message") => empty["content"] = json!([]),
+            Some("function_call") => empty["arguments"] = json!(""),
+            _ => {}
+        }
+        events
+            .push(json!({"type": "response.output_item.added", "output_index": i, "item": empty}));
+        if item["type"] == "message" {
+            for (j, part) in item["content"].as_array().unwrap().iter().enumerate() {
+                let text = part["text"].as_str().unwrap();
+                let (a, b) = text.split_at(text.char_indices().nth(3).map_or(0, |(k, _)| k));
+                for delta in [a, b] {
+                    events.push(
+                        json!({"type": "response.output_text.delta", "output_index": i,
+                                       "item_id": item["id"], "content_index": j,
+                                       "delta": delta, "logprobs": []}),
+                    );
+                }
+            }
+        }
+        if item["type"] == "function_call" {
+            events.push(json!({"type": "response.function_call_arguments.delta",
+                               "output_index": i, "item_id": item["id"],
+                               "delta": item["arguments"]}));
+        }
+        events.push(json!({"type": "response.output_item.done", "output_index": i, "item": item}));
+    }
+    events.push(json!({"type": "response.completed", "response": whole}));
+    for (n, e) in events.iter_mut().enumerate() {
+        e["sequence_number"] = json!(n);
+    }
+    events
+}
+
+/// The data of every event of a streamed answer.
+async fn stream_data(answer: reqwest::Response) -> Vec<Value> {
+    let text = answer.text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
 /// A Responses answer with `output`.
 fn response(output: Value) -> Value {
     json!({"id": "resp_up1", "object": "response", "created_at": 1_765_000_000,
@@ -68,7 +139,8 @@ fn response(output: Value) -> Value {
            "instructions": null, "model": "gpt-5.5-codex", "output": output,
            "parallel_tool_calls": false, "metadata": {}, "tool_choice": "auto", "tools": [],
            "temperature": null, "top_p": null, "service_tier": "default",
-           "usage": {"input_tokens": 1_200, "input_tokens_details": {"cached_tokens": 1_024},
+           "usage": {"input_tokens": 1_200,
+                     "input_tokens_details": {"cached_tokens": 1_024, "cache_write_tokens": 0},
                      "output_tokens": 40, "output_tokens_details": {"reasoning_tokens": 12},
                      "total_tokens": 1_240}})
 }
@@ -79,7 +151,7 @@ fn done() -> Value {
         {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
          "phase": "final_answer",
          "content": [{"type": "output_text", "text": "Der Build ist repariert. 完了。",
-                      "annotations": []}]}]))
+                      "annotations": [], "logprobs": []}]}]))
 }
 
 /// What `seq 1 n` prints.
@@ -395,4 +467,94 @@ async fn a_claude_model_is_answered_in_the_responses_shape_and_what_cannot_cross
         "{error}"
     );
     assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_is_relayed_event_for_event() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = codex_body("build ok\n").replace(r#""stream":false"#, r#""stream":true"#);
+    let answer = post(&url, body.clone()).await;
+    assert_eq!(answer.status(), 200);
+    assert!(!answer.headers().contains_key("x-llm-context-managed"));
+    let got = stream_data(answer).await;
+    assert_eq!(got, events_of(&done()));
+    // The upstream was asked for a stream, with the caller's bytes.
+    assert_eq!(without_read_tool(&up.bodies()[0]), body);
+    let events = validator(SCHEMA, Root::Stream);
+    for e in &got {
+        assert_valid(&events, e, "a relayed event");
+    }
+}
+
+#[tokio::test]
+async fn a_hidden_round_never_reaches_the_stream_and_its_usage_is_summed() {
+    let up = upstream(Arc::new(|req: &Value, n| {
+        if n > 0 {
+            return done();
+        }
+        let output = req["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "function_call_output")
+            .unwrap()["output"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let preview: Value = serde_json::from_str(&output).unwrap();
+        let id = preview["context_artifact"].as_str().unwrap().to_owned();
+        response(json!([
+            {"type": "reasoning", "id": "rs_r", "summary": [], "encrypted_content": "gAAA-r"},
+            {"type": "function_call", "id": "fc_r", "call_id": "call_read", "status": "completed",
+             "name": "read_context_artifact",
+             "arguments": json!({"artifact_id": id}).to_string()}]))
+    }))
+    .await;
+    let policy = ContextPolicy::default().with_tool_result_max_chars(2_000);
+    let url = proxy(policy, &up).await;
+    let body = codex_body(&seq(3_000)).replace(r#""stream":false"#, r#""stream":true"#);
+    let answer = post(&url, body).await;
+    assert_eq!(answer.status(), 200);
+    let got = stream_data(answer).await;
+    assert_eq!(up.bodies().len(), 2);
+    let text = serde_json::to_string(&got).unwrap();
+    assert!(!text.contains("read_context_artifact"), "{text}");
+    assert!(
+        !text.contains("gAAA-r"),
+        "the hidden round's reasoning: {text}"
+    );
+    // The final round's events, its usage the two rounds' together.
+    let last = got.last().unwrap();
+    assert_eq!(last["type"], "response.completed");
+    assert_eq!(last["response"]["usage"]["input_tokens"], 2_400);
+    assert_eq!(last["response"]["usage"]["output_tokens"], 80);
+    assert_eq!(last["response"]["output"], done()["output"]);
+    // The hidden round sent the reasoning of the read back with it.
+    let second = up.json(1);
+    let items = second["input"].as_array().unwrap();
+    assert_eq!(items[items.len() - 3]["encrypted_content"], "gAAA-r");
+    assert_eq!(second["stream"], true);
+}
+
+#[tokio::test]
+async fn an_upstream_error_event_ends_the_stream_with_an_error_event() {
+    for error in [
+        json!({"type": "error", "code": "server_error", "message": "boom", "param": null,
+               "sequence_number": 0}),
+        json!({"type": "error", "error": {"type": "server_error", "code": "server_error",
+                                          "message": "boom", "param": null}}),
+    ] {
+        let up = upstream(Arc::new(move |_, _| json!({"stream_error": error.clone()}))).await;
+        let url = proxy(ContextPolicy::default(), &up).await;
+        let body = json!({"model": "gpt-5.5-codex", "input": "hi", "stream": true});
+        let answer = post(&url, body.to_string()).await;
+        let got = stream_data(answer).await;
+        // What the upstream sent before it failed, then the error, and nothing after.
+        assert_eq!(got[..5], events_of(&done())[..5]);
+        let last = got.last().unwrap();
+        assert_eq!(got.len(), 6, "{got:?}");
+        assert_eq!(last["type"], "error", "{got:?}");
+        assert!(last.to_string().contains("boom"), "{last}");
+    }
 }

@@ -90,6 +90,7 @@ impl Decoder for OpenAiDecoder {
             return Ok(Some(Ending {
                 finish: self.finish.take(),
                 fields: self.fields.take().unwrap_or_default(),
+                message: None,
             }));
         }
         if data.is_empty() {

@@ -320,6 +320,7 @@ impl Decoder for AnthropicDecoder {
                 return Ok(Some(Ending {
                     finish: Some(self.finish.take().unwrap_or(FinishReason::Stop)),
                     fields,
+                    message: None,
                 }));
             }
             "error" => return Err(error_event(Provider::Anthropic, &event.data, reading)),

@@ -64,6 +64,11 @@ pub(crate) struct Kept {
 }
 
 impl Kept {
+    /// Whether the caller asked for a stream.
+    pub(crate) fn asks_stream(&self) -> bool {
+        self.original.get("stream") == Some(&Value::Bool(true))
+    }
+
     /// The digest a neutral message is matched by.
     pub(super) fn digest(&self, m: &Message) -> u64 {
         self.hasher.hash_one(m)

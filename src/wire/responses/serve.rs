@@ -33,7 +33,7 @@ impl Format for Responses {
 
     fn read(body: &Bytes) -> Result<Read, Invalid> {
         let (mut request, kept) = request(body)?;
-        let stream = request.params.extra.get("stream") == Some(&Value::Bool(true));
+        let stream = kept.asks_stream();
         // Kept for the Responses client, which writes the body back with it.
         request.params.origin = Some(llm_context_layers::Origin::new(kept));
         Ok(Read {
@@ -52,11 +52,7 @@ impl Format for Responses {
     }
 
     fn events(model: String, options: &StreamOptions) -> Events {
-        Events {
-            model,
-            created: options.created,
-            sequence: 0,
-        }
+        Events::new(model, options.created)
     }
 
     fn error(status: StatusCode, message: &str) -> Value {
@@ -71,9 +67,8 @@ impl Format for Responses {
         failure_body(e, status)
     }
 
-    /// A chained request (its history is the provider's: `previous_response_id`,
-    /// `conversation`, or items given by reference) and, until the route relays the
-    /// upstream's stream event for event, a streamed one.
+    /// A chained request: its history is the provider's (`previous_response_id`,
+    /// `conversation`, or items given by reference).
     fn unmanaged(read: &Read) -> Option<&'static str> {
         let extra = &read.request.params.extra;
         let set = |k: &str| extra.get(k).is_some_and(|v| !v.is_null());
@@ -82,12 +77,6 @@ impl Format for Responses {
                 if parts.iter().any(|p| matches!(p,
                     llm_context_layers::ContentPart::Opaque { kind, .. } if kind == "item_reference")))
         });
-        if set("previous_response_id") || set("conversation") || referenced {
-            Some("stateful")
-        } else if read.stream {
-            Some("streamed")
-        } else {
-            None
-        }
+        (set("previous_response_id") || set("conversation") || referenced).then_some("stateful")
     }
 }

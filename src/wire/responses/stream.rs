@@ -1,10 +1,12 @@
 //! The Responses stream: read from an upstream ([`ResponsesDecoder`]), and written to a
 //! caller from the neutral answer ([`Events`]).
 //!
-//! The writer sends the answer's events once it is whole (`response.created`, each
-//! output item added and done, `response.completed`, or an `error` event): a complete,
-//! valid stream, not an incremental one; the route hands streamed requests to the
-//! pass-through until it relays the upstream's events as they come.
+//! A stream from a Responses upstream reaches a Responses caller event for event, as
+//! the upstream sent it, its last event's usage summed with the rounds answered inside
+//! (a hidden round's events never reach it). A stream from anything else (another
+//! format's upstream, a memo entry replayed) is written from the neutral answer once it
+//! is whole: `response.created`, each output item added and done, then
+//! `response.completed` (or `response.incomplete`).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -15,12 +17,12 @@ use llm_context_layers::stream::{StreamEvent, ToolCallDelta};
 use llm_context_layers::{BoxError, FinishReason};
 use serde_json::{Value, json};
 
-use super::answer::{finish_reason, usage_of, written};
+use super::answer::{finish_reason, response, usage, usage_of, written};
 use crate::catalog::Provider;
 use crate::client::Reading;
 use crate::error::ProviderError;
 use crate::sse::{Decoder, Ending, bad_event, error_event};
-use crate::wire::served::EventWriter;
+use crate::wire::served::{EventWriter, Relay, amend_usage};
 
 /// The state of one streamed answer read from a Responses upstream: which output item
 /// each tool call is.
@@ -75,9 +77,13 @@ impl Decoder for ResponsesDecoder {
                         fields.insert(key.to_owned(), v.clone());
                     }
                 }
+                // The whole answer, its reasoning items included, as a non-streamed
+                // call reads it: what the next round sends back.
+                let message = response(r).ok().map(|whole| Box::new(whole.message));
                 return Ok(Some(Ending {
                     finish: Some(finish_reason(r, !self.calls.is_empty())),
                     fields,
+                    message,
                 }));
             }
             // Flat (`{type: "error", message}`) or nested (`{error: {…}}`).
@@ -96,14 +102,26 @@ impl Decoder for ResponsesDecoder {
     }
 }
 
-/// A stream written to a Responses caller from the neutral answer, once it is whole.
+/// A stream written to a Responses caller: the upstream's own events, or ones written
+/// from the neutral answer once it is whole.
 pub(crate) struct Events {
     pub(super) model: String,
     pub(super) created: u64,
     pub(super) sequence: u64,
+    /// OpenAI's own events, relayed as they came when they are.
+    pub(super) relay: Relay,
 }
 
 impl Events {
+    pub(super) fn new(model: String, created: u64) -> Self {
+        Self {
+            model,
+            created,
+            sequence: 0,
+            relay: Relay::new(llm_context_layers::WireFormat::Responses),
+        }
+    }
+
     fn frame(&mut self, kind: &str, mut data: Value) -> Bytes {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.sequence);
@@ -114,6 +132,19 @@ impl Events {
 
 impl EventWriter for Events {
     fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
+        // OpenAI's own events, the usage of rounds answered inside added to the last.
+        let relayed = self.relay.event(event, false, |data, r| {
+            if matches!(
+                data["type"].as_str(),
+                Some("response.completed" | "response.incomplete")
+            ) {
+                amend_usage(&mut data["response"]["usage"], &usage(&r.usage));
+            }
+            true
+        });
+        if let Some(frames) = relayed {
+            return frames;
+        }
         let StreamEvent::Done(r) = event else {
             return Vec::new();
         };

@@ -124,11 +124,7 @@ fn what_the_proxy_writes_itself_validates() {
     let r = ChatResponse::new(message).with_usage(Usage::new(10, 2, 5, 0));
     let whole = written(&r, "gpt-5.5", 1_765_000_000);
     valid(&schema("response"), &whole);
-    let mut events = Events {
-        model: "gpt-5.5".into(),
-        created: 1_765_000_000,
-        sequence: 0,
-    };
+    let mut events = Events::new("gpt-5.5".into(), 1_765_000_000);
     let frames = events.event(&StreamEvent::Done(Box::new(r)));
     let stream = schema("stream-event");
     assert!(frames.len() >= 4);
