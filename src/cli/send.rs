@@ -50,11 +50,24 @@ pub(crate) enum ProviderArg {
     Anthropic,
 }
 
+/// Which of OpenAI's APIs `--provider openai` calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ApiArg {
+    /// `POST {base}/chat/completions` (and compatible servers).
+    ChatCompletions,
+    /// `POST {base}/responses`, the Responses API.
+    Responses,
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct SendArgs {
     /// Which API to call.
     #[arg(long, value_enum)]
     provider: ProviderArg,
+    /// With `--provider openai`: the Chat Completions API (the default) or the Responses
+    /// API. The request file is the same either way.
+    #[arg(long, value_enum, value_name = "API")]
+    api: Option<ApiArg>,
     /// Policy file, JSON or TOML, with ContextPolicy fields.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
@@ -120,7 +133,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         .map_err(|e| Exit::bad_input(e.to_string()))?
         .with_catalog(catalog.clone());
     let timeout = Duration::from_secs(args.timeout.max(1));
-    let client = Client::build(args.provider, timeout)?;
+    let client = Client::build(args.provider, args.api, timeout)?;
     // No file: no limit, and the layer passes every call through.
     let budget = match &args.budget {
         Some(path) => read_budget(path)?,
@@ -152,6 +165,12 @@ pub(crate) async fn run(args: SendArgs) -> Result<u8, Exit> {
         }
         #[cfg(feature = "openai")]
         Client::OpenAi(client) => stack.service(client).oneshot(request).await.map(Sent::from),
+        #[cfg(feature = "openai")]
+        Client::Responses(client) if stream => {
+            streamed(stack.service(client), request, &catalog).await
+        }
+        #[cfg(feature = "openai")]
+        Client::Responses(client) => stack.service(client).oneshot(request).await.map(Sent::from),
         #[cfg(feature = "anthropic")]
         Client::Anthropic(client) if stream => {
             streamed(stack.service(client), request, &catalog).await
@@ -281,13 +300,24 @@ where
 enum Client {
     #[cfg(feature = "openai")]
     OpenAi(llm_context::OpenAi),
+    #[cfg(feature = "openai")]
+    Responses(llm_context::openai::OpenAiResponses),
     #[cfg(feature = "anthropic")]
     Anthropic(llm_context::Anthropic),
 }
 
 impl Client {
-    fn build(provider: ProviderArg, timeout: Duration) -> Result<Self, Exit> {
+    fn build(provider: ProviderArg, api: Option<ApiArg>, timeout: Duration) -> Result<Self, Exit> {
+        if api.is_some() && provider != ProviderArg::Openai {
+            return Err(Exit::bad_input(
+                "--api chooses one of OpenAI's APIs: it goes with --provider openai",
+            ));
+        }
         match provider {
+            #[cfg(feature = "openai")]
+            ProviderArg::Openai if api == Some(ApiArg::Responses) => {
+                Ok(Self::Responses(responses_client(timeout)?))
+            }
             #[cfg(feature = "openai")]
             ProviderArg::Openai => Ok(Self::OpenAi(openai_client(timeout)?)),
             #[cfg(feature = "anthropic")]
@@ -306,6 +336,8 @@ impl Client {
         match self {
             #[cfg(feature = "openai")]
             Self::OpenAi(c) => format!("openai {}", c.base_url()),
+            #[cfg(feature = "openai")]
+            Self::Responses(c) => format!("openai-responses {}", c.base_url()),
             #[cfg(feature = "anthropic")]
             Self::Anthropic(c) => format!("anthropic {}", c.base_url()),
         }
@@ -342,6 +374,17 @@ fn openai_client(timeout: Duration) -> Result<llm_context::OpenAi, Exit> {
     let hint =
         format!(" (or {BASE_URL_VAR} for a server that needs no key; default {DEFAULT_BASE_URL})");
     OpenAiBuilder::from_env()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| config_error(e, &hint))
+}
+
+#[cfg(feature = "openai")]
+fn responses_client(timeout: Duration) -> Result<llm_context::openai::OpenAiResponses, Exit> {
+    use llm_context::openai::{BASE_URL_VAR, DEFAULT_BASE_URL, OpenAiResponsesBuilder};
+    let hint =
+        format!(" (or {BASE_URL_VAR} for a server that needs no key; default {DEFAULT_BASE_URL})");
+    OpenAiResponsesBuilder::from_env()
         .timeout(timeout)
         .build()
         .map_err(|e| config_error(e, &hint))

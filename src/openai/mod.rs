@@ -40,9 +40,13 @@
 //!   `stream` field is dropped: a stream is asked for with a
 //!   [`Streaming`](crate::stream::Streaming) request, which sets `stream` and
 //!   `stream_options.include_usage` itself.
+//!
+//! [`OpenAiResponses`] is the same provider over the Responses API (`POST
+//! {base}/responses`), which OpenAI recommends for its reasoning models: the same
+//! builder settings and environment; reasoning items come back in the message and go
+//! back with it.
 
 mod client;
-#[cfg(feature = "serve")]
 pub(crate) mod responses;
 
 pub use crate::client::{ResponseFuture, StreamFuture};
@@ -50,3 +54,4 @@ pub use client::{
     API_KEY_VAR, BASE_URL_VAR, ChatCompletionsApi, DEFAULT_BASE_URL, ORG_ID_VAR, OpenAi,
     OpenAiBuilder, PROJECT_ID_VAR,
 };
+pub use responses::{OpenAiResponses, OpenAiResponsesBuilder, ResponsesApi};

@@ -47,6 +47,25 @@ pub(crate) async fn not_allowed<F: Format>() -> Response {
     out
 }
 
+/// `GET /v1/responses`: the Responses API's WebSocket transport, which the server does
+/// not serve. An upgrade is refused at once with 426, the status on which clients (Codex)
+/// fall back to HTTP POST without retrying the upgrade; any other GET is 405.
+pub(crate) async fn no_websocket(headers: HeaderMap) -> Response {
+    use crate::wire::responses::serve::Responses;
+    let upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if !upgrade {
+        return not_allowed::<Responses>().await;
+    }
+    let message = "this server does not serve the Responses API over WebSocket: use HTTP POST                    /v1/responses (streamed or not)";
+    let mut out = failures::error::<Responses>(StatusCode::UPGRADE_REQUIRED, message);
+    out.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    out
+}
+
 /// A path the server does not serve: 404, in the error shape of the format its path
 /// belongs to (Messages under `/v1/messages`, else Chat Completions).
 pub(crate) async fn not_found(uri: axum::http::Uri) -> Response {

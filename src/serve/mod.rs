@@ -300,7 +300,9 @@ impl Proxy {
             )
             .route(
                 Responses::ROUTE,
-                post(endpoint::<Responses>).fallback(not_allowed::<Responses>),
+                post(endpoint::<Responses>)
+                    .get(handler::no_websocket)
+                    .fallback(not_allowed::<Responses>),
             )
             .route(
                 count::ROUTE,

@@ -29,7 +29,8 @@ mod extra;
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod messages;
-#[cfg(feature = "serve")]
-pub(crate) mod responses;
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
+pub mod responses;
 #[cfg(feature = "serve")]
 pub(crate) mod served;

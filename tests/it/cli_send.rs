@@ -68,6 +68,18 @@ fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The usage of the recorded answer (2,006 prompt tokens, 1,920 of them cached, 300
+/// out) and its cost on gpt-5.4: $2.50 fresh, $15 output, $0.25 cached per Mtok.
+fn assert_usage_and_cost(v: &Value) {
+    assert_eq!(v["response"]["usage"]["input_tokens"], 86);
+    assert_eq!(v["response"]["usage"]["cache_read_tokens"], 1_920);
+    let cost = v["response"]["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost - (86.0 * 2.5 + 300.0 * 15.0 + 1_920.0 * 0.25) / 1e6).abs() < 1e-12,
+        "{cost}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn openai_answers_with_the_response_and_the_report() {
     let server = openai_server(ResponseTemplate::new(200).set_body_raw(
@@ -88,14 +100,7 @@ async fn openai_answers_with_the_response_and_the_report() {
         "Hikes start at 08:00 sharp."
     );
     assert_eq!(v["response"]["finish_reason"], "stop");
-    assert_eq!(v["response"]["usage"]["input_tokens"], 86);
-    assert_eq!(v["response"]["usage"]["cache_read_tokens"], 1_920);
-    // gpt-5.4: $2.50 fresh, $15 output, $0.25 cached per Mtok.
-    let cost = v["response"]["cost_usd"].as_f64().unwrap();
-    assert!(
-        (cost - (86.0 * 2.5 + 300.0 * 15.0 + 1_920.0 * 0.25) / 1e6).abs() < 1e-12,
-        "{cost}"
-    );
+    assert_usage_and_cost(&v);
     // No policy file: the allowance comes from the model's window in the catalog.
     assert_eq!(v["report"]["prompt_allowance"], 272_000 - 2_048);
     assert_eq!(v["report"]["removed_messages"], 0);
@@ -109,6 +114,51 @@ async fn openai_answers_with_the_response_and_the_report() {
     );
     assert!(openai_request(&sent).is_empty());
     assert_eq!(sent["max_completion_tokens"], 500);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_responses_calls_the_responses_api_with_the_same_request_file() {
+    let answer = json!({"id": "resp_1", "object": "response", "status": "completed",
+        "model": "gpt-5.4", "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e1"},
+            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Hikes start at 08:00 sharp.",
+                          "annotations": [], "logprobs": []}]}],
+        "usage": {"input_tokens": 2_006, "input_tokens_details": {"cached_tokens": 1_920},
+                  "output_tokens": 300, "output_tokens_details": {"reasoning_tokens": 100},
+                  "total_tokens": 2_306}});
+    let server = crate::support::servers::mock_post(
+        "/v1/responses",
+        ResponseTemplate::new(200).set_body_json(answer),
+    )
+    .await;
+    let out = run(
+        args(&["send", "--provider", "openai", "--api", "responses", "-"]),
+        openai_env(&server),
+        body(),
+    )
+    .await;
+    assert_succeeded(&out);
+    let v = stdout_json(&out);
+    assert_usage_and_cost(&v);
+    let sent: Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+    assert_valid(
+        &validator("openai-responses.schema.json", Root::Request),
+        &sent,
+        "the body",
+    );
+    assert_eq!(sent["instructions"], "Be brief.");
+    assert_eq!(sent["max_output_tokens"], 500);
+    assert_eq!(sent["input"][0]["content"], "When do hikes start?");
+    // `--api` chooses among OpenAI's APIs only.
+    let out = run(
+        args(&["send", "--provider", "anthropic", "--api", "responses", "-"]),
+        vec![("ANTHROPIC_API_KEY", KEY.to_owned())],
+        body(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
 }
 
 #[tokio::test(flavor = "multi_thread")]

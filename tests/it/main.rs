@@ -35,6 +35,8 @@ mod hardening_clients;
 #[cfg(feature = "openai")]
 mod openai;
 #[cfg(feature = "openai")]
+mod openai_responses;
+#[cfg(feature = "openai")]
 mod openai_stream;
 #[cfg(all(feature = "otel", feature = "serve"))]
 mod otlp;

@@ -558,3 +558,34 @@ async fn an_upstream_error_event_ends_the_stream_with_an_error_event() {
         assert!(last.to_string().contains("boom"), "{last}");
     }
 }
+
+#[tokio::test]
+async fn a_websocket_upgrade_is_refused_at_once_with_426_and_a_plain_get_is_405() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let client = reqwest::Client::new();
+    let upgrade = client
+        .get(format!("{url}/v1/responses"))
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("openai-beta", "responses_websockets=2026-02-06")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upgrade.status(), 426);
+    let error = json_of(upgrade).await;
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("POST"),
+        "{error}"
+    );
+    let plain = client
+        .get(format!("{url}/v1/responses"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 405);
+    assert_eq!(plain.headers()["allow"], "POST");
+    assert!(up.bodies().is_empty());
+}

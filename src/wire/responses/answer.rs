@@ -4,8 +4,11 @@
 use llm_context_layers::{
     ChatResponse, Content, ContentPart, FinishReason, Message, ToolCall, Usage, WireFormat,
 };
-use serde_json::{Map, Value, json};
+use serde_json::Value;
+#[cfg(feature = "serve")]
+use serde_json::{Map, json};
 
+#[cfg(feature = "serve")]
 use super::write::render_message;
 use crate::catalog::Provider;
 use crate::error::{ProviderError, ProviderErrorKind};
@@ -114,6 +117,7 @@ pub(crate) fn usage_of(u: &Value) -> Usage {
 }
 
 /// The usage as a `Response` writes it.
+#[cfg(feature = "serve")]
 pub(crate) fn usage(u: &Usage) -> Value {
     let input = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
     json!({
@@ -128,6 +132,7 @@ pub(crate) fn usage(u: &Usage) -> Value {
 
 /// A `Response` object for `r`, asked of `model`, written from the neutral response:
 /// its items with ids, as an answer from the provider has them.
+#[cfg(feature = "serve")]
 pub(crate) fn written(r: &ChatResponse, model: &str, created: u64) -> Value {
     let mut output = render_message(&r.message).unwrap_or_default();
     for (i, item) in output.iter_mut().enumerate() {

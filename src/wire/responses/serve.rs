@@ -1,6 +1,13 @@
 //! The Responses API on the proxy's side: `POST /v1/responses` read into the neutral
 //! request, and answered as a `Response` object (the provider's own, when it gave one)
 //! or its stream's events, with OpenAI's error shape.
+//!
+//! A stream from a Responses upstream reaches a Responses caller event for event, as
+//! the upstream sent it, its last event's usage summed with the rounds answered inside
+//! (a hidden round's events never reach it). A stream from anything else (another
+//! format's upstream, a memo entry replayed) is written from the neutral answer once it
+//! is whole: `response.created`, each output item added and done, then
+//! `response.completed` (or `response.incomplete`).
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -9,11 +16,13 @@ use serde_json::Value;
 
 use super::answer::{usage, written};
 use super::read::request;
-use super::stream::Events;
 use crate::BoxError;
 use crate::wire::chat_completions::serve::ChatCompletions;
 use crate::wire::checks::Invalid;
-use crate::wire::served::{AsGiven, Format, Read, StreamOptions};
+use crate::wire::served::{AsGiven, EventWriter, Format, Read, Relay, StreamOptions, amend_usage};
+use llm_context_layers::FinishReason;
+use llm_context_layers::stream::StreamEvent;
+use serde_json::json;
 
 /// The Responses API as the proxy serves it.
 pub(crate) struct Responses;
@@ -78,5 +87,87 @@ impl Format for Responses {
                     llm_context_layers::ContentPart::Opaque { kind, .. } if kind == "item_reference")))
         });
         (set("previous_response_id") || set("conversation") || referenced).then_some("stateful")
+    }
+}
+
+/// A stream written to a Responses caller: the upstream's own events, or ones written
+/// from the neutral answer once it is whole.
+pub(crate) struct Events {
+    pub(super) model: String,
+    pub(super) created: u64,
+    pub(super) sequence: u64,
+    /// OpenAI's own events, relayed as they came when they are.
+    pub(super) relay: Relay,
+}
+
+impl Events {
+    pub(super) fn new(model: String, created: u64) -> Self {
+        Self {
+            model,
+            created,
+            sequence: 0,
+            relay: Relay::new(llm_context_layers::WireFormat::Responses),
+        }
+    }
+
+    fn frame(&mut self, kind: &str, mut data: Value) -> Bytes {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+    }
+}
+
+impl EventWriter for Events {
+    fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
+        // OpenAI's own events, the usage of rounds answered inside added to the last.
+        let relayed = self.relay.event(event, false, |data, r| {
+            if matches!(
+                data["type"].as_str(),
+                Some("response.completed" | "response.incomplete")
+            ) {
+                amend_usage(&mut data["response"]["usage"], &usage(&r.usage));
+            }
+            true
+        });
+        if let Some(frames) = relayed {
+            return frames;
+        }
+        let StreamEvent::Done(r) = event else {
+            return Vec::new();
+        };
+        let whole = written(r, &self.model, self.created);
+        let mut opening = whole.clone();
+        opening["status"] = json!("in_progress");
+        opening["output"] = json!([]);
+        if let Some(o) = opening.as_object_mut() {
+            o.remove("usage");
+        }
+        let mut out = vec![self.frame("response.created", json!({"response": opening}))];
+        for (i, item) in whole["output"].as_array().into_iter().flatten().enumerate() {
+            out.push(self.frame(
+                "response.output_item.added",
+                json!({"output_index": i, "item": item}),
+            ));
+            out.push(self.frame(
+                "response.output_item.done",
+                json!({"output_index": i, "item": item}),
+            ));
+        }
+        let end = match r.finish_reason {
+            FinishReason::Length | FinishReason::ContentFilter => "response.incomplete",
+            _ => "response.completed",
+        };
+        out.push(self.frame(end, json!({"response": whole})));
+        out
+    }
+
+    fn failed(&mut self, error: &BoxError, status: StatusCode) -> Bytes {
+        let body = super::serve::failure_body(error, status);
+        let e = &body["error"];
+        self.frame(
+            "error",
+            json!({"code": e["code"], "message": e["message"], "param": e["param"]}),
+        )
     }
 }

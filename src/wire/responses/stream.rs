@@ -1,28 +1,17 @@
-//! The Responses stream: read from an upstream ([`ResponsesDecoder`]), and written to a
-//! caller from the neutral answer ([`Events`]).
-//!
-//! A stream from a Responses upstream reaches a Responses caller event for event, as
-//! the upstream sent it, its last event's usage summed with the rounds answered inside
-//! (a hidden round's events never reach it). A stream from anything else (another
-//! format's upstream, a memo entry replayed) is written from the neutral answer once it
-//! is whole: `response.created`, each output item added and done, then
-//! `response.completed` (or `response.incomplete`).
+//! The Responses stream read from an upstream ([`ResponsesDecoder`]): text and call
+//! deltas as they come, and the last event's `response` as the whole answer.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use axum::body::Bytes;
-use axum::http::StatusCode;
 use eventsource_stream::Event;
 use llm_context_layers::stream::{StreamEvent, ToolCallDelta};
-use llm_context_layers::{BoxError, FinishReason};
 use serde_json::{Value, json};
 
-use super::answer::{finish_reason, response, usage, usage_of, written};
+use super::answer::{finish_reason, response, usage_of};
 use crate::catalog::Provider;
 use crate::client::Reading;
 use crate::error::ProviderError;
 use crate::sse::{Decoder, Ending, bad_event, error_event};
-use crate::wire::served::{EventWriter, Relay, amend_usage};
 
 /// The state of one streamed answer read from a Responses upstream: which output item
 /// each tool call is.
@@ -30,6 +19,9 @@ use crate::wire::served::{EventWriter, Relay, amend_usage};
 pub(crate) struct ResponsesDecoder {
     /// The output index of each tool call, in the order they started.
     calls: Vec<u64>,
+    /// Each output item as `response.output_item.done` gave it: the answer, when the
+    /// last event's `response` lists none.
+    done: Vec<Value>,
 }
 
 impl Decoder for ResponsesDecoder {
@@ -68,8 +60,16 @@ impl Decoder for ResponsesDecoder {
                     ));
                 }
             }
+            "response.output_item.done" => {
+                self.done.push(e["item"].clone());
+            }
             "response.completed" | "response.incomplete" => {
-                let r = &e["response"];
+                let mut r = e["response"].clone();
+                let listed = r["output"].as_array().is_some_and(|o| !o.is_empty());
+                if !listed && !self.done.is_empty() {
+                    r["output"] = Value::Array(std::mem::take(&mut self.done));
+                }
+                let r = &r;
                 out.push_back(StreamEvent::Usage(usage_of(&r["usage"])));
                 let mut fields = BTreeMap::new();
                 for key in ["id", "model"] {
@@ -99,87 +99,5 @@ impl Decoder for ResponsesDecoder {
             _ => {}
         }
         Ok(None)
-    }
-}
-
-/// A stream written to a Responses caller: the upstream's own events, or ones written
-/// from the neutral answer once it is whole.
-pub(crate) struct Events {
-    pub(super) model: String,
-    pub(super) created: u64,
-    pub(super) sequence: u64,
-    /// OpenAI's own events, relayed as they came when they are.
-    pub(super) relay: Relay,
-}
-
-impl Events {
-    pub(super) fn new(model: String, created: u64) -> Self {
-        Self {
-            model,
-            created,
-            sequence: 0,
-            relay: Relay::new(llm_context_layers::WireFormat::Responses),
-        }
-    }
-
-    fn frame(&mut self, kind: &str, mut data: Value) -> Bytes {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
-        Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
-    }
-}
-
-impl EventWriter for Events {
-    fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
-        // OpenAI's own events, the usage of rounds answered inside added to the last.
-        let relayed = self.relay.event(event, false, |data, r| {
-            if matches!(
-                data["type"].as_str(),
-                Some("response.completed" | "response.incomplete")
-            ) {
-                amend_usage(&mut data["response"]["usage"], &usage(&r.usage));
-            }
-            true
-        });
-        if let Some(frames) = relayed {
-            return frames;
-        }
-        let StreamEvent::Done(r) = event else {
-            return Vec::new();
-        };
-        let whole = written(r, &self.model, self.created);
-        let mut opening = whole.clone();
-        opening["status"] = json!("in_progress");
-        opening["output"] = json!([]);
-        if let Some(o) = opening.as_object_mut() {
-            o.remove("usage");
-        }
-        let mut out = vec![self.frame("response.created", json!({"response": opening}))];
-        for (i, item) in whole["output"].as_array().into_iter().flatten().enumerate() {
-            out.push(self.frame(
-                "response.output_item.added",
-                json!({"output_index": i, "item": item}),
-            ));
-            out.push(self.frame(
-                "response.output_item.done",
-                json!({"output_index": i, "item": item}),
-            ));
-        }
-        let end = match r.finish_reason {
-            FinishReason::Length | FinishReason::ContentFilter => "response.incomplete",
-            _ => "response.completed",
-        };
-        out.push(self.frame(end, json!({"response": whole})));
-        out
-    }
-
-    fn failed(&mut self, error: &BoxError, status: StatusCode) -> Bytes {
-        let body = super::serve::failure_body(error, status);
-        let e = &body["error"];
-        self.frame(
-            "error",
-            json!({"code": e["code"], "message": e["message"], "param": e["param"]}),
-        )
     }
 }

@@ -8,9 +8,9 @@ use llm_context_layers::{ChatResponse, Content, ContentPart, Message, Role, Tool
 use serde_json::{Value, json};
 
 use super::answer::{response, written};
+use super::faithful::faithful;
 use super::read::request;
-use super::stream::Events;
-use super::write::faithful;
+use super::serve::Events;
 use crate::wire::served::EventWriter;
 
 fn schema(root: &str) -> jsonschema::Validator {
@@ -133,4 +133,69 @@ fn what_the_proxy_writes_itself_validates() {
         let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
         valid(&stream, &serde_json::from_str(data).unwrap());
     }
+}
+
+#[test]
+fn a_stream_is_read_into_the_whole_answer_its_reasoning_included() {
+    use super::stream::ResponsesDecoder;
+    use crate::client::Reading;
+    use crate::sse::Decoder;
+    use std::collections::VecDeque;
+
+    let reading = Reading {
+        redactor: Default::default(),
+        max_response_bytes: 1 << 20,
+    };
+    let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": [],
+                           "encrypted_content": "e1"});
+    let call = json!({"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "run",
+                      "arguments": "{\"n\":1}", "status": "completed"});
+    let events = [
+        json!({"type": "response.output_item.done", "output_index": 0, "item": reasoning}),
+        json!({"type": "response.output_item.added", "output_index": 1,
+               "item": {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "run",
+                        "arguments": ""}}),
+        json!({"type": "response.function_call_arguments.delta", "output_index": 1,
+               "delta": "{\"n\":1}"}),
+        json!({"type": "response.output_item.done", "output_index": 1, "item": call}),
+        // A server that lists no output in its last event.
+        json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed",
+               "output": [], "usage": {"input_tokens": 9, "output_tokens": 2}}}),
+    ];
+    let mut decoder = ResponsesDecoder::default();
+    let mut out = VecDeque::new();
+    let mut ending = None;
+    for e in events {
+        let event = eventsource_stream::Event {
+            event: e["type"].as_str().unwrap().to_owned(),
+            data: e.to_string(),
+            ..Default::default()
+        };
+        ending = decoder
+            .decode(&event, &mut out, &reading)
+            .unwrap()
+            .or(ending);
+    }
+    let ending = ending.expect("an ending");
+    let message = ending.message.expect("the whole answer");
+    assert_eq!(message.tool_calls[0].arguments, "{\"n\":1}");
+    let Content::Parts(parts) = &message.content else {
+        panic!("parts")
+    };
+    assert!(matches!(&parts[0], ContentPart::Opaque { json, .. } if json.contains("e1")));
+    // The deltas were read too: the call's start and its arguments.
+    assert!(
+        out.iter()
+            .any(|e| matches!(e, StreamEvent::ToolCall(d) if d.arguments == "{\"n\":1}"))
+    );
+    // A flat error event is a typed error.
+    let error = eventsource_stream::Event {
+        event: "error".into(),
+        data: json!({"type": "error", "code": "server_error", "message": "boom"}).to_string(),
+        ..Default::default()
+    };
+    let Err(e) = ResponsesDecoder::default().decode(&error, &mut VecDeque::new(), &reading) else {
+        panic!("an error event read as no error");
+    };
+    assert!(e.to_string().contains("boom"), "{e}");
 }

@@ -1,17 +1,6 @@
-//! A Responses body written for the upstream: a caller's own, sent back as it came but
-//! for the stack's edits ([`faithful`]), or rendered from the neutral request
-//! ([`rendered`]).
-//!
-//! The faithful writer sends each item whose neutral message reached it unchanged as
-//! the client's own bytes (unknown fields and item kinds, `phase`, a reasoning item's
-//! `encrypted_content`, all byte for byte). A call output the stack stubbed or
-//! previewed keeps its item, with `output` replaced; removed messages' items are left
-//! out; only what the stack added is rendered (its artifact rounds, the read tool).
-//! The top-level fields go back in the client's order, each as the stack left it in
-//! `params.extra`.
-
-use std::collections::HashMap;
-use std::ops::Range;
+//! A Responses body written from the neutral request ([`rendered`]), and the items of
+//! one neutral message ([`render_message`]): what the Responses client sends for a
+//! request built in code, and what the proxy sends for the messages the stack added.
 
 use llm_context_layers::{
     ChatRequest, Content, ContentPart, Message, Role, ToolSpec, WireFormat,
@@ -19,276 +8,9 @@ use llm_context_layers::{
 };
 use serde_json::{Map, Value, json};
 
-use super::read::{Kept, READ};
 use crate::catalog::Provider;
 use crate::client::{cannot_cross, unsupported};
 use crate::error::ProviderError;
-
-/// The body for `req`, read from a Responses caller's body (`kept`), asking for a
-/// stream when `stream`: the caller's bytes, with only what the stack changed spliced
-/// in (the `input` and `tools` lists when they changed, a field it set), and with
-/// `cache_key` as its `prompt_cache_key` when the caller set none.
-pub(crate) fn faithful(
-    req: &ChatRequest,
-    kept: &Kept,
-    stream: bool,
-    cache_key: Option<String>,
-) -> Result<Vec<u8>, ProviderError> {
-    let body = &kept.body[..];
-    let bytes = |r: &Range<usize>| &body[r.clone()];
-    let top = kept.top.min(leading_system_end(&req.messages));
-
-    // Input: each message as its own items when it reached here unchanged.
-    let mut input = Items::default();
-    if let Some(prefix) = req.prefix.as_ref().filter(|p| !p.is_empty()) {
-        for m in prefix.as_messages() {
-            input.render(&m)?;
-        }
-    }
-    // The next unused group of each digest.
-    let mut used: HashMap<u64, usize> = HashMap::new();
-    for m in &req.messages[top..] {
-        let digest = kept.digest(m);
-        let next = used.entry(digest).or_default();
-        let group = kept
-            .digests
-            .get(&digest)
-            .and_then(|groups| groups.get(*next))
-            .map(|&g| &kept.groups[g]);
-        match group {
-            // The string input's message: the string, if nothing else is sent.
-            Some(items) if items.is_empty() => {
-                *next += 1;
-                input.string = true;
-                input.render(m)?;
-            }
-            Some(items) => {
-                *next += 1;
-                for i in items.clone() {
-                    input.own(i, bytes(&kept.items[i]));
-                }
-            }
-            None => match edited_output(kept, m) {
-                Some(item) => input.changed(&item),
-                None => input.render(m)?,
-            },
-        }
-    }
-
-    // Tools: the client's as it wrote them; the stack's rendered.
-    let mut tools = Items::default();
-    let mut taken = vec![false; kept.tools.len()];
-    for t in &req.tools {
-        let own = kept
-            .tools
-            .iter()
-            .enumerate()
-            .find(|(j, (name, _))| !taken[*j] && *name == t.name);
-        match own {
-            Some((j, (_, range))) => {
-                taken[j] = true;
-                tools.own(j, bytes(range));
-            }
-            None => tools.changed(&render_tool(t)?),
-        }
-    }
-
-    let mut splice = Splice::default();
-    let member = |key: &str| kept.members.get(key);
-    if let Some(r) = member("model")
-        && kept.original.get("model").and_then(Value::as_str) != Some(req.model.as_str())
-    {
-        splice.replace(r, json_str(&req.model));
-    }
-    let instructions = req.messages[..top].first();
-    match (member("instructions"), instructions) {
-        (Some(r), Some(m)) if changed_head(kept, m) => splice.replace(r, json_str(&m.text())),
-        (None, Some(m)) => splice.add("instructions", json_str(&m.text())),
-        _ => {}
-    }
-    let whole_input = input.verbatim(kept.items.len()) || input.is_string_alone(req, top);
-    match member("input") {
-        Some(_) if whole_input => {}
-        Some(r) => splice.replace(r, input.array()),
-        None if input.written > 0 => splice.add("input", input.array()),
-        None => {}
-    }
-    match member("tools") {
-        Some(_) if tools.verbatim(kept.tools.len()) => {}
-        Some(r) => splice.replace(r, tools.array()),
-        None if !req.tools.is_empty() => splice.add("tools", tools.array()),
-        None => {}
-    }
-    // A streamed call says so; an unstreamed one is sent as the caller wrote it, but
-    // never asking for a stream.
-    let asked = kept.original.get("stream") == Some(&Value::Bool(true));
-    match member("stream") {
-        Some(r) if stream != asked => splice.replace(r, stream.to_string().into_bytes()),
-        None if stream => splice.add("stream", b"true".to_vec()),
-        _ => {}
-    }
-    // Every other field as the stack left it: the caller's bytes when it is unchanged.
-    for (key, before) in &kept.original {
-        if READ.contains(&key.as_str()) {
-            continue;
-        }
-        let now = req.params.extra.get(key);
-        if now != Some(before)
-            && let Some(r) = member(key)
-        {
-            let value = now.map_or_else(|| b"null".to_vec(), |v| v.to_string().into_bytes());
-            splice.replace(r, value);
-        }
-    }
-    // What the stack added (`prompt_cache_key`, a provider edit of its own).
-    for (key, v) in &req.params.extra {
-        if !kept.original.contains_key(key) && !READ.contains(&key.as_str()) {
-            splice.add(key, v.to_string().into_bytes());
-        }
-    }
-    let has = |k: &str| kept.original.contains_key(k) || req.params.extra.contains_key(k);
-    if let Some(key) = cache_key.filter(|_| !has("prompt_cache_key")) {
-        splice.add("prompt_cache_key", json_str(&key));
-    }
-    Ok(splice.apply(body))
-}
-
-/// `text` as a JSON string.
-fn json_str(text: &str) -> Vec<u8> {
-    Value::from(text).to_string().into_bytes()
-}
-
-/// A list being written: the caller's own items, by their bytes, and rendered ones.
-#[derive(Default)]
-struct Items {
-    out: Vec<u8>,
-    /// Only the caller's items so far, each the next in its order.
-    unchanged: bool,
-    /// How many items were written.
-    written: usize,
-    /// The string input's message was written (rendered).
-    string: bool,
-}
-
-impl Items {
-    fn comma(&mut self) {
-        if self.written > 0 {
-            self.out.push(b',');
-        } else {
-            self.unchanged = true;
-        }
-        self.written += 1;
-    }
-
-    /// The caller's item `i`, as its bytes.
-    fn own(&mut self, i: usize, item: &[u8]) {
-        let next = self.written;
-        self.comma();
-        self.unchanged &= i == next;
-        self.out.extend_from_slice(item);
-    }
-
-    /// An item the stack changed or added.
-    fn changed(&mut self, item: &Value) {
-        self.comma();
-        self.unchanged = false;
-        self.out.extend_from_slice(item.to_string().as_bytes());
-    }
-
-    /// A neutral message's items, rendered.
-    fn render(&mut self, m: &Message) -> Result<(), ProviderError> {
-        for item in render_message(m)? {
-            self.changed(&item);
-        }
-        Ok(())
-    }
-
-    /// Whether the list is the caller's `n` items, in order, unchanged.
-    fn verbatim(&self, n: usize) -> bool {
-        (self.written == 0 && n == 0) || (self.unchanged && self.written == n)
-    }
-
-    /// Whether the request is the caller's string input alone, unchanged.
-    fn is_string_alone(&self, req: &ChatRequest, top: usize) -> bool {
-        self.string && req.messages.len() == top + 1 && self.written == 1
-    }
-
-    fn array(&self) -> Vec<u8> {
-        let mut a = Vec::with_capacity(self.out.len() + 2);
-        a.push(b'[');
-        a.extend_from_slice(&self.out);
-        a.push(b']');
-        a
-    }
-}
-
-/// Edits of a body's bytes: values replaced in place, members added at its end.
-#[derive(Default)]
-struct Splice {
-    replaced: Vec<(Range<usize>, Vec<u8>)>,
-    added: Vec<u8>,
-}
-
-impl Splice {
-    fn replace(&mut self, at: &Range<usize>, value: Vec<u8>) {
-        self.replaced.push((at.clone(), value));
-    }
-
-    fn add(&mut self, key: &str, value: Vec<u8>) {
-        self.added.push(b',');
-        self.added.extend_from_slice(&json_str(key));
-        self.added.push(b':');
-        self.added.extend_from_slice(&value);
-    }
-
-    /// `body` with the edits made: members are added before its closing brace (after
-    /// its last member; an empty object takes them without the leading comma).
-    fn apply(mut self, body: &[u8]) -> Vec<u8> {
-        self.replaced.sort_unstable_by_key(|(r, _)| r.start);
-        let close = body.iter().rposition(|&b| b == b'}').unwrap_or(body.len());
-        let mut out = Vec::with_capacity(body.len() + self.added.len() + 64);
-        let mut at = 0;
-        for (r, value) in &self.replaced {
-            out.extend_from_slice(&body[at..r.start]);
-            out.extend_from_slice(value);
-            at = r.end;
-        }
-        out.extend_from_slice(&body[at..close]);
-        let empty = body[..close]
-            .iter()
-            .rev()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_some_and(|&b| b == b'{');
-        let added = if empty {
-            self.added.get(1..).unwrap_or_default()
-        } else {
-            &self.added[..]
-        };
-        out.extend_from_slice(added);
-        out.extend_from_slice(&body[close..]);
-        out
-    }
-}
-
-/// Whether the instructions' message is not the one read.
-fn changed_head(kept: &Kept, m: &Message) -> bool {
-    let Some(range) = &kept.instructions else {
-        return true;
-    };
-    let read: Option<String> = serde_json::from_slice(&kept.body[range.clone()]).ok();
-    read.as_deref() != Some(m.text().as_ref()) || m.role != Role::System
-}
-
-/// A call output the stack cleared or offloaded: its item with `output` replaced, the
-/// rest as the client wrote it.
-fn edited_output(kept: &Kept, m: &Message) -> Option<Value> {
-    let id = m.tool_call_id.as_deref()?;
-    let &i = kept.outputs.get(id)?;
-    let mut item: Map<String, Value> =
-        serde_json::from_slice(&kept.body[kept.items[i].clone()]).ok()?;
-    item.insert("output".into(), Value::from(m.text().as_ref()));
-    Some(Value::Object(item))
-}
 
 /// The body for a request written from the neutral model (no caller's body kept):
 /// leading system messages as `instructions`, the rest as items.
@@ -327,7 +49,14 @@ pub(crate) fn rendered(req: &ChatRequest, stream: bool) -> Result<Value, Provide
             .collect::<Result<Vec<_>, _>>()?;
         body.insert("tools".into(), Value::Array(tools));
     }
-    if let Some(n) = req.params.max_output_tokens {
+    // Another format's output limit is this API's `max_output_tokens`.
+    let max_output = req.params.max_output_tokens.or_else(|| {
+        ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|k| req.params.extra.get(*k)?.as_u64())
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+    });
+    if let Some(n) = max_output {
         body.insert("max_output_tokens".into(), json!(n));
     }
     if let Some(t) = req.params.temperature {
@@ -456,7 +185,7 @@ fn input_parts(content: &Content) -> Result<Value, ProviderError> {
 }
 
 /// A tool as the Responses API defines it: a function, or one kept whole.
-fn render_tool(t: &ToolSpec) -> Result<Value, ProviderError> {
+pub(crate) fn render_tool(t: &ToolSpec) -> Result<Value, ProviderError> {
     if let Some(o) = &t.opaque {
         return serde_json::from_str(&o.json)
             .map_err(|e| unsupported(Provider::OpenAi, format!("the tool {:?}: {e}", t.name)));
