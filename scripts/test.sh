@@ -4,7 +4,8 @@
 # `cargo test --workspace --all-features` (extra arguments are passed on) and stops the
 # server by its pid whatever happens; then the official OpenAI and Anthropic Python SDKs
 # against `llm-context serve` (tests/sdk, pinned, in a venv outside the repository), and
-# Claude Code (tests/agents, pinned, installed with npm outside the repository), and the
+# Claude Code and the Codex CLI (tests/agents, pinned, installed with npm outside the
+# repository), and the
 # OpenAI Agents SDK, the Vercel AI SDK, LangChain and pydantic-ai (tests/agents, pinned, in
 # a venv and an npm prefix outside the repository). Exits with the first failure's status.
 set -euo pipefail
@@ -94,6 +95,22 @@ CLAUDE_CODE_BIN="$CLAUDE_CODE_BIN" \
     LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
     ENFORCING_UPSTREAM_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/examples/enforcing_upstream" \
     python3 -m unittest tests/agents/test_claude_code.py || status=$?
+
+# The Codex CLI (npm, pinned, outside the repository; its npm package ships a native
+# binary), whose only wire is the Responses API: its tool loop through `llm-context serve`
+# and directly against a recording fake on 127.0.0.1, and a long output offloaded and read
+# inside (tests/agents/test_codex.py).
+CODEX_VERSION=0.171.0
+CODEX_BIN="$AGENTS_DIR/node_modules/.bin/codex"
+if ! "$CODEX_BIN" --version 2>/dev/null | grep -q " $CODEX_VERSION\$"; then
+    echo "test.sh: installing @openai/codex@$CODEX_VERSION into $AGENTS_DIR" >&2
+    mkdir -p "$AGENTS_DIR"
+    npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error \
+        "@openai/codex@$CODEX_VERSION"
+fi
+CODEX_BIN="$CODEX_BIN" \
+    LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
+    python3 -m unittest tests/agents/test_codex.py || status=$?
 
 # Agent frameworks (pinned, outside the repository), each one's two-round tool loop run
 # through `llm-context serve` and directly against recording fakes on 127.0.0.1, streamed
