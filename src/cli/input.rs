@@ -80,11 +80,55 @@ pub(crate) fn policy(path: Option<&Path>) -> Result<ContextPolicy, Exit> {
     }
 }
 
+/// A request body as read, with what is needed to write the prepared request back in
+/// its format.
+pub(crate) enum Body {
+    /// OpenAI Chat Completions.
+    Chat(BodyContext),
+    /// OpenAI's Responses API.
+    #[cfg(feature = "serve")]
+    Responses(Box<llm_context::wire::responses::body::ResponsesBody>),
+}
+
+/// The request of a Chat Completions or (with `serve`) Responses body read from `path`
+/// (or stdin): a body with `input` or `instructions` and no `messages` is a Responses one.
+pub(crate) fn any_request(path: Option<&Path>) -> Result<(ChatRequest, Body), Exit> {
+    let (bytes, source) = read_body(path)?;
+    let text = text_of(&bytes, &source)?;
+    #[cfg(feature = "serve")]
+    if is_responses(text) {
+        use llm_context::wire::responses::body::read_body;
+        let (req, kept) = read_body(text.as_bytes())
+            .map_err(|e| Exit::bad_input(format!("bad request body: {e}")))?;
+        return Ok((req, Body::Responses(Box::new(kept))));
+    }
+    chat(text, &source).map(|(req, ctx)| (req, Body::Chat(ctx)))
+}
+
+/// Whether `text` is a Responses body: its top-level keys, read without building them.
+#[cfg(feature = "serve")]
+fn is_responses(text: &str) -> bool {
+    use serde::de::IgnoredAny;
+    #[derive(serde::Deserialize)]
+    struct Keys {
+        messages: Option<IgnoredAny>,
+        input: Option<IgnoredAny>,
+        instructions: Option<IgnoredAny>,
+    }
+    serde_json::from_str::<Keys>(text)
+        .is_ok_and(|k| k.messages.is_none() && (k.input.is_some() || k.instructions.is_some()))
+}
+
 /// The request of a Chat Completions body read from `path` (or stdin), with what is
 /// needed to write the prepared request back as a body.
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "simulate"))]
 pub(crate) fn request(path: Option<&Path>) -> Result<(ChatRequest, BodyContext), Exit> {
     let (bytes, source) = read_body(path)?;
     let text = text_of(&bytes, &source)?;
+    chat(text, &source)
+}
+
+fn chat(text: &str, source: &str) -> Result<(ChatRequest, BodyContext), Exit> {
     // From the text, one message at a time: no JSON tree of the whole transcript.
     request_from_str(text).map_err(|e| {
         Exit::bad_input(if e.is_syntax() {

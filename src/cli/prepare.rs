@@ -23,7 +23,7 @@ pub(crate) struct PrepareArgs {
     /// Print {"request", "report"} as JSON instead of a human report.
     #[arg(long)]
     json: bool,
-    /// An OpenAI Chat Completions request body; `-` or nothing reads stdin.
+    /// An OpenAI Chat Completions or Responses request body; `-` or nothing reads stdin.
     #[arg(value_name = "REQUEST.json")]
     request: Option<PathBuf>,
 }
@@ -35,7 +35,7 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
     }
     let reserve = policy.reserve_tokens;
     let layer = ContextPolicyLayer::new(policy).map_err(|e| Exit::bad_input(e.to_string()))?;
-    let (request, ctx) = input::request(args.request.as_deref())?;
+    let (request, body) = input::any_request(args.request.as_deref())?;
     let received = request.messages.len();
 
     let capture = Capture::default();
@@ -50,7 +50,16 @@ pub(crate) async fn run(args: PrepareArgs) -> Result<u8, Exit> {
                 // Streamed: the prepared body is never built as one JSON tree or string.
                 super::emit_with(0, |out| {
                     out.write_all(b"{\"request\":")?;
-                    write_body(&prepared, &ctx, &mut *out)?;
+                    match &body {
+                        input::Body::Chat(ctx) => write_body(&prepared, ctx, &mut *out)?,
+                        #[cfg(feature = "serve")]
+                        input::Body::Responses(kept) => {
+                            let bytes =
+                                llm_context::wire::responses::body::write_body(&prepared, kept)
+                                    .map_err(std::io::Error::other)?;
+                            out.write_all(&bytes)?;
+                        }
+                    }
                     out.write_all(b",\"report\":")?;
                     serde_json::to_writer(&mut *out, &report_json(&report))?;
                     out.write_all(b"}\n")

@@ -720,3 +720,48 @@ fn audio_and_file_parts_are_read_and_written_as_they_came() {
     );
     assert!(with > without + 30, "{with} {without}");
 }
+
+#[cfg(feature = "serve")]
+#[test]
+fn prepare_reads_and_writes_a_responses_body() {
+    let long: String = (1..=3_000).map(|i| format!("{i}\n")).collect();
+    let body = json!({"model": "gpt-5.5-codex", "instructions": "Be brief.", "store": false,
+        "input": [
+            {"type": "message", "role": "user", "content": "Läuft der Build?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "function_call", "call_id": "c1", "name": "exec_command",
+             "arguments": "{\"cmd\":\"seq 1 3000\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": long}],
+        "tools": [{"type": "function", "name": "exec_command", "description": "Runs.",
+                   "strict": false, "parameters": {"type": "object", "properties": {}}}]})
+    .to_string();
+    let policy = temp_file("offload.toml", "tool_result_max_chars = 2000\n");
+    let out = run(
+        &["prepare", "--json", "--policy", policy.to_str().unwrap()],
+        Some(&body),
+    );
+    let v = ok_json(&out);
+    assert_eq!(v["report"]["offloaded_results"], 1);
+    let sent = &v["request"];
+    let sent_in: &Vec<Value> = sent["input"].as_array().unwrap();
+    let input: Value = serde_json::from_str(&body).unwrap();
+    // Every item as it came but the offloaded output, which keeps its item.
+    for i in 0..3 {
+        assert_eq!(sent_in[i], input["input"][i], "item {i}");
+    }
+    assert_eq!(sent_in[3]["call_id"], "c1");
+    assert!(
+        sent_in[3]["output"]
+            .as_str()
+            .unwrap()
+            .contains("context_artifact")
+    );
+    assert_eq!(sent["instructions"], "Be brief.");
+    assert_eq!(sent["store"], false);
+    // A Responses body that is not one is bad input, naming where.
+    let out = run(
+        &["prepare", "--json"],
+        Some(r#"{"model": "m", "input": [{"type": "function_call", "name": "x"}]}"#),
+    );
+    assert_bad_input(&out, "input[0].call_id");
+}

@@ -21,6 +21,9 @@
 
 pub(crate) mod answer;
 #[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod body;
+#[cfg(feature = "serve")]
 pub(crate) mod faithful;
 #[cfg(feature = "serve")]
 pub(crate) mod read;
