@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The proxy's load benchmark: what `llm-context serve` adds to a call, and how many calls
-# a second it serves, on both routes, streamed and not: Chat Completions at 20 and 500
-# messages per request, Anthropic Messages at 20 and at an agent-sized, Claude Code-shaped
-# body (about 200 messages); and its peak memory per request in flight at the agent size.
+# a second it serves, on its three routes, streamed and not: Chat Completions at 20 and
+# 500 messages per request, Anthropic Messages at 20 and at an agent-sized, Claude
+# Code-shaped body (about 200 messages), the Responses API at 20 and 500 messages as
+# Codex sends them; and its peak memory per request in flight at the agent size.
 #
 #   bash benches/serve.sh            # figures as Markdown tables on stdout
 #
@@ -33,7 +34,8 @@
 #   to the body;
 # - stops the servers by their pids whatever happens.
 #
-# Environment: OHA (a path to an oha binary, to skip the install), REQUESTS (latency
+# Environment: CASES (e.g. "responses 20,responses 500": only those), OHA (a path to an
+# oha binary, to skip the install), REQUESTS (latency
 # samples per case, default 2000), DURATION (throughput run, default 10s), OTLP=1 (build
 # with the `otel` feature and run `serve --otlp-endpoint` against the fake upstream, which
 # also accepts OTLP/HTTP: what exporting every request's spans costs; without it, the
@@ -107,6 +109,55 @@ for n in (20, 500):
         with open(name, "w") as f:
             json.dump(body, f, ensure_ascii=False, separators=(",", ":"))
 EOF
+# Responses, as Codex sends them (instructions, items, its `exec_command` tool, `store`
+# false, `include` of encrypted reasoning, its own `prompt_cache_key`): the same
+# transcript's first 20 and 500 messages as items, each tool call a `function_call` and
+# its result a `function_call_output`, each assistant turn with a reasoning item first.
+python3 - "$WORK" <<'EOF'
+import json, sys
+work = sys.argv[1]
+messages = json.load(open(f"{work}/transcript.json"))
+def items(head):
+    out, instructions, n = [], None, 0
+    for m in head:
+        content = m.get("content")
+        text = content if isinstance(content, str) else "".join(
+            p.get("text", "") for p in content or [])
+        if m["role"] == "system":
+            instructions = text
+        elif m["role"] == "user":
+            out.append({"type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": text}]})
+        elif m["role"] == "assistant":
+            n += 1
+            out.append({"type": "reasoning", "id": f"rs_{n:04}", "summary": [],
+                        "encrypted_content": "gAAAAAB" + "x" * 600})
+            if text:
+                out.append({"type": "message", "role": "assistant", "content": text})
+            for c in m.get("tool_calls") or []:
+                out.append({"type": "function_call", "call_id": c["id"],
+                            "name": c["function"]["name"],
+                            "arguments": c["function"]["arguments"]})
+        elif m["role"] == "tool":
+            out.append({"type": "function_call_output", "call_id": m["tool_call_id"],
+                        "output": text})
+    return instructions, out
+for n in (20, 500):
+    instructions, input_items = items(messages[:n])
+    for stream in (False, True):
+        body = {"model": "gpt-5.5-codex", "instructions": instructions, "input": input_items,
+                "tools": [{"type": "function", "name": "exec_command",
+                           "description": "Runs a command in a PTY.", "strict": False,
+                           "parameters": {"type": "object",
+                                          "properties": {"cmd": {"type": "string"}},
+                                          "required": ["cmd"]}}],
+                "tool_choice": "auto", "parallel_tool_calls": True, "store": False,
+                "stream": stream, "include": ["reasoning.encrypted_content"],
+                "prompt_cache_key": "019a0000-bench-session"}
+        name = f"{work}/responses-{n}-{'stream' if stream else 'plain'}.json"
+        with open(name, "w") as f:
+            json.dump(body, f, ensure_ascii=False, separators=(",", ":"))
+EOF
 # Messages: the same transcript's first 20 messages with its short system prompt; and the
 # agent-sized body, 200 messages of the same generator as Claude Code sends them (with more
 # large tool results: 770 KB, 142k tokens). Both cut to end on the user's message: 19, 199.
@@ -162,6 +213,7 @@ path_of() {
     case $1 in
     chat) echo /v1/chat/completions ;;
     messages) echo /v1/messages ;;
+    responses) echo /v1/responses ;;
     esac
 }
 
@@ -192,7 +244,12 @@ print(json.dumps(out))
 EOF
 }
 
-CASES=("chat 20" "chat 500" "messages 20" "messages 200")
+# CASES="responses 20,responses 500" runs only those (comma-separated).
+if [ -n "${CASES:-}" ]; then
+    IFS=, read -r -a CASES <<<"$CASES"
+else
+    CASES=("chat 20" "chat 500" "messages 20" "messages 200" "responses 20" "responses 500")
+fi
 : >"$WORK/did.md"
 : >"$WORK/phases.md"
 
@@ -220,7 +277,8 @@ work, route, mode, body = sys.argv[1:]
 def read(name):
     return json.load(open(f"{work}/{name}.json"))
 direct, proxy, load = read("direct"), read("proxy"), read("load")
-n = len(json.load(open(body, encoding="utf-8"))["messages"])
+parsed = json.load(open(body, encoding="utf-8"))
+n = len(parsed.get("messages") or parsed.get("input"))
 def ms(run, p):
     return run["latencyPercentiles"][p] * 1e3
 def errors(run):

@@ -1,6 +1,6 @@
 //! A fake OpenAI and Anthropic provider on 127.0.0.1 that answers every chat completion
-//! (`POST /v1/chat/completions`) and every message (`POST /v1/messages`) at once with the
-//! same small reply, streamed when the request asks: the upstream of the proxy's load
+//! (`POST /v1/chat/completions`), every response (`POST /v1/responses`) and every message
+//! (`POST /v1/messages`) at once with the same small reply, streamed when the request asks: the upstream of the proxy's load
 //! benchmark (`benches/serve.sh`), so that what is measured is the proxy, not a model.
 //!
 //! ```sh
@@ -81,6 +81,56 @@ const MESSAGE_STREAM: &str = concat!(
     "\n\n",
 );
 
+/// The reply to a plain Responses request: a whole `response`, one message.
+const RESPONSE: &str = r#"{"id":"resp_bench","object":"response","created_at":1,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"model":"gpt-5.5-codex","output":[{"type":"message","id":"msg_bench","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Die Datenbank verweigert die Verbindung (接続拒否): der Pool ist erschöpft.","annotations":[],"logprobs":[]}]}],"parallel_tool_calls":true,"metadata":{},"tool_choice":"auto","tools":[],"temperature":null,"top_p":null,"usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":18,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1218}}"#;
+
+/// The reply to a streamed Responses request: created, the message added, its text in
+/// three pieces, the message done, completed with the usage.
+const RESPONSE_STREAM: &str = concat!(
+    "event: response.created
+",
+    r#"data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_bench","object":"response","created_at":1,"status":"in_progress","model":"gpt-5.5-codex","output":[]}}"#,
+    "
+
+",
+    "event: response.output_item.added
+",
+    r#"data: {"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"message","id":"msg_bench","role":"assistant","status":"in_progress","content":[]}}"#,
+    "
+
+",
+    "event: response.output_text.delta
+",
+    r#"data: {"type":"response.output_text.delta","sequence_number":2,"output_index":0,"item_id":"msg_bench","content_index":0,"delta":"Die Datenbank verweigert ","logprobs":[]}"#,
+    "
+
+",
+    "event: response.output_text.delta
+",
+    r#"data: {"type":"response.output_text.delta","sequence_number":3,"output_index":0,"item_id":"msg_bench","content_index":0,"delta":"die Verbindung (接続拒否): ","logprobs":[]}"#,
+    "
+
+",
+    "event: response.output_text.delta
+",
+    r#"data: {"type":"response.output_text.delta","sequence_number":4,"output_index":0,"item_id":"msg_bench","content_index":0,"delta":"der Pool ist erschöpft.","logprobs":[]}"#,
+    "
+
+",
+    "event: response.output_item.done
+",
+    r#"data: {"type":"response.output_item.done","sequence_number":5,"output_index":0,"item":{"type":"message","id":"msg_bench","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Die Datenbank verweigert die Verbindung (接続拒否): der Pool ist erschöpft.","annotations":[],"logprobs":[]}]}}"#,
+    "
+
+",
+    "event: response.completed
+",
+    r#"data: {"type":"response.completed","sequence_number":6,"response":{"id":"resp_bench","object":"response","created_at":1,"status":"completed","model":"gpt-5.5-codex","output":[{"type":"message","id":"msg_bench","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Die Datenbank verweigert die Verbindung (接続拒否): der Pool ist erschöpft.","annotations":[],"logprobs":[]}]}],"usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":0},"output_tokens":18,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1218}}}"#,
+    "
+
+",
+);
+
 /// Whether `body` asks for a stream: a search for the key, not a parse (the proxy's
 /// compact JSON and a pretty-printed body both). The text of a JSON string cannot match
 /// (its quotes are escaped); only a key, and the benchmark's bodies have no other
@@ -119,6 +169,10 @@ async fn complete(headers: HeaderMap, body: Bytes) -> Response {
     answer(&headers, &body, COMPLETION, STREAM).await
 }
 
+async fn respond(headers: HeaderMap, body: Bytes) -> Response {
+    answer(&headers, &body, RESPONSE, RESPONSE_STREAM).await
+}
+
 async fn message(headers: HeaderMap, body: Bytes) -> Response {
     answer(&headers, &body, MESSAGE, MESSAGE_STREAM).await
 }
@@ -147,6 +201,7 @@ async fn main() -> std::io::Result<()> {
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
         .route("/v1/messages", post(message))
+        .route("/v1/responses", post(respond))
         // An OTLP/HTTP sink, for the proxy's spans when the benchmark exports them.
         .route("/v1/traces", post(|| async { StatusCode::OK }))
         .fallback(other)
