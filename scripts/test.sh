@@ -114,9 +114,11 @@ CODEX_BIN="$CODEX_BIN" \
 
 # Agent frameworks (pinned, outside the repository), each one's two-round tool loop run
 # through `llm-context serve` and directly against recording fakes on 127.0.0.1, streamed
-# and not (tests/agents): the OpenAI Agents SDK (chat mode), LangChain (`ChatOpenAI`,
-# `ChatAnthropic`) and pydantic-ai in a venv, the Vercel AI SDK (`ai`, `@ai-sdk/openai`,
-# `@ai-sdk/anthropic`) with npm.
+# and not, over Chat Completions, the Responses API and Messages (tests/agents): the OpenAI
+# Agents SDK (chat mode and its default `OpenAIResponsesModel`), LangChain (`ChatOpenAI`,
+# with `use_responses_api` too, `ChatAnthropic`) and pydantic-ai (`OpenAIResponsesModel`
+# too) in a venv, the Vercel AI SDK (`ai`, `@ai-sdk/openai`'s `.chat(model)` and default
+# `openai(model)`, `@ai-sdk/anthropic`) with npm.
 AGENTS_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/llm-context-tests/agents-venv"
 OPENAI_AGENTS_VERSION=0.24.0
 LANGCHAIN_OPENAI_VERSION=1.8.1

@@ -1,6 +1,8 @@
 // The Vercel AI SDK's two-round tool loop, run by test_ai_sdk.py: `generateText` or
 // `streamText` with one tool and `stopWhen: stepCountIs(3)`, on `createOpenAI({baseURL})
-// .chat(model)` (Chat Completions) or `createAnthropic({baseURL})(model)` (Messages).
+// .chat(model)` (Chat Completions), `createOpenAI({baseURL})(model)` (its default, the
+// Responses API: provider "openai-responses") or `createAnthropic({baseURL})(model)`
+// (Messages).
 //
 //     AI_SDK_DIR=…/ai-sdk node tests/agents/ai_sdk_loop.mjs '{"provider": …}'
 //
@@ -24,6 +26,9 @@ let model;
 if (spec.provider === "openai") {
   const { createOpenAI } = await load("@ai-sdk/openai");
   model = createOpenAI({ baseURL: spec.baseURL, apiKey: spec.apiKey }).chat(spec.model);
+} else if (spec.provider === "openai-responses") {
+  const { createOpenAI } = await load("@ai-sdk/openai");
+  model = createOpenAI({ baseURL: spec.baseURL, apiKey: spec.apiKey })(spec.model);
 } else {
   const { createAnthropic } = await load("@ai-sdk/anthropic");
   model = createAnthropic({ baseURL: spec.baseURL, apiKey: spec.apiKey })(spec.model);

@@ -1,6 +1,6 @@
 """What the agent-framework tests share (test_openai_agents.py, test_ai_sdk.py,
 test_langchain.py, test_pydantic_ai.py): a recording fake upstream on 127.0.0.1 speaking
-both OpenAI Chat Completions and Anthropic Messages, JSON and SSE; `llm-context serve`
+OpenAI Chat Completions, the Responses API and Anthropic Messages, JSON and SSE; `llm-context serve`
 started in front of one; and the comparison of what a direct run and a run through the
 proxy sent upstream, after removing only the stack's documented additions (ToolLoop) and,
 with serve under an offloading policy and a tool answering a large result, the offloaded
@@ -145,6 +145,8 @@ class Recording:
                 path = self.path.split("?")[0]
                 if path.endswith("/chat/completions"):
                     self._chat(n, body)
+                elif path.endswith("/responses"):
+                    self._responses(n, body)
                 elif path.endswith("/messages"):
                     self._messages(n, body)
                 else:
@@ -195,6 +197,59 @@ class Recording:
                 if with_usage:
                     events.append({**chunk, "choices": [], "usage": usage})
                 out = "".join(f"data: {_dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                self._send(200, "text/event-stream", out.encode())
+
+            def _responses(self, n, body):
+                tools = [t["name"] for t in body.get("tools") or []
+                         if t.get("type") == "function" and t.get("name") != READ_TOOL]
+                items = body["input"] if isinstance(body["input"], list) else [
+                    {"role": "user", "content": body["input"]}]
+                last = items[-1]
+                calls = bool(tools) and last.get("role") == "user"
+                if calls:
+                    output = [{"type": "function_call", "id": f"fc_{n:04d}",
+                               "call_id": f"call_{n:04d}", "name": tools[0],
+                               "arguments": _dumps(ARGS), "status": "completed"}]
+                else:
+                    output = [{"type": "message", "id": f"msg_{n:04d}", "role": "assistant",
+                               "status": "completed",
+                               "content": [{"type": "output_text", "text": FINAL,
+                                            "annotations": [], "logprobs": []}]}]
+                whole = {"id": f"resp_{n:04d}", "object": "response",
+                         "created_at": 1760000000 + n, "status": "completed", "error": None,
+                         "incomplete_details": None, "instructions": body.get("instructions"),
+                         "model": body["model"], "output": output,
+                         "parallel_tool_calls": True, "metadata": {}, "tool_choice": "auto",
+                         "tools": body.get("tools") or [], "temperature": None, "top_p": None,
+                         "usage": {"input_tokens": 120,
+                                   "input_tokens_details": {"cached_tokens": 0},
+                                   "output_tokens": 9,
+                                   "output_tokens_details": {"reasoning_tokens": 0},
+                                   "total_tokens": 129}}
+                if not body.get("stream"):
+                    self._send(200, "application/json", _dumps(whole).encode())
+                    return
+                events = [{"type": "response.created",
+                           "response": {**whole, "status": "in_progress", "output": []}}]
+                for i, item in enumerate(output):
+                    empty = dict(item, content=[]) if item["type"] == "message" else \
+                        dict(item, arguments="")
+                    events.append({"type": "response.output_item.added", "output_index": i,
+                                   "item": empty})
+                    if item["type"] == "message":
+                        events += [{"type": "response.output_text.delta", "output_index": i,
+                                    "item_id": item["id"], "content_index": 0, "delta": p,
+                                    "logprobs": []} for p in _pieces(FINAL)]
+                    else:
+                        events += [{"type": "response.function_call_arguments.delta",
+                                    "output_index": i, "item_id": item["id"], "delta": p}
+                                   for p in _pieces(item["arguments"])]
+                    events.append({"type": "response.output_item.done", "output_index": i,
+                                   "item": item})
+                events.append({"type": "response.completed", "response": whole})
+                for k, e in enumerate(events):
+                    e["sequence_number"] = k
+                out = "".join(f"event: {e['type']}\ndata: {_dumps(e)}\n\n" for e in events)
                 self._send(200, "text/event-stream", out.encode())
 
             def _messages(self, n, body):
@@ -261,7 +316,7 @@ class Recording:
 
     def calls(self, wire):
         """The model calls of `wire` ("chat" or "messages") recorded since the last reset."""
-        suffix = "/chat/completions" if wire == "chat" else "/messages"
+        suffix = {"chat": "/chat/completions", "responses": "/responses"}.get(wire, "/messages")
         return [r for r in self.requests
                 if r["method"] == "POST" and r["path"].split("?")[0].endswith(suffix)]
 
@@ -314,8 +369,8 @@ class Serve:
 def without_additions(wire, direct, through):
     """`through` (a body the upstream got through the proxy) less only the stack's
     documented additions, each only where `direct` (the same client's direct body) does
-    not have it: the read tool after the client's tools; on Chat Completions
-    `prompt_cache_key` when the client set none and `stream_options.include_usage` on a
+    not have it: the read tool after the client's tools; on Chat Completions and the
+    Responses API `prompt_cache_key` when the client set none and `stream_options.include_usage` on a
     streamed call whose client did not ask for the usage; on Messages the `{"type": "ephemeral"}`
     breakpoints it adds when the client placed fewer than four. Returns the body and the
     names of what was removed."""
@@ -326,6 +381,11 @@ def without_additions(wire, direct, through):
     if tools and name(tools[-1]) == READ_TOOL and READ_TOOL not in [name(t) for t in direct.get("tools") or []]:
         tools.pop()
         removed.append(READ_TOOL)
+    if wire == "responses":
+        if "prompt_cache_key" in body and "prompt_cache_key" not in direct:
+            del body["prompt_cache_key"]
+            removed.append("prompt_cache_key")
+        return body, removed
     if wire == "chat":
         if "prompt_cache_key" in body and "prompt_cache_key" not in direct:
             del body["prompt_cache_key"]
@@ -427,7 +487,7 @@ class ToolLoop(unittest.TestCase):
     proxy) and its `serve`, shared by the class's tests.
 
     A subclass names its cases in CASES, name → (wire, run, stream): `wire` "chat" or
-    "messages", `run(root_url)` the client's two-round tool loop against a server whose
+    "messages" or "responses", `run(root_url)` the client's two-round tool loop against a server whose
     root is `root_url`, returning the final text, and `stream` the `stream` flag the
     client sends. Each case is run once (directly, then through serve) for two tests:
     `check_completed` (both loops completed, two model calls each, the server's key
@@ -501,13 +561,14 @@ class ToolLoop(unittest.TestCase):
         self.assertEqual(len(sent_direct), 2, [r["body"] for r in sent_direct])
         self.assertEqual(len(sent_through), 2, [r["body"] for r in sent_through])
         stream = self.CASES[name][2]
-        key, client_key = ((SERVER_OPENAI_KEY, CLIENT_OPENAI_KEY) if wire == "chat"
+        openai = wire in ("chat", "responses")
+        key, client_key = ((SERVER_OPENAI_KEY, CLIENT_OPENAI_KEY) if openai
                            else (SERVER_ANTHROPIC_KEY, CLIENT_ANTHROPIC_KEY))
         for a, b in zip(sent_direct, sent_through):
             self.assertEqual(bool(a["body"].get("stream")), stream)
             self.assertIn(client_key, json.dumps(a["headers"]))  # the client sent its own
             self.assertNotIn(client_key, json.dumps(b["headers"]))
-            if wire == "chat":
+            if openai:
                 self.assertEqual(b["headers"].get("authorization"), f"Bearer {key}")
             else:
                 self.assertEqual(b["headers"].get("x-api-key"), key)

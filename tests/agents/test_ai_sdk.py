@@ -34,7 +34,7 @@ def run(root, provider, mode, large=False):
             "toolSchema": rec.TOOL_SCHEMA}
     if large:  # the model calls the tool with ARGS
         spec["toolResult"] = rec.large_tool_result(**rec.ARGS)
-    if provider == "openai":
+    if provider in ("openai", "openai-responses"):
         spec.update(baseURL=f"{root}/v1", apiKey=rec.CLIENT_OPENAI_KEY, model=rec.OPENAI_MODEL)
     else:
         spec.update(baseURL=f"{root}/v1", apiKey=rec.CLIENT_ANTHROPIC_KEY,
@@ -60,7 +60,23 @@ class AiSdkThroughServe(rec.ToolLoop):
                                                              mode="generate"), False),
         "anthropic_stream": ("messages", functools.partial(run, provider="anthropic",
                                                            mode="stream"), True),
+        "responses_generate": ("responses", functools.partial(run, provider="openai-responses",
+                                                              mode="generate"), False),
+        "responses_stream": ("responses", functools.partial(run, provider="openai-responses",
+                                                            mode="stream"), True),
     }
+
+    def test_openai_responses_generate_text_completes(self):
+        self.check_completed("responses_generate")
+
+    def test_openai_responses_generate_text_bodies(self):
+        self.check_bodies("responses_generate")
+
+    def test_openai_responses_stream_text_completes(self):
+        self.check_completed("responses_stream")
+
+    def test_openai_responses_stream_text_bodies(self):
+        self.check_bodies("responses_stream")
 
     def test_openai_chat_generate_text_completes(self):
         self.check_completed("openai_generate")

@@ -52,9 +52,10 @@ def loop(model, streamed, tool=rec.tool_result):
     return ask().text
 
 
-def openai(root, streamed, tool=rec.tool_result):
+def openai(root, streamed, tool=rec.tool_result, responses=False):
     return loop(ChatOpenAI(base_url=f"{root}/v1", api_key=rec.CLIENT_OPENAI_KEY,
-                           model=rec.OPENAI_MODEL, max_retries=0), streamed, tool)
+                           model=rec.OPENAI_MODEL, max_retries=0,
+                           use_responses_api=responses), streamed, tool)
 
 
 def anthropic(root, streamed, tool=rec.tool_result):
@@ -68,7 +69,23 @@ class LangChainThroughServe(rec.ToolLoop):
         "openai_stream": ("chat", functools.partial(openai, streamed=True), True),
         "anthropic_invoke": ("messages", functools.partial(anthropic, streamed=False), False),
         "anthropic_stream": ("messages", functools.partial(anthropic, streamed=True), True),
+        "responses_invoke": ("responses",
+                             functools.partial(openai, streamed=False, responses=True), False),
+        "responses_stream": ("responses",
+                             functools.partial(openai, streamed=True, responses=True), True),
     }
+
+    def test_chat_openai_responses_api_invoke_completes(self):
+        self.check_completed("responses_invoke")
+
+    def test_chat_openai_responses_api_invoke_bodies(self):
+        self.check_bodies("responses_invoke")
+
+    def test_chat_openai_responses_api_stream_completes(self):
+        self.check_completed("responses_stream")
+
+    def test_chat_openai_responses_api_stream_bodies(self):
+        self.check_bodies("responses_stream")
 
     def test_chat_openai_invoke_completes(self):
         self.check_completed("openai_invoke")

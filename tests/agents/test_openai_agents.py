@@ -1,5 +1,6 @@
 """The OpenAI Agents SDK (`openai-agents`) in chat mode (`OpenAIChatCompletionsModel` on
-an `AsyncOpenAI` with a base URL): an agent with one function tool runs its two-round tool
+an `AsyncOpenAI` with a base URL) and on its default model class, the Responses API
+(`OpenAIResponsesModel`): an agent with one function tool runs its two-round tool
 loop, `Runner.run` and `Runner.run_streamed`, through `llm-context serve` and directly,
 each in front of a recording fake upstream on 127.0.0.1 (recording.py), and the bodies the
 upstream got are compared: equal but for the read tool and `prompt_cache_key`. With the
@@ -21,8 +22,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import recording as rec  # noqa: E402
-from agents import (Agent, OpenAIChatCompletionsModel, Runner, function_tool,  # noqa: E402
-                    set_tracing_disabled)
+from agents import (Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel,  # noqa: E402
+                    Runner, function_tool, set_tracing_disabled)
 from openai import AsyncOpenAI  # noqa: E402
 
 # Nothing may reach the tracing backend (no network here, and none needed).
@@ -51,25 +52,27 @@ def lookup_outage_log(ort: str, hinweis: str) -> str:
     return rec.large_tool_result(ort, hinweis)
 
 
-def agent(client, tool):
-    model = OpenAIChatCompletionsModel(model=rec.OPENAI_MODEL, openai_client=client)
+def agent(client, tool, responses=False):
+    # The SDK's default model class is the Responses one; chat mode is asked for.
+    kind = OpenAIResponsesModel if responses else OpenAIChatCompletionsModel
+    model = kind(model=rec.OPENAI_MODEL, openai_client=client)
     return Agent(name="Betrieb", instructions=rec.SYSTEM, tools=[tool], model=model)
 
 
-def run(root, tool=lookup_outage):
+def run(root, tool=lookup_outage, responses=False):
     async def go():
         async with AsyncOpenAI(base_url=f"{root}/v1", api_key=rec.CLIENT_OPENAI_KEY,
                                max_retries=0) as client:
-            result = await Runner.run(agent(client, tool), rec.PROMPT)
+            result = await Runner.run(agent(client, tool, responses), rec.PROMPT)
             return result.final_output
     return asyncio.run(go())
 
 
-def run_streamed(root, tool=lookup_outage):
+def run_streamed(root, tool=lookup_outage, responses=False):
     async def go():
         async with AsyncOpenAI(base_url=f"{root}/v1", api_key=rec.CLIENT_OPENAI_KEY,
                                max_retries=0) as client:
-            result = Runner.run_streamed(agent(client, tool), rec.PROMPT)
+            result = Runner.run_streamed(agent(client, tool, responses), rec.PROMPT)
             async for _ in result.stream_events():
                 pass
             return result.final_output
@@ -78,6 +81,25 @@ def run_streamed(root, tool=lookup_outage):
 
 class OpenAiAgentsThroughServe(rec.ToolLoop):
     CASES = {"run": ("chat", run, False), "run_streamed": ("chat", run_streamed, True)}
+
+    def test_run_completes(self):
+        self.check_completed("run")
+
+    def test_run_bodies(self):
+        self.check_bodies("run")
+
+    def test_run_streamed_completes(self):
+        self.check_completed("run_streamed")
+
+    def test_run_streamed_bodies(self):
+        self.check_bodies("run_streamed")
+
+
+class OpenAiAgentsResponsesThroughServe(rec.ToolLoop):
+    """The SDK's default model class, `OpenAIResponsesModel`: the Responses API."""
+    CASES = {"run": ("responses", functools.partial(run, responses=True), False),
+             "run_streamed": ("responses", functools.partial(run_streamed, responses=True),
+                              True)}
 
     def test_run_completes(self):
         self.check_completed("run")

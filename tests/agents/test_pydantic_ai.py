@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import recording as rec  # noqa: E402
 from pydantic_ai import Agent, AgentRunResultEvent, Tool  # noqa: E402
 from pydantic_ai.models.anthropic import AnthropicModel  # noqa: E402
-from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel  # noqa: E402
 from pydantic_ai.providers.anthropic import AnthropicProvider  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
@@ -54,8 +54,9 @@ LARGE_TOOL = Tool(lookup_outage_log, name=rec.TOOL_NAME, description=rec.TOOL_DE
 
 
 def model(wire, root):
-    if wire == "chat":
-        return OpenAIChatModel(rec.OPENAI_MODEL, provider=OpenAIProvider(
+    if wire in ("chat", "responses"):
+        kind = OpenAIChatModel if wire == "chat" else OpenAIResponsesModel
+        return kind(rec.OPENAI_MODEL, provider=OpenAIProvider(
             base_url=f"{root}/v1", api_key=rec.CLIENT_OPENAI_KEY))
     return AnthropicModel(rec.ANTHROPIC_MODEL, provider=AnthropicProvider(
         base_url=root, api_key=rec.CLIENT_ANTHROPIC_KEY))
@@ -88,7 +89,23 @@ class PydanticAiThroughServe(rec.ToolLoop):
                           True),
         "anthropic_events": ("messages", functools.partial(run, wire="messages", streamed=True),
                              True),
+        "responses_run": ("responses",
+                          functools.partial(run, wire="responses", streamed=False), False),
+        "responses_events": ("responses",
+                             functools.partial(run, wire="responses", streamed=True), True),
     }
+
+    def test_openai_responses_model_run_completes(self):
+        self.check_completed("responses_run")
+
+    def test_openai_responses_model_run_bodies(self):
+        self.check_bodies("responses_run")
+
+    def test_openai_responses_model_run_stream_events_completes(self):
+        self.check_completed("responses_events")
+
+    def test_openai_responses_model_run_stream_events_bodies(self):
+        self.check_bodies("responses_events")
 
     def test_openai_chat_model_run_completes(self):
         self.check_completed("openai_run")
