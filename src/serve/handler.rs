@@ -302,6 +302,7 @@ pub(crate) fn report_headers(out: &mut Response, r: &PreparationReport) {
         ("x-llm-context-cleared", r.cleared_results),
         ("x-llm-context-offloaded", r.offloaded_results),
         ("x-llm-context-thinking-dropped", r.thinking_dropped),
+        ("x-llm-context-compacted-messages", r.compacted_messages),
     ];
     for (name, n) in numbers {
         h.insert(name, HeaderValue::from(n as u64));
@@ -328,6 +329,7 @@ pub(crate) fn report_headers(out: &mut Response, r: &PreparationReport) {
                 "x-llm-context-provider-dropped-thinking",
                 applied.dropped_thinking,
             ),
+            ("x-llm-context-provider-compactions", applied.compactions),
         ];
         for (name, n) in numbers {
             h.insert(name, HeaderValue::from(n as u64));

@@ -589,3 +589,72 @@ async fn a_websocket_upgrade_is_refused_at_once_with_426_and_a_plain_get_is_405(
     assert_eq!(plain.headers()["allow"], "POST");
     assert!(up.bodies().is_empty());
 }
+
+#[tokio::test]
+async fn under_delegate_the_server_compacts_and_the_outputs_go_unchanged() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(100_000)
+        .with_reserve_tokens(4_000)
+        .with_executor(llm_context::Executor::Delegate);
+    let url = proxy(policy, &up).await;
+    // Short enough not to be offloaded (offloading has no server counterpart: it stays
+    // the stack's).
+    let body = codex_body(&seq(300));
+    let answer = post(&url, body.clone()).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-llm-context-executor"], "delegate");
+    let sent = up.json(0);
+    assert_eq!(
+        sent["context_management"],
+        json!([{"type": "compaction", "compact_threshold": 96_000}])
+    );
+    // Nothing else changed: the output went as it came.
+    let raw = String::from_utf8(up.bodies()[0].to_vec()).unwrap();
+    let without = raw.replace(
+        r#","context_management":[{"type":"compaction","compact_threshold":96000}]"#,
+        "",
+    );
+    assert_eq!(without_read_tool(without.as_bytes()), body);
+}
+
+#[tokio::test]
+async fn a_clients_own_server_compaction_and_truncation_pass_on_as_written() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = codex_body("build ok\n").replace(
+        r#""store":false,"#,
+        r#""store":false,"context_management":[{"type":"compaction","compact_threshold":150000}],"truncation":"auto","#,
+    );
+    let answer = post(&url, body.clone()).await;
+    assert_eq!(answer.status(), 200);
+    // The client compacts: the provider edits, never the stack over it.
+    assert_eq!(answer.headers()["x-llm-context-executor"], "delegate");
+    assert_eq!(without_read_tool(&up.bodies()[0]), body);
+}
+
+#[tokio::test]
+async fn what_a_compaction_item_stands_in_for_is_left_out() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = json!({"model": "gpt-5.5-codex", "store": false, "input": [
+        {"type": "message", "role": "user", "content": "Erste Aufgabe"},
+        {"type": "message", "role": "assistant", "content": "Erledigt."},
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAA-compacted"},
+        {"type": "message", "role": "user", "content": "Zweite Aufgabe"}]})
+    .to_string();
+    let answer = post(&url, body).await;
+    assert_eq!(answer.status(), 200);
+    // The user's first message, and the assistant's text before the block in the turn
+    // the block belongs to.
+    assert_eq!(answer.headers()["x-llm-context-compacted-messages"], "1");
+    let sent = up.json(0);
+    let kinds: Vec<&str> = sent["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["compaction", "message"]);
+    assert_eq!(sent["input"][0]["encrypted_content"], "gAAA-compacted");
+}

@@ -165,9 +165,10 @@ pub struct ModelInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binds_thinking: Option<bool>,
     /// Whether the provider edits this model's context on request (Anthropic's
-    /// `context_management` edits: clearing tool uses and thinking), so the stack can
-    /// delegate clearing to it ([`Executor::Delegate`](crate::Executor::Delegate)).
-    /// `None`: decided by [`Catalog::edits_context`]'s rule.
+    /// `context_management` edits: clearing tool uses and thinking, compaction; OpenAI's
+    /// Responses API server compaction), so the stack can delegate to it
+    /// ([`Executor::Delegate`](crate::Executor::Delegate)). `None`: decided by the rules
+    /// of [`Catalog::edits_context`] and [`Catalog::compacts_responses`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edits_context: Option<bool>,
 }
@@ -296,6 +297,37 @@ impl Catalog {
                     && !model.starts_with("claude-instant")
             }
         }
+    }
+
+    /// Whether the provider of `model` compacts a Responses API request server-side on
+    /// request (`context_management: [{"type": "compaction", "compact_threshold"}]`):
+    /// the catalog's `edits_context`, else `true` for OpenAI's models from GPT-5 on (a
+    /// `gpt-5…` or later `gpt-…` id, or an OpenAI model of the built-in catalog with such
+    /// an id) and `false` for every other model.
+    ///
+    /// ```
+    /// use llm_context_layers::Catalog;
+    ///
+    /// let catalog = Catalog::builtin();
+    /// assert!(catalog.compacts_responses("gpt-5.5"));
+    /// assert!(catalog.compacts_responses("gpt-7-mini"));
+    /// assert!(!catalog.compacts_responses("gpt-4.1"));
+    /// assert!(!catalog.compacts_responses("claude-fable-5-1"));
+    /// ```
+    pub fn compacts_responses(&self, model: &str) -> bool {
+        let builtin = Catalog::builtin();
+        let info = self.get(model).or_else(|| builtin.get(model));
+        if let Some(edits) = info.and_then(|m| m.edits_context) {
+            return edits;
+        }
+        if info.and_then(|m| m.provider) == Some(Provider::Anthropic) {
+            return false;
+        }
+        let Some(version) = model.strip_prefix("gpt-") else {
+            return false;
+        };
+        let major: String = version.chars().take_while(char::is_ascii_digit).collect();
+        major.parse::<u32>().is_ok_and(|m| m >= 5)
     }
 
     /// What `usage` cost on `model`, in USD; `None` when the model has no price here.

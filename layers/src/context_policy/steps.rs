@@ -10,7 +10,7 @@ use crate::catalog::Catalog;
 use crate::executor::edits::{self, ClientClearing};
 use crate::executor::{self, Executor, compaction};
 use crate::fit::{self, CutStore, Fitting, Scratch, Stages};
-use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX};
+use crate::model::{ChatRequest, INFERRED_SESSION_PREFIX, WireFormat};
 use crate::offload::{Prepared, PreviewCache, offload_request};
 use crate::policy::ContextPolicy;
 use crate::prefix::PrefixLayer;
@@ -120,7 +120,14 @@ fn prepare_checked(
     // The policy the plan is made with: the stack's, or, when the client's own clearing
     // is the provider's, one that counts on what that clearing guarantees.
     let mut planned = Cow::Borrowed(&shared.policy);
-    if executor == Executor::Delegate {
+    if executor == Executor::Delegate && req.params.extra_format == Some(WireFormat::Responses) {
+        // OpenAI's server compacts; it clears nothing: results go unchanged and the plan
+        // prunes only what would not fit.
+        let allowance = shared.policy.prompt_allowance(budget.model_window);
+        edits::delegate_responses(&mut req, allowance);
+        planned.to_mut().preserve_tool_results = Some(usize::MAX);
+        budget.previous_clear = None;
+    } else if executor == Executor::Delegate {
         // The provider clears: the plan counts on it and sends the results unchanged,
         // and no cleared region of the stack's is kept.
         let allowance = shared.policy.prompt_allowance(budget.model_window);

@@ -72,32 +72,41 @@ pub fn compact_edit(trigger: usize, instructions: &str) -> Value {
 }
 
 /// Whether the request already asks the provider to compact: a `compact_…` edit of its
-/// own, or a top-level `compaction` (which no `context_management` may be combined with).
+/// own, a top-level `compaction` (which no `context_management` may be combined with), or
+/// a Responses API `compaction` entry.
 pub fn compacts(req: &ChatRequest) -> bool {
     let extra = &req.params.extra;
     if extra.get("compaction").is_some_and(|v| !v.is_null()) {
         return true;
     }
-    extra
-        .get("context_management")
-        .and_then(|cm| cm.get("edits"))
-        .and_then(Value::as_array)
-        .is_some_and(|edits| {
-            edits.iter().any(|e| {
-                e.get("type")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| t.starts_with("compact_"))
-            })
+    let cm = extra.get("context_management");
+    let edits = match cm {
+        Some(Value::Array(entries)) => Some(entries),
+        _ => cm.and_then(|cm| cm.get("edits")).and_then(Value::as_array),
+    };
+    edits.is_some_and(|edits| {
+        edits.iter().any(|e| {
+            e.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.starts_with("compact_") || t == "compaction")
         })
+    })
 }
 
 /// Hands the request's summary compaction to the provider: [`compact_edit`] appended
 /// after the client's own edits (a client's `clear_thinking_…` stays first), and its
-/// beta added to the `anthropic-beta` list. A request that asks for compaction itself
+/// beta added to the `anthropic-beta` list; for a Responses API request, OpenAI's server
+/// compaction at `trigger` ([`delegate_responses`](super::edits::delegate_responses),
+/// which takes no instructions). A request that asks for compaction itself
 /// is left as it is; so is a `context_management` that is not an object with an
 /// `edits` list (the provider reports the client's error).
 pub fn delegate_compaction(req: &mut ChatRequest, trigger: usize, instructions: &str) {
     if compacts(req) {
+        return;
+    }
+    // OpenAI's server compaction takes a threshold and no instructions.
+    if req.params.extra_format == Some(WireFormat::Responses) {
+        super::edits::delegate_responses(req, trigger);
         return;
     }
     if add_edit(req, compact_edit(trigger, instructions)) {
@@ -227,6 +236,28 @@ mod tests {
         delegate_compaction(&mut r, 1_000, "x");
         assert!(!r.params.extra.contains_key("context_management"));
         assert!(r.params.headers.is_empty());
+    }
+
+    #[test]
+    fn a_responses_request_gets_openais_server_compaction_and_a_clients_own_stands() {
+        let mut r = ChatRequest::new("gpt-5.5", vec![Message::user("hi")]);
+        r.params.extra_format = Some(WireFormat::Responses);
+        delegate_compaction(&mut r, 89_600, "ignored: the API takes none");
+        assert_eq!(
+            r.params.extra["context_management"],
+            json!([{"type": "compaction", "compact_threshold": 89_600}])
+        );
+        assert!(r.params.headers.is_empty());
+        assert!(compacts(&r));
+        // The client's own entry stands as written.
+        let mut own = ChatRequest::new("gpt-5.5", vec![Message::user("hi")]);
+        own.params.extra_format = Some(WireFormat::Responses);
+        let theirs = json!([{"type": "compaction", "compact_threshold": 50_000}]);
+        own.params
+            .extra
+            .insert("context_management".into(), theirs.clone());
+        delegate_compaction(&mut own, 89_600, "");
+        assert_eq!(own.params.extra["context_management"], theirs);
     }
 
     #[test]

@@ -63,7 +63,8 @@ fn clears(edit: &Value) -> bool {
 }
 
 fn compacts(edit: &Value) -> bool {
-    edit_type(edit).starts_with("compact_")
+    let kind = edit_type(edit);
+    kind.starts_with("compact_") || kind == "compaction"
 }
 
 /// What the stack may count on from a client's own clearing when it plans a request
@@ -120,14 +121,33 @@ pub(crate) fn client_clearing(req: &ChatRequest, allowance: usize) -> Option<Cli
     })
 }
 
-/// The client's own edits, as it sent them.
+/// The client's own edits, as it sent them: Anthropic's `context_management.edits`, or
+/// the Responses API's `context_management` list (its entries, `compaction` ones, read
+/// as `compact_…` edits).
 fn client_edits(req: &ChatRequest) -> &[Value] {
-    req.params
-        .extra
-        .get("context_management")
-        .and_then(|cm| cm.get("edits"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+    let cm = req.params.extra.get("context_management");
+    match cm {
+        Some(Value::Array(entries)) => entries,
+        _ => cm
+            .and_then(|cm| cm.get("edits"))
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice),
+    }
+}
+
+/// Hands a Responses API request's compaction to OpenAI's server: `context_management:
+/// [{"type": "compaction", "compact_threshold": allowance}]` (at least 1,000, the API's
+/// floor), unless the client manages its context itself (its own `context_management`,
+/// which stands as written). Results are not cleared server-side: the plan counts on
+/// none of it.
+pub fn delegate_responses(req: &mut ChatRequest, allowance: usize) {
+    if req.params.extra.contains_key("context_management") {
+        return;
+    }
+    req.params.extra.insert(
+        "context_management".into(),
+        json!([{"type": "compaction", "compact_threshold": allowance.max(1_000)}]),
+    );
 }
 
 /// The policy's clearing as the provider's edit: triggered over `allowance` input

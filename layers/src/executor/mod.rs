@@ -41,6 +41,11 @@
 //!
 //! What `Delegate` sends is in [`edits`]: the policy's clearing as the provider's
 //! `clear_tool_uses_20250919` edit, merged into the client's own edits, with its beta.
+//! A Responses API request is delegated to OpenAI's server compaction instead
+//! ([`edits::delegate_responses`]: `context_management: [{"type": "compaction",
+//! "compact_threshold"}]` at the prompt allowance): results are sent unchanged, and the
+//! stack prunes only what would not fit the window; reasoning items go only with their
+//! turn, and a chained request is `Off`.
 //! The stack still offloads, prunes when even the provider's clearing would not make the
 //! request fit, and refuses one that cannot fit; what the provider did comes back in the
 //! response ([`AppliedEdits`]).
@@ -129,10 +134,14 @@ pub fn choose(setting: Executor, req: &ChatRequest, catalog: &Catalog) -> Execut
     if edits::client_owns_clearing(req) {
         return Executor::Delegate;
     }
-    // The edit needs its beta header, which a client of another format never sends on
-    // (its provider headers are held back): such a request stays local.
-    let carried = matches!(req.params.extra_format, None | Some(WireFormat::Messages));
-    let edits = carried && catalog.edits_context(&req.model);
+    // Anthropic's edits need their beta header, which a client of another format never
+    // sends on (its provider headers are held back): such a request stays local. A
+    // Responses request is compacted by OpenAI's server where its model allows it.
+    let edits = match req.params.extra_format {
+        None | Some(WireFormat::Messages) => catalog.edits_context(&req.model),
+        Some(WireFormat::Responses) => catalog.compacts_responses(&req.model),
+        _ => false,
+    };
     match setting {
         Executor::Delegate if edits => Executor::Delegate,
         Executor::Auto if edits && catalog.binds_thinking(&req.model) && thinks(req) => {
@@ -174,6 +183,40 @@ mod tests {
 
     fn req(model: &str) -> ChatRequest {
         ChatRequest::new(model, vec![Message::user("hi")])
+    }
+
+    #[test]
+    fn a_responses_request_is_delegated_to_server_compaction_where_the_model_has_it() {
+        let catalog = Catalog::builtin();
+        let responses = |model: &str| {
+            let mut r = req(model);
+            r.params.extra_format = Some(WireFormat::Responses);
+            r
+        };
+        assert_eq!(
+            choose(Executor::Delegate, &responses("gpt-5.5"), &catalog),
+            Executor::Delegate
+        );
+        // No thinking to bind: auto stays local.
+        assert_eq!(
+            choose(Executor::Auto, &responses("gpt-5.5"), &catalog),
+            Executor::Local
+        );
+        assert_eq!(
+            choose(Executor::Delegate, &responses("gpt-4.1"), &catalog),
+            Executor::Local
+        );
+        // A Chat Completions request to the same model has no server compaction.
+        let mut chat = req("gpt-5.5");
+        chat.params.extra_format = Some(WireFormat::ChatCompletions);
+        assert_eq!(choose(Executor::Delegate, &chat, &catalog), Executor::Local);
+        // A client that asks for server compaction itself is delegated, whatever the policy.
+        let mut own = responses("gpt-4.1");
+        own.params.extra.insert(
+            "context_management".into(),
+            json!([{"type": "compaction", "compact_threshold": 200_000}]),
+        );
+        assert_eq!(choose(Executor::Local, &own, &catalog), Executor::Delegate);
     }
 
     #[test]
