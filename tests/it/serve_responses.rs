@@ -658,3 +658,65 @@ async fn what_a_compaction_item_stands_in_for_is_left_out() {
     assert_eq!(kinds, ["compaction", "message"]);
     assert_eq!(sent["input"][0]["encrypted_content"], "gAAA-compacted");
 }
+
+#[tokio::test]
+async fn a_long_codex_session_stays_within_the_window_while_its_transcript_grows() {
+    // The model runs a command every round, each printing 8 to 24 KB.
+    let up = upstream(Arc::new(|_, n| {
+        response(json!([
+            {"type": "reasoning", "id": format!("rs_{n}"), "summary": [],
+             "encrypted_content": format!("gAAA-{n}-{}", "x".repeat(400))},
+            {"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
+             "name": "exec_command", "status": "completed",
+             "arguments": json!({"cmd": format!("cat log.{n}")}).to_string()}]))
+    }))
+    .await;
+    let window = 60_000;
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(window)
+        .with_reserve_tokens(4_000);
+    let url = proxy(policy, &up).await;
+    let mut input = vec![json!({"type": "message", "role": "user",
+                                "content": "Finde den Fehler in den Logs. 找到错误"})];
+    let mut largest_sent = 0;
+    for round in 0..150 {
+        let body = json!({"model": "gpt-5.5-codex", "instructions": "You are Codex.",
+                          "input": input, "store": false, "stream": round % 2 == 1,
+                          "include": ["reasoning.encrypted_content"],
+                          "tools": [{"type": "function", "name": "exec_command",
+                                     "description": "Runs a command.", "strict": false,
+                                     "parameters": {"type": "object",
+                                                    "properties": {"cmd": {"type": "string"}}}}]});
+        let answer = post(&url, body.to_string()).await;
+        assert_eq!(answer.status(), 200, "round {round}");
+        let after: usize = answer.headers()["x-llm-context-after-tokens"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            after <= window - 4_000,
+            "round {round}: {after} tokens sent"
+        );
+        let output = if round % 2 == 1 {
+            // The whole answer, from the relayed stream's last event.
+            stream_data(answer).await.last().unwrap()["response"]["output"].clone()
+        } else {
+            json_of(answer).await["output"].clone()
+        };
+        let call = output[1]["call_id"].as_str().unwrap().to_owned();
+        input.extend(output.as_array().unwrap().iter().cloned());
+        let n = 8_000 + (round * 7_919) % 16_000;
+        let log: String = format!("{round}: ERROR connexion refusée — 接続拒否\n").repeat(n / 40);
+        input.push(json!({"type": "function_call_output", "call_id": call, "output": log}));
+        largest_sent = largest_sent.max(up.bodies().last().unwrap().len());
+    }
+    let transcript = serde_json::to_string(&input).unwrap().len();
+    // The client's transcript is many windows long; what reached the upstream never was.
+    assert!(transcript > 10 * window * 4, "{transcript} bytes");
+    assert!(
+        largest_sent < 2 * window * 4,
+        "{largest_sent} bytes sent at most"
+    );
+    assert_eq!(up.bodies().len(), 150, "no hidden round, no retry");
+}
