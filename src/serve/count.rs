@@ -1,10 +1,13 @@
-//! `POST /v1/messages/count_tokens`: a Messages request counted as the stack would send
-//! it, not as the client wrote it. The request is prepared as a call would be (pruned,
-//! cleared, offloaded, the read tool and breakpoints added, or refused with 400 when it
-//! cannot fit), then counted by Anthropic's own count endpoint when the model is
-//! Anthropic's, with the server's key and the caller's headers and query; else (a model
-//! another provider serves, which has no such endpoint) by the stack's estimate. Never a
-//! billed call, never the memo. The answer carries the report headers of a call.
+//! `POST /v1/messages/count_tokens` and `POST /v1/responses/input_tokens`: a request
+//! counted as the stack would send it, not as the client wrote it. The request is
+//! prepared as a call would be (pruned, cleared, offloaded, the read tool and
+//! breakpoints added, or refused with 400 when it cannot fit), then counted by the
+//! provider's own count endpoint when the model is that provider's (Anthropic's for
+//! Messages, OpenAI's for Responses), with the server's key and the caller's headers and
+//! query; else (a model another provider serves) by the stack's estimate. Never a billed
+//! call, never the memo. The answer carries the report headers of a call. A chained
+//! Responses count (`previous_response_id`, `conversation`) is the provider's to make:
+//! passed on unmanaged.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,27 +30,119 @@ use crate::catalog::Provider;
 use crate::client::BodyHeaders;
 use crate::wire::messages::faithful;
 use crate::wire::messages::serve::Messages;
+use crate::wire::responses::serve::Responses;
 use crate::wire::served::{Format, Read};
 
 /// The route, and its label in `/metrics`.
 pub(crate) const ROUTE: &str = "/v1/messages/count_tokens";
 
+/// The Responses API's count route, and its label in `/metrics`.
+pub(crate) const RESPONSES_ROUTE: &str = "/v1/responses/input_tokens";
+
+/// A format whose requests the proxy counts.
+pub(crate) trait Counted: Format {
+    /// The count route.
+    const COUNT_ROUTE: &'static str;
+    /// The provider whose count endpoint counts this format's requests.
+    const COUNTER: Provider;
+
+    /// The body the provider's count endpoint takes for `prepared`; `None` when there is
+    /// none to send (the request was not read from this format).
+    fn count_body(prepared: &ChatRequest) -> Option<Result<Vec<u8>, crate::BoxError>>;
+
+    /// The answer of a count made by the stack's estimate.
+    fn estimate(tokens: usize) -> serde_json::Value;
+}
+
+impl Counted for Messages {
+    const COUNT_ROUTE: &'static str = ROUTE;
+    const COUNTER: Provider = Provider::Anthropic;
+
+    fn count_body(prepared: &ChatRequest) -> Option<Result<Vec<u8>, crate::BoxError>> {
+        let mut body = match faithful::body(prepared) {
+            Ok(Some(body)) => body,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e.into())),
+        };
+        body.count();
+        Some(body.to_vec().map_err(Into::into))
+    }
+
+    fn estimate(tokens: usize) -> serde_json::Value {
+        serde_json::json!({"input_tokens": tokens})
+    }
+}
+
+impl Counted for Responses {
+    const COUNT_ROUTE: &'static str = RESPONSES_ROUTE;
+    const COUNTER: Provider = Provider::OpenAi;
+
+    fn count_body(prepared: &ChatRequest) -> Option<Result<Vec<u8>, crate::BoxError>> {
+        use crate::wire::responses::faithful::faithful;
+        let kept = prepared
+            .params
+            .origin
+            .as_ref()?
+            .get::<crate::wire::responses::read::Kept>()?;
+        let bytes = match faithful(prepared, kept, false, None) {
+            Ok(bytes) => bytes,
+            Err(e) => return Some(Err(e.into())),
+        };
+        // The count endpoint takes a call's fields but those of its delivery (`stream`,
+        // `store`, `include`, the cache key …): the ones it does not take are left out.
+        const TAKEN: &[&str] = &[
+            "model",
+            "input",
+            "previous_response_id",
+            "tools",
+            "text",
+            "reasoning",
+            "truncation",
+            "instructions",
+            "personality",
+            "conversation",
+            "tool_choice",
+            "parallel_tool_calls",
+        ];
+        let mut body: serde_json::Map<String, serde_json::Value> =
+            match serde_json::from_slice(&bytes) {
+                Ok(body) => body,
+                Err(e) => return Some(Err(e.into())),
+            };
+        body.retain(|k, _| TAKEN.contains(&k.as_str()));
+        Some(serde_json::to_vec(&body).map_err(Into::into))
+    }
+
+    fn estimate(tokens: usize) -> serde_json::Value {
+        serde_json::json!({"object": "response.input_tokens", "input_tokens": tokens})
+    }
+}
+
 /// `POST /v1/messages/count_tokens`, counted in the metrics.
-pub(crate) async fn count_tokens(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+pub(crate) async fn count_tokens(state: State<Arc<Shared>>, request: Request) -> Response {
+    counted::<Messages>(state, request).await
+}
+
+/// `POST /v1/responses/input_tokens`, counted in the metrics.
+pub(crate) async fn input_tokens(state: State<Arc<Shared>>, request: Request) -> Response {
+    counted::<Responses>(state, request).await
+}
+
+async fn counted<F: Counted>(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let tenant = super::keys::tenant(shared.keys.as_ref(), &parts.headers);
     let label = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
-    let response = count(&shared, tenant, &parts, body).await;
+    let response = count::<F>(&shared, tenant, &parts, body).await;
     let took = started.elapsed();
     let status = response.status().as_u16();
     let outcome = response.extensions().get::<super::metrics::Outcome>();
     shared
         .metrics
-        .record(ROUTE, status, label, took, None, outcome);
+        .record(F::COUNT_ROUTE, status, label, took, None, outcome);
     tracing::info!(
         event = "serve_request",
-        route = ROUTE,
+        route = F::COUNT_ROUTE,
         status,
         tenant = label,
         millis = took.as_secs_f64() * 1e3,
@@ -56,27 +151,30 @@ pub(crate) async fn count_tokens(State(shared): State<Arc<Shared>>, request: Req
     response
 }
 
-async fn count(
+async fn count<F: Counted>(
     shared: &Shared,
     tenant: Result<Option<&super::keys::Tenant>, &'static str>,
     parts: &axum::http::request::Parts,
     body: Body,
 ) -> Response {
-    let shape = failures::error::<Messages>;
+    let shape = failures::error::<F>;
     let Admitted { permit, body } =
         match admit(shared, tenant, &parts.headers, body, true, shape).await {
             Ok(admitted) => admitted,
             Err(refused) => return refused,
         };
     let tenant = tenant.ok().flatten();
-    let read = Messages::read(&body.bytes);
+    let read = match F::read(&body.bytes) {
+        Ok(read) => read,
+        Err(why) => return failures::invalid::<F>(&why),
+    };
+    if let Some((provider, why)) = super::passthrough::unmanaged_by::<F>(shared, &read) {
+        return super::passthrough::unmanaged(shared, provider, parts, body, permit, why).await;
+    }
     drop(body);
     let Read {
         request: mut req, ..
-    } = match read {
-        Ok(read) => read,
-        Err(why) => return failures::invalid::<Messages>(&why),
-    };
+    } = read;
     addressed(shared, tenant, parts, &mut req).await;
     // A count is never an answer to keep, nor one to give from the memo.
     req.memo = MemoHint::Never;
@@ -84,22 +182,20 @@ async fn count(
     let context = &shared.contexts[tenant.map_or(0, |t| t.stacks)];
     let (prepared, report) = match prepare(context, req).await {
         Ok(prepared) => prepared,
-        Err(e) => return failures::failure::<Messages>(&e),
+        Err(e) => return failures::failure::<F>(&e),
     };
-    let relay = shared.relays.get(&Provider::Anthropic);
-    let mut out = match (provider, relay) {
-        (Provider::Anthropic, Some(relay)) => {
-            let mut body = match faithful::body(&prepared) {
-                Ok(Some(body)) => body,
-                Ok(None) => return estimated(&report),
-                Err(e) => return failures::failure::<Messages>(&crate::BoxError::from(e)),
+    let relay = shared.relays.get(&F::COUNTER);
+    let mut out = match relay.filter(|_| provider == F::COUNTER) {
+        Some(relay) => {
+            let bytes = match F::count_body(&prepared) {
+                Some(Ok(bytes)) => bytes,
+                None => return estimated::<F>(&report),
+                Some(Err(e)) => return failures::failure::<F>(&e),
             };
-            body.count();
-            let bytes = match body.to_vec() {
-                Ok(bytes) => bytes,
-                Err(e) => return failures::failure::<Messages>(&crate::BoxError::from(e)),
-            };
-            let path = parts.uri.path_and_query().map_or(ROUTE, |p| p.as_str());
+            let path = parts
+                .uri
+                .path_and_query()
+                .map_or(F::COUNT_ROUTE, |p| p.as_str());
             let headers = forwarded(&parts.headers);
             let answer = relay
                 .send(
@@ -115,10 +211,10 @@ async fn count(
                 .await;
             match answer {
                 Ok(answer) => relayed_answer(answer, permit),
-                Err(e) => return failures::failure::<Messages>(&crate::BoxError::from(e)),
+                Err(e) => return failures::failure::<F>(&crate::BoxError::from(e)),
             }
         }
-        _ => estimated(&report),
+        None => estimated::<F>(&report),
     };
     report_headers(&mut out, &report);
     out
@@ -139,12 +235,8 @@ async fn prepare(
 }
 
 /// The count by the stack's estimate of the prepared request.
-fn estimated(report: &PreparationReport) -> Response {
-    let mut out = (
-        StatusCode::OK,
-        axum::Json(serde_json::json!({"input_tokens": report.after_tokens})),
-    )
-        .into_response();
+fn estimated<F: Counted>(report: &PreparationReport) -> Response {
+    let mut out = (StatusCode::OK, axum::Json(F::estimate(report.after_tokens))).into_response();
     out.headers_mut().insert(
         header::HeaderName::from_static("x-llm-context-counted-by"),
         HeaderValue::from_static("estimate"),

@@ -139,9 +139,7 @@ async fn handle<F: Format>(
         Ok(read) => read,
         Err(why) => return failures::invalid::<F>(&why),
     };
-    if let Some(why) = F::unmanaged(&read) {
-        let provider = provider_of(&shared.routes, &shared.catalog, &read.request.model);
-        drop(read);
+    if let Some((provider, why)) = super::passthrough::unmanaged_by::<F>(shared, &read) {
         return super::passthrough::unmanaged(shared, provider, parts, body, permit, why).await;
     }
     let body::Read { bytes, mut held } = body;

@@ -309,6 +309,10 @@ impl Proxy {
                 post(count::count_tokens).fallback(not_allowed::<Messages>),
             )
             .route(
+                count::RESPONSES_ROUTE,
+                post(count::input_tokens).fallback(not_allowed::<Responses>),
+            )
+            .route(
                 "/v1/models",
                 get(passthrough::relayed).fallback(passthrough::relayed),
             )

@@ -139,6 +139,19 @@ async fn relay(
     }
 }
 
+/// Whether a request read from `F` is passed on unmanaged (its body's bytes then go on as
+/// they came), to which provider, and why.
+pub(crate) fn unmanaged_by<F: crate::wire::served::Format>(
+    shared: &Shared,
+    read: &crate::wire::served::Read,
+) -> Option<(Provider, &'static str)> {
+    let why = F::unmanaged(read)?;
+    Some((
+        provider_of(&shared.routes, &shared.catalog, &read.request.model),
+        why,
+    ))
+}
+
 /// A request of a managed route that the stack does not manage (`why`: a chained
 /// request's history is the provider's): its body, as read, sent on to `provider` with
 /// the server's credentials, and the answer relayed as it comes, saying so in

@@ -64,6 +64,18 @@ async fn upstream(answer: Arc<Answer>) -> Recording {
             }
         }),
     );
+    // The count endpoint: recorded, and answered with a count of its own.
+    let counted = bodies.clone();
+    let app = app.route(
+        "/v1/responses/input_tokens",
+        axum::routing::post(move |body: Bytes| {
+            let counted = counted.clone();
+            async move {
+                counted.lock().unwrap().push(body);
+                axum::Json(json!({"object": "response.input_tokens", "input_tokens": 1_234}))
+            }
+        }),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -719,4 +731,82 @@ async fn a_long_codex_session_stays_within_the_window_while_its_transcript_grows
         "{largest_sent} bytes sent at most"
     );
     assert_eq!(up.bodies().len(), 150, "no hidden round, no retry");
+}
+
+#[tokio::test]
+async fn input_tokens_counts_the_request_as_the_stack_would_send_it() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let policy = ContextPolicy::default().with_tool_result_max_chars(2_000);
+    let url = proxy(policy, &up).await;
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/v1/responses/input_tokens"))
+        .header("content-type", "application/json")
+        .body(codex_body(&seq(3_000)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-llm-context-offloaded"], "1");
+    assert_eq!(
+        json_of(answer).await,
+        json!({"object": "response.input_tokens", "input_tokens": 1_234})
+    );
+    // OpenAI counted what the stack would send: the preview, not the output, and only
+    // the fields its count endpoint takes.
+    let sent = up.json(0);
+    let keys: Vec<&str> = sent
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "model",
+            "instructions",
+            "input",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "reasoning"
+        ]
+    );
+    let output = sent["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap();
+    assert!(
+        output["output"]
+            .as_str()
+            .unwrap()
+            .contains("context_artifact")
+    );
+    assert_valid(
+        &validator(SCHEMA, Root::Named("input-tokens-request")),
+        &sent,
+        "the count body",
+    );
+}
+
+#[tokio::test]
+async fn a_claude_models_input_tokens_are_the_stacks_estimate() {
+    let upstream = crate::support::proxy::anthropic_upstream().await;
+    let url = crate::support::proxy::anthropic_proxy(&upstream).await;
+    let body = json!({"model": "claude-sonnet-4-6", "input": "Warum? 为什么"});
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/v1/responses/input_tokens"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-llm-context-counted-by"], "estimate");
+    let got = json_of(answer).await;
+    assert_eq!(got["object"], "response.input_tokens");
+    assert!(got["input_tokens"].as_u64().unwrap() > 0);
+    assert!(upstream.received_requests().await.unwrap().is_empty());
 }

@@ -10,6 +10,8 @@ pub(crate) enum Root {
     Response,
     /// One event of a streamed answer (open, as responses are).
     Stream,
+    /// The root of this name in the file's `x-roots` (open).
+    Named(&'static str),
 }
 
 /// A validator for `file`'s request (closed) or response (as published) schema.
@@ -20,6 +22,7 @@ pub(crate) fn validator(file: &str, root: Root) -> Validator {
         Root::Request => &roots["request"],
         Root::Response => &roots["response"],
         Root::Stream => roots.get("stream-chunk").unwrap_or(&roots["stream-event"]),
+        Root::Named(name) => &roots[name],
     };
     let target = target.as_str().unwrap().to_owned();
     if root == Root::Request {
