@@ -119,14 +119,17 @@ pub(crate) fn usage_of(u: &Value) -> Usage {
 /// The usage as a `Response` writes it.
 #[cfg(feature = "serve")]
 pub(crate) fn usage(u: &Usage) -> Value {
-    let input = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
+    let input = u
+        .input_tokens
+        .saturating_add(u.cache_read_tokens)
+        .saturating_add(u.cache_write_tokens);
     json!({
         "input_tokens": input,
         "input_tokens_details": {"cached_tokens": u.cache_read_tokens,
                                  "cache_write_tokens": u.cache_write_tokens},
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": input + u.output_tokens,
+        "total_tokens": input.saturating_add(u.output_tokens),
     })
 }
 

@@ -64,7 +64,19 @@ pub(crate) fn faithful(
             }
             None => match edited_output(kept, m) {
                 Some(item) => input.changed(&item),
-                None => input.render(m)?,
+                None => match edited_turn(kept, m) {
+                    // A turn whose calls the stack edited: its own items, in their order,
+                    // with their ids, the edited calls' inputs replaced.
+                    Some(items) => {
+                        for item in items {
+                            match item {
+                                Ok(i) => input.own(usize::MAX, bytes(&kept.items[i])),
+                                Err(edited) => input.changed(&edited),
+                            }
+                        }
+                    }
+                    None => input.render(m)?,
+                },
             },
         }
     }
@@ -122,16 +134,23 @@ pub(crate) fn faithful(
         _ => {}
     }
     // Every other field as the stack left it: the caller's bytes when it is unchanged.
+    // Without tools (the stack's own summary request), the tool choice goes too: the
+    // API refuses one with nothing to choose from.
+    let toolless =
+        |key: &str| req.tools.is_empty() && matches!(key, "tool_choice" | "parallel_tool_calls");
     for (key, before) in &kept.original {
         if READ.contains(&key.as_str()) {
             continue;
         }
-        let now = req.params.extra.get(key);
+        let now = req.params.extra.get(key).filter(|_| !toolless(key));
         if now != Some(before)
             && let Some(r) = member(key)
         {
-            let value = now.map_or_else(|| b"null".to_vec(), |v| v.to_string().into_bytes());
-            splice.replace(r, value);
+            match now {
+                Some(v) => splice.replace(r, v.to_string().into_bytes()),
+                // Left out by the stack: the member goes, with one comma beside it.
+                None => splice.replace(&whole_member(body, r), Vec::new()),
+            }
         }
     }
     // What the stack added (`prompt_cache_key`, a provider edit of its own).
@@ -145,6 +164,39 @@ pub(crate) fn faithful(
         splice.add("prompt_cache_key", json_str(&key));
     }
     Ok(splice.apply(body))
+}
+
+/// The bytes of the top-level member whose value lies at `value`: from its key's
+/// opening quote to the value's end, with the comma before it (or, for the first
+/// member, the one after it), so that the object stays valid without it.
+fn whole_member(body: &[u8], value: &Range<usize>) -> Range<usize> {
+    let space = |b: &u8| b.is_ascii_whitespace();
+    // Back over `"key"  :  `: the colon, then the key's closing and opening quotes (a
+    // key's own quotes are escaped, so the first unescaped one is its opening).
+    let mut at = value.start;
+    while at > 0 && (space(&body[at - 1]) || body[at - 1] == b':') {
+        at -= 1;
+    }
+    at = at.saturating_sub(1);
+    while at > 0 && !(body[at - 1] == b'"' && (at < 2 || body[at - 2] != b'\\')) {
+        at -= 1;
+    }
+    let key = at.saturating_sub(1);
+    let mut before = key;
+    while before > 0 && space(&body[before - 1]) {
+        before -= 1;
+    }
+    if before > 0 && body[before - 1] == b',' {
+        return before - 1..value.end;
+    }
+    let mut after = value.end;
+    while after < body.len() && space(&body[after]) {
+        after += 1;
+    }
+    if after < body.len() && body[after] == b',' {
+        return key..after + 1;
+    }
+    key..value.end
 }
 
 /// `text` as a JSON string.
@@ -271,6 +323,40 @@ fn changed_head(kept: &Kept, m: &Message) -> bool {
     };
     let read: Option<String> = serde_json::from_slice(&kept.body[range.clone()]).ok();
     read.as_deref() != Some(m.text().as_ref()) || m.role != Role::System
+}
+
+/// The items of the caller's turn that made `m`'s calls, when `m` is that turn with
+/// only its calls' inputs changed: each item unchanged as its index (`Ok`), each edited
+/// call as the item with its `arguments` (or a custom call's `input`) replaced.
+fn edited_turn(kept: &Kept, m: &Message) -> Option<Vec<Result<usize, Value>>> {
+    let first = m.tool_calls.first()?;
+    let &g = kept.calls.get(first.id.as_str())?;
+    let items = kept.groups.get(g)?.clone();
+    let mut out = Vec::with_capacity(items.len());
+    let mut seen = 0;
+    for i in items {
+        let raw = &kept.body[kept.items[i].clone()];
+        let mut item: Map<String, Value> = serde_json::from_slice(raw).ok()?;
+        let field = match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => "arguments",
+            Some("custom_tool_call") => "input",
+            _ => {
+                out.push(Ok(i));
+                continue;
+            }
+        };
+        let id = item.get("call_id").and_then(Value::as_str)?;
+        // Every call of the turn must still be there: else the turn changed otherwise.
+        let call = m.tool_calls.iter().find(|c| c.id == id)?;
+        seen += 1;
+        if item.get(field).and_then(Value::as_str) == Some(call.arguments.as_str()) {
+            out.push(Ok(i));
+        } else {
+            item.insert(field.into(), Value::from(call.arguments.as_str()));
+            out.push(Err(Value::Object(item)));
+        }
+    }
+    (seen == m.tool_calls.len()).then_some(out)
 }
 
 /// A call output the stack cleared or offloaded: its item with `output` replaced, the

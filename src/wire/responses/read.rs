@@ -60,6 +60,9 @@ pub(crate) struct Kept {
     /// The output item of each call id: where a result the stack cleared or offloaded
     /// is edited in place.
     pub(super) outputs: HashMap<String, usize>,
+    /// The group of the assistant message that made each call: where a turn whose calls
+    /// the stack edited (their inputs cleared) is written from its own items.
+    pub(super) calls: HashMap<String, usize>,
     pub(super) hasher: RandomState,
 }
 
@@ -228,8 +231,12 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         .collect();
     let hasher = RandomState::default();
     let mut digests: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut calls = HashMap::new();
     for (g, m) in req.messages[top..].iter().enumerate() {
         digests.entry(hasher.hash_one(m)).or_default().push(g);
+        for c in m.tool_calls.iter() {
+            calls.entry(c.id.clone()).or_insert(g);
+        }
     }
     let kept = Kept {
         body: body.clone(),
@@ -242,6 +249,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         groups,
         digests,
         outputs,
+        calls,
         hasher,
     };
     Ok((req, kept))
@@ -361,7 +369,9 @@ fn read_items(items: &[Value]) -> Result<Items, Invalid> {
                 let name = names.get(id).cloned().unwrap_or_default();
                 messages.push(Message::tool_result(id, name, output));
                 groups.push(i..i + 1);
-                outputs.insert(id.to_owned(), i);
+                // A repeated output (a client's retry) keeps its own bytes: the first is
+                // the one an edit goes to.
+                outputs.entry(id.to_owned()).or_insert(i);
             }
             // Reasoning, compaction, references, hosted tools' calls, kinds newer than
             // this proxy: kept whole, in their place, with the turn they belong to.

@@ -122,11 +122,12 @@ impl EventWriter for Events {
     fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
         // OpenAI's own events, the usage of rounds answered inside added to the last.
         let relayed = self.relay.event(event, false, |data, r| {
-            if matches!(
+            let last = matches!(
                 data["type"].as_str(),
                 Some("response.completed" | "response.incomplete")
-            ) {
-                amend_usage(&mut data["response"]["usage"], &usage(&r.usage));
+            );
+            if last && let Some(response) = data.get_mut("response").filter(|v| v.is_object()) {
+                amend_usage(&mut response["usage"], &usage(&r.usage));
             }
             true
         });

@@ -17,8 +17,8 @@ use crate::sse::{Decoder, Ending, bad_event, error_event};
 /// each tool call is.
 #[derive(Default)]
 pub(crate) struct ResponsesDecoder {
-    /// The output index of each tool call, in the order they started.
-    calls: Vec<u64>,
+    /// Each tool call's output index and item id, in the order they started.
+    calls: Vec<(Option<u64>, Option<String>)>,
     /// Each output item as `response.output_item.done` gave it: the answer, when the
     /// last event's `response` lists none.
     done: Vec<Value>,
@@ -43,17 +43,28 @@ impl Decoder for ResponsesDecoder {
                     out.push_back(StreamEvent::Text(text.to_owned()));
                 }
             }
-            "response.output_item.added" if e["item"]["type"] == "function_call" => {
+            "response.output_item.added"
+                if matches!(
+                    e["item"]["type"].as_str(),
+                    Some("function_call" | "custom_tool_call")
+                ) =>
+            {
                 let mut delta = ToolCallDelta::new(self.calls.len());
                 delta.id = e["item"]["call_id"].as_str().map(str::to_owned);
                 delta.name = e["item"]["name"].as_str().map(str::to_owned);
-                self.calls
-                    .push(e["output_index"].as_u64().unwrap_or_default());
+                let item_id = e["item"]["id"].as_str().map(str::to_owned);
+                self.calls.push((e["output_index"].as_u64(), item_id));
                 out.push_back(StreamEvent::ToolCall(delta));
             }
-            "response.function_call_arguments.delta" => {
-                let at = e["output_index"].as_u64().unwrap_or_default();
-                if let Some(index) = self.calls.iter().position(|&o| o == at) {
+            "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+                // The call by its output index, else by its item's id.
+                let at = e["output_index"].as_u64();
+                let item = e["item_id"].as_str();
+                let index = self.calls.iter().position(|(o, id)| match (at, o) {
+                    (Some(at), Some(o)) => at == *o,
+                    _ => item.is_some() && id.as_deref() == item,
+                });
+                if let Some(index) = index {
                     let text = e["delta"].as_str().unwrap_or_default();
                     out.push_back(StreamEvent::ToolCall(
                         ToolCallDelta::new(index).with_arguments(text),
@@ -66,8 +77,14 @@ impl Decoder for ResponsesDecoder {
             "response.completed" | "response.incomplete" => {
                 let mut r = e["response"].clone();
                 let listed = r["output"].as_array().is_some_and(|o| !o.is_empty());
-                if !listed && !self.done.is_empty() {
-                    r["output"] = Value::Array(std::mem::take(&mut self.done));
+                if let Some(obj) = r
+                    .as_object_mut()
+                    .filter(|_| !listed && !self.done.is_empty())
+                {
+                    obj.insert(
+                        "output".into(),
+                        Value::Array(std::mem::take(&mut self.done)),
+                    );
                 }
                 let r = &r;
                 out.push_back(StreamEvent::Usage(usage_of(&r["usage"])));

@@ -199,3 +199,55 @@ fn a_stream_is_read_into_the_whole_answer_its_reasoning_included() {
     };
     assert!(e.to_string().contains("boom"), "{e}");
 }
+
+#[test]
+fn a_turn_whose_call_inputs_were_edited_keeps_its_items_ids_and_kinds() {
+    let body = json!({"model": "gpt-5.5", "input": [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+        {"type": "function_call", "id": "fc_1", "call_id": "a", "name": "run",
+         "arguments": "{\"cmd\":\"ls\"}", "status": "completed"},
+        {"type": "custom_tool_call", "id": "ctc_1", "call_id": "b", "name": "apply_patch",
+         "input": "*** Begin Patch"},
+        {"type": "function_call_output", "call_id": "a", "output": "x"},
+        {"type": "custom_tool_call_output", "call_id": "b", "output": "done"}],
+        "tools": [{"type": "function", "name": "run", "description": "", "strict": false,
+                   "parameters": {"type": "object"}}]})
+    .to_string();
+    let (mut req, kept) = request(&Bytes::from(body.clone())).unwrap();
+    // What clearing a call's inputs does to the turn.
+    let turn = &mut req.messages[1];
+    let mut calls = turn.tool_calls.to_vec();
+    calls[1] = ToolCall::from_text("b", "apply_patch", "{\"cleared\":true}");
+    *turn = Message::assistant_tool_calls(turn.content.clone(), calls)
+        .with_reasoning(turn.reasoning().to_vec());
+    let out: Value = serde_json::from_slice(&faithful(&req, &kept, false, None).unwrap()).unwrap();
+    let sent: Value = serde_json::from_str(&body).unwrap();
+    let input = out["input"].as_array().unwrap();
+    assert_eq!(input.len(), 6);
+    for i in [0, 1, 2, 4, 5] {
+        assert_eq!(input[i], sent["input"][i], "item {i}");
+    }
+    assert_eq!(
+        input[3],
+        json!({"type": "custom_tool_call", "id": "ctc_1", "call_id": "b",
+               "name": "apply_patch", "input": "{\"cleared\":true}"})
+    );
+}
+
+#[test]
+fn without_tools_the_callers_tool_choice_is_left_out() {
+    for body in [
+        r#"{"model":"gpt-5.5","tool_choice":"required","input":"hi","tools":[{"type":"function","name":"f","description":"","strict":false,"parameters":{"type":"object"}}]}"#,
+        r#"{"tool_choice": "required" , "model":"gpt-5.5","input":"hi","tools":[{"type":"function","name":"f","description":"","strict":false,"parameters":{"type":"object"}}]}"#,
+    ] {
+        let (mut req, kept) = request(&Bytes::from(body)).unwrap();
+        // The stack's own summary request: the caller's envelope, no tools.
+        req.tools.clear();
+        let out = faithful(&req, &kept, false, None).unwrap();
+        let out: Value = serde_json::from_slice(&out).expect("valid JSON");
+        assert!(out.get("tool_choice").is_none(), "{out}");
+        assert_eq!(out["tools"], json!([]));
+        assert_eq!(out["model"], "gpt-5.5");
+    }
+}

@@ -70,6 +70,11 @@ pub(crate) fn rendered(req: &ChatRequest, stream: bool) -> Result<Value, Provide
             body.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
+    if req.tools.is_empty() {
+        // Only valid with tools.
+        body.remove("tool_choice");
+        body.remove("parallel_tool_calls");
+    }
     if stream {
         body.insert("stream".into(), Value::Bool(true));
     }
