@@ -1,7 +1,9 @@
 //! The OpenAI upstream as the proxy calls it: a caller of the Responses API is sent on
-//! over the Responses API (its body back as it came), every other caller over Chat
-//! Completions.
+//! over the Responses API (its body back as it came), and so is any caller of a model the
+//! catalog says is served there only ([`Catalog::responses_only`]); every other caller
+//! over Chat Completions.
 
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use tower::Service;
@@ -11,25 +13,38 @@ use crate::error::ProviderError;
 use crate::openai::OpenAi;
 use crate::openai::responses::{ResponsesApi, responses_of};
 use crate::stream::{ChatStream, Streaming};
-use crate::{ChatRequest, ChatResponse, WireFormat};
+use crate::{Catalog, ChatRequest, ChatResponse, WireFormat};
+
+/// The catalog the proxy is built with, set once it is (the upstream is given first).
+pub(crate) type CatalogCell = Arc<OnceLock<Arc<Catalog>>>;
 
 /// One OpenAI client's settings, as both of its APIs.
 #[derive(Clone, Debug)]
 pub(crate) struct OpenAiByFormat {
     chat: OpenAi,
     responses: crate::client::Client<ResponsesApi>,
+    catalog: CatalogCell,
 }
 
 impl OpenAiByFormat {
-    pub(crate) fn new(chat: OpenAi) -> Self {
+    pub(crate) fn new(chat: OpenAi, catalog: CatalogCell) -> Self {
         let responses = responses_of(&chat);
-        Self { chat, responses }
+        Self {
+            chat,
+            responses,
+            catalog,
+        }
     }
-}
 
-/// Whether `req` came in the Responses format, and goes back in it.
-fn responses(req: &ChatRequest) -> bool {
-    req.params.extra_format == Some(WireFormat::Responses)
+    /// Whether `req` goes over the Responses API: it came in that format, or its model
+    /// is served there only.
+    fn responses(&self, req: &ChatRequest) -> bool {
+        req.params.extra_format == Some(WireFormat::Responses)
+            || self
+                .catalog
+                .get_or_init(Catalog::builtin)
+                .responses_only(&req.model)
+    }
 }
 
 impl Service<ChatRequest> for OpenAiByFormat {
@@ -46,7 +61,7 @@ impl Service<ChatRequest> for OpenAiByFormat {
     }
 
     fn call(&mut self, req: ChatRequest) -> ResponseFuture {
-        if responses(&req) {
+        if self.responses(&req) {
             self.responses.call(req)
         } else {
             self.chat.call(req)
@@ -67,7 +82,7 @@ impl Service<Streaming> for OpenAiByFormat {
     }
 
     fn call(&mut self, req: Streaming) -> StreamFuture {
-        if responses(&req.0) {
+        if self.responses(&req.0) {
             self.responses.call(req)
         } else {
             self.chat.call(req)

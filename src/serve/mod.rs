@@ -250,6 +250,8 @@ pub struct ProxyBuilder {
     redis: Option<RedisStores>,
     budgets: Option<BudgetLayer>,
     metrics_key: Option<[u8; 32]>,
+    /// The catalog the OpenAI upstream routes by, set by `build`.
+    openai_catalog: by_format::CatalogCell,
 }
 
 impl std::fmt::Debug for ProxyBuilder {
@@ -375,6 +377,7 @@ impl Default for ProxyBuilder {
             redis: None,
             budgets: None,
             metrics_key: None,
+            openai_catalog: Default::default(),
         }
     }
 }
@@ -484,10 +487,12 @@ impl ProxyBuilder {
     pub fn openai(mut self, client: OpenAi) -> Self {
         // Its base URL ends with `/v1`: a caller's `/v1/models` is `{base}/models`.
         self.relays.insert(Provider::OpenAi, client.relay("/v1"));
-        // A Responses caller's request goes on over the Responses API.
+        // A Responses caller's request goes on over the Responses API, and so does any
+        // request for a model served there only (by the catalog `build` is given).
+        let catalog = self.openai_catalog.clone();
         self.upstream(
             Provider::OpenAi,
-            boxed_errors(by_format::OpenAiByFormat::new(client)),
+            boxed_errors(by_format::OpenAiByFormat::new(client, catalog)),
         )
     }
 
@@ -607,6 +612,8 @@ impl ProxyBuilder {
     /// every stack shares the memo store, whose keys are per tenant.
     pub fn build(self) -> Result<Proxy, PolicyError> {
         let catalog = self.catalog.unwrap_or_else(Catalog::builtin);
+        // A builder built twice keeps the catalog of its first build.
+        let _ = self.openai_catalog.set(catalog.clone());
         let memo = self
             .memo
             .unwrap_or_else(|| Arc::new(LocalMemoStore::default()));

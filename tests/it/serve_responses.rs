@@ -238,8 +238,12 @@ async fn proxy(policy: ContextPolicy, upstream: &Recording) -> String {
 }
 
 async fn post(url: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+    post_to(url, "/v1/responses", body).await
+}
+
+async fn post_to(url: &str, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
     reqwest::Client::new()
-        .post(format!("{url}/v1/responses"))
+        .post(format!("{url}{path}"))
         .header("content-type", "application/json")
         .body(body)
         .send()
@@ -738,13 +742,7 @@ async fn input_tokens_counts_the_request_as_the_stack_would_send_it() {
     let up = upstream(Arc::new(|_, _| done())).await;
     let policy = ContextPolicy::default().with_tool_result_max_chars(2_000);
     let url = proxy(policy, &up).await;
-    let answer = reqwest::Client::new()
-        .post(format!("{url}/v1/responses/input_tokens"))
-        .header("content-type", "application/json")
-        .body(codex_body(&seq(3_000)))
-        .send()
-        .await
-        .unwrap();
+    let answer = post_to(&url, "/v1/responses/input_tokens", codex_body(&seq(3_000))).await;
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.headers()["x-llm-context-offloaded"], "1");
     assert_eq!(
@@ -796,17 +794,55 @@ async fn a_claude_models_input_tokens_are_the_stacks_estimate() {
     let upstream = crate::support::proxy::anthropic_upstream().await;
     let url = crate::support::proxy::anthropic_proxy(&upstream).await;
     let body = json!({"model": "claude-sonnet-4-6", "input": "Warum? 为什么"});
-    let answer = reqwest::Client::new()
-        .post(format!("{url}/v1/responses/input_tokens"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let answer = post_to(&url, "/v1/responses/input_tokens", body.to_string()).await;
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.headers()["x-llm-context-counted-by"], "estimate");
     let got = json_of(answer).await;
     assert_eq!(got["object"], "response.input_tokens");
     assert!(got["input_tokens"].as_u64().unwrap() > 0);
     assert!(upstream.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_chat_client_reaches_a_responses_only_model_over_the_responses_api() {
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = json!({"model": "gpt-5.5-codex", "max_completion_tokens": 300, "messages": [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "Läuft der Build?"}]});
+    for stream in [false, true] {
+        let mut body = body.clone();
+        body["stream"] = json!(stream);
+        let answer = post_to(&url, "/v1/chat/completions", body.to_string()).await;
+        assert_eq!(answer.status(), 200);
+        let text = if stream {
+            let chunks = stream_data(answer).await;
+            assert!(
+                chunks
+                    .iter()
+                    .all(|c| c["object"] == "chat.completion.chunk")
+            );
+            chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                .collect::<String>()
+        } else {
+            let got = json_of(answer).await;
+            assert_eq!(got["object"], "chat.completion");
+            got["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(text, "Der Build ist repariert. 完了。");
+    }
+    // Both went over the Responses API, written from the neutral request.
+    let request = validator(SCHEMA, Root::Request);
+    for i in 0..2 {
+        let sent = up.json(i);
+        assert_valid(&request, &sent, "the request");
+        assert_eq!(sent["instructions"], "Be brief.");
+        assert_eq!(sent["max_output_tokens"], 300);
+        assert_eq!(sent["input"][0]["content"], "Läuft der Build?");
+    }
 }

@@ -47,6 +47,7 @@ const fn anthropic(window: usize, min: Option<usize>, price: Price) -> ModelInfo
         price: Some(price),
         binds_thinking: None,
         edits_context: None,
+        responses_only: None,
     }
 }
 
@@ -66,6 +67,7 @@ const fn openai(window: usize, price: Price) -> ModelInfo {
         price: Some(price),
         binds_thinking: None,
         edits_context: None,
+        responses_only: None,
     }
 }
 

@@ -171,6 +171,11 @@ pub struct ModelInfo {
     /// of [`Catalog::edits_context`] and [`Catalog::compacts_responses`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edits_context: Option<bool>,
+    /// Whether OpenAI serves this model over the Responses API only (no Chat
+    /// Completions): a client of another format reaches it over that API. `None`:
+    /// decided by [`Catalog::responses_only`]'s rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses_only: Option<bool>,
 }
 
 /// The minimum cacheable prefix assumed for a model the catalog does not know: 1,024
@@ -328,6 +333,28 @@ impl Catalog {
         };
         let major: String = version.chars().take_while(char::is_ascii_digit).collect();
         major.parse::<u32>().is_ok_and(|m| m >= 5)
+    }
+
+    /// Whether `model` is served over the Responses API only: the catalog's
+    /// `responses_only`, else `true` for OpenAI's Codex models (`…-codex…`) and its
+    /// `-pro` reasoning models (`gpt-5-pro`, `o3-pro`), which OpenAI serves there alone.
+    ///
+    /// ```
+    /// use llm_context_layers::Catalog;
+    ///
+    /// let catalog = Catalog::builtin();
+    /// assert!(catalog.responses_only("gpt-5.5-codex"));
+    /// assert!(catalog.responses_only("gpt-5-pro"));
+    /// assert!(!catalog.responses_only("gpt-5.5"));
+    /// assert!(!catalog.responses_only("claude-opus-4-1"));
+    /// ```
+    pub fn responses_only(&self, model: &str) -> bool {
+        let builtin = Catalog::builtin();
+        let info = self.get(model).or_else(|| builtin.get(model));
+        if let Some(only) = info.and_then(|m| m.responses_only) {
+            return only;
+        }
+        !model.starts_with("claude-") && (model.contains("-codex") || model.ends_with("-pro"))
     }
 
     /// What `usage` cost on `model`, in USD; `None` when the model has no price here.
