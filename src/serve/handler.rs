@@ -139,15 +139,17 @@ async fn handle<F: Format>(
         Ok(read) => read,
         Err(why) => return failures::invalid::<F>(&why),
     };
-    if let Some((provider, why)) = super::passthrough::unmanaged_by::<F>(shared, &read) {
-        return super::passthrough::unmanaged(shared, provider, parts, body, permit, why).await;
-    }
+    let unmanaged = F::unmanaged(&read);
     let body::Read { bytes, mut held } = body;
     let Read {
         request: mut req,
         stream,
         include_usage,
     } = read;
+    if unmanaged.is_some() {
+        // Its answer extends the provider's stored state: never one from the memo.
+        req.memo = llm_context_layers::MemoHint::Never;
+    }
     // The request holds more than its bytes until it is answered: its parsed form, and
     // (a Messages request) its bytes, to send them back as they came. Its share of the
     // budget grows to that, and is held to the end of its answer, so that big requests
@@ -176,9 +178,10 @@ async fn handle<F: Format>(
                 };
                 let usage = (ceiling, provider);
                 let mut out = sse(F::events(model, &options), stream, (permit, held), usage);
-                if let Some(report) = report {
-                    report_headers(&mut out, &report);
+                if let Some(report) = &report {
+                    report_headers(&mut out, report);
                 }
+                say_unmanaged(&mut out, unmanaged, report.as_ref());
                 out
             }
             Err(e) => failures::failure::<F>(&e),
@@ -191,10 +194,28 @@ async fn handle<F: Format>(
             }
             let mut out = axum::Json(F::answer(&response, &model)).into_response();
             report_headers(&mut out, &response.report);
+            say_unmanaged(&mut out, unmanaged, Some(&response.report));
             drop(held);
             out
         }
         Err(e) => failures::failure::<F>(&e),
+    }
+}
+
+/// `x-llm-context-managed: no (why)` on the answer to a request the stack did not manage
+/// (its format says why, and the stack's executor was `off`: a policy saying `local`
+/// manages even a chained request).
+fn say_unmanaged(
+    out: &mut Response,
+    why: Option<&'static str>,
+    report: Option<&PreparationReport>,
+) {
+    let off = report.is_some_and(|r| r.executor == Some(crate::Executor::Off));
+    let value = why
+        .filter(|_| off)
+        .and_then(|why| HeaderValue::from_str(&format!("no ({why})")).ok());
+    if let Some(value) = value {
+        out.headers_mut().insert("x-llm-context-managed", value);
     }
 }
 

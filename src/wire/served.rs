@@ -57,9 +57,11 @@ pub(crate) trait Format: Send + Sync + 'static {
     /// The body of a failure of the stack or the upstream, answered with `status`.
     fn failure(error: &BoxError, status: StatusCode) -> Value;
 
-    /// Why a request read from this format is passed on unmanaged, when it is: its
-    /// history is not all in the body (a chained request), or the format cannot serve
-    /// it yet. `None` (the default): the stack manages it.
+    /// Why a request read from this format is not managed, when it is not: its history
+    /// is not all in the body (a chained request). It is then sent as it came, through
+    /// the stack's `off` executor (counted, metered, budgeted, never from the memo), and
+    /// the answer says why in `x-llm-context-managed`; a count of it is passed on.
+    /// `None` (the default): the stack manages it.
     fn unmanaged(_read: &Read) -> Option<&'static str> {
         None
     }

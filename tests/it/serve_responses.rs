@@ -418,7 +418,7 @@ async fn a_compressed_body_is_read_as_the_other_routes_read_it() {
 }
 
 #[tokio::test]
-async fn a_chained_request_passes_on_unmanaged_and_says_so() {
+async fn a_chained_request_is_sent_as_it_came_but_counted_and_says_so() {
     let up = upstream(Arc::new(|_, _| done())).await;
     let policy = ContextPolicy::default().with_tool_result_max_chars(2_000);
     let url = proxy(policy, &up).await;
@@ -428,9 +428,36 @@ async fn a_chained_request_passes_on_unmanaged_and_says_so() {
     .to_string();
     let answer = post(&url, body.clone()).await;
     assert_eq!(answer.status(), 200);
-    assert_eq!(answer.headers()["x-llm-context-managed"], "no (stateful)");
-    // Nothing offloaded: the provider holds the history this output belongs to.
+    let headers = answer.headers().clone();
+    assert_eq!(headers["x-llm-context-managed"], "no (stateful)");
+    assert_eq!(headers["x-llm-context-executor"], "off");
+    // Counted all the same (and metered, and budgeted, on its route).
+    let counted: usize = headers["x-llm-context-before-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(counted > 3_000, "{counted}");
+    assert_eq!(json_of(answer).await, done());
+    // Nothing offloaded, nothing added: the provider holds the history this output
+    // belongs to.
     assert_eq!(std::str::from_utf8(&up.bodies()[0]).unwrap(), body);
+    let metrics = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains(r#"route="/v1/responses""#), "{metrics}");
+    assert!(!metrics.contains(r#"route="passthrough""#), "{metrics}");
+    // A stored item named by reference is the provider's too.
+    let referenced = json!({"model": "gpt-5.5-codex", "input": [
+        {"type": "item_reference", "id": "msg_stored"},
+        {"type": "message", "role": "user", "content": "Weiter."}]})
+    .to_string();
+    let answer = post(&url, referenced.clone()).await;
+    assert_eq!(answer.headers()["x-llm-context-managed"], "no (stateful)");
+    assert_eq!(std::str::from_utf8(&up.bodies()[1]).unwrap(), referenced);
 }
 
 #[tokio::test]

@@ -23,8 +23,9 @@
 //!
 //! 1. `off` in the policy: nothing is edited.
 //! 2. A request that chains server-side state (a Messages `thread`, a Responses
-//!    `previous_response_id` or `conversation`) carries only its newest turn; the
-//!    history it extends is the provider's: `Off`, unless the policy says `local`.
+//!    `previous_response_id`, `conversation` or `item_reference`) carries only its
+//!    newest turn; the history it extends is the provider's: `Off`, unless the policy
+//!    says `local`.
 //! 3. A client that asks the provider to clear or compact (its own
 //!    `context_management` with `clear_tool_uses_…` or `compact_…`, or a top-level
 //!    `compaction`): `Delegate`, whatever the policy, so the stack never clears the
@@ -152,11 +153,20 @@ pub fn choose(setting: Executor, req: &ChatRequest, catalog: &Catalog) -> Execut
 }
 
 /// Whether the request extends a history the provider keeps: it then carries only its
-/// newest turn.
-fn chains_server_state(req: &ChatRequest) -> bool {
+/// newest turn, or items by reference (a Responses `item_reference`, which names a
+/// stored item the stack cannot see).
+pub fn chains_server_state(req: &ChatRequest) -> bool {
     let extra = &req.params.extra;
     let set = |k: &str| extra.get(k).is_some_and(|v| !v.is_null());
-    set("thread") || set("previous_response_id") || set("conversation")
+    set("thread")
+        || set("previous_response_id")
+        || set("conversation")
+        || req.messages.iter().any(|m| match &m.content {
+            crate::model::Content::Parts(parts) => parts.iter().any(|p| {
+                matches!(p, crate::model::ContentPart::Opaque { kind, .. } if kind == "item_reference")
+            }),
+            crate::model::Content::Text(_) => false,
+        })
 }
 
 /// Whether thinking is in play: asked for, or signed blocks in the history.

@@ -30,10 +30,14 @@ pub(crate) struct Prepared {
 impl Prepared {
     /// `req` sent as it came, by `executor` (which edits nothing).
     pub(crate) fn untouched(req: ChatRequest, executor: crate::Executor) -> Self {
+        // Counted all the same: what is sent is what came.
+        let tokens = req.estimate_tokens();
         Self {
             req,
             report: PreparationReport {
                 executor: Some(executor),
+                before_tokens: tokens,
+                after_tokens: tokens,
                 ..PreparationReport::default()
             },
             to_store: Vec::new(),

@@ -76,17 +76,12 @@ impl Format for Responses {
         failure_body(e, status)
     }
 
-    /// A chained request: its history is the provider's (`previous_response_id`,
-    /// `conversation`, or items given by reference).
+    /// A chained request (its history is the provider's: `previous_response_id`,
+    /// `conversation`, or items given by reference) is not managed: it goes through the
+    /// stack with nothing edited or added (the `off` executor), counted, metered and
+    /// budgeted, never answered from the memo.
     fn unmanaged(read: &Read) -> Option<&'static str> {
-        let extra = &read.request.params.extra;
-        let set = |k: &str| extra.get(k).is_some_and(|v| !v.is_null());
-        let referenced = read.request.messages.iter().any(|m| {
-            matches!(&m.content, llm_context_layers::Content::Parts(parts)
-                if parts.iter().any(|p| matches!(p,
-                    llm_context_layers::ContentPart::Opaque { kind, .. } if kind == "item_reference")))
-        });
-        (set("previous_response_id") || set("conversation") || referenced).then_some("stateful")
+        llm_context_layers::executor::chains_server_state(&read.request).then_some("stateful")
     }
 }
 
