@@ -873,3 +873,38 @@ async fn a_chat_client_reaches_a_responses_only_model_over_the_responses_api() {
         assert_eq!(sent["input"][0]["content"], "Läuft der Build?");
     }
 }
+
+#[tokio::test]
+async fn compact_and_a_stored_response_are_passed_on_to_openai() {
+    let upstream = wiremock::MockServer::start().await;
+    let compacted = json!({"id": "cmp_1", "object": "response.compaction", "created_at": 1,
+                           "output": [{"type": "compaction", "id": "cmp_1",
+                                       "encrypted_content": "gAAA"}],
+                           "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12,
+                                     "input_tokens_details": {"cached_tokens": 0},
+                                     "output_tokens_details": {"reasoning_tokens": 0}}});
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/responses/compact"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(compacted.clone()))
+        .mount(&upstream)
+        .await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/v1/responses/resp_7"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(done()))
+        .mount(&upstream)
+        .await;
+    let url = crate::support::proxy::openai_proxy(&upstream).await;
+    let body = json!({"model": "gpt-5.5-codex", "input": "Fasse zusammen."}).to_string();
+    let answer = post_to(&url, "/v1/responses/compact", body.clone()).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(json_of(answer).await, compacted);
+    let stored = reqwest::get(format!("{url}/v1/responses/resp_7"))
+        .await
+        .unwrap();
+    assert_eq!(stored.status(), 200);
+    assert_eq!(json_of(stored).await, done());
+    let received = upstream.received_requests().await.unwrap();
+    assert_eq!(received[0].body, body.as_bytes());
+    // The server's key, not the client's.
+    assert_eq!(received[0].headers["authorization"], "Bearer sk-upstream");
+}
