@@ -53,6 +53,9 @@ pub(crate) fn response(body: &Value) -> Result<ChatResponse, ProviderError> {
                     name,
                     item[field].as_str().unwrap_or("{}"),
                 ));
+                // The call's item too, in its place: sent back, it keeps its id, its
+                // kind and its place after the reasoning that led to it.
+                parts.push(opaque(item));
             }
             _ => parts.push(opaque(item)),
         }

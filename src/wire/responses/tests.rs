@@ -251,3 +251,27 @@ fn without_tools_the_callers_tool_choice_is_left_out() {
         assert_eq!(out["model"], "gpt-5.5");
     }
 }
+
+#[test]
+fn an_answer_sent_back_keeps_its_call_items_ids_kinds_and_order() {
+    use super::write::render_message;
+    let answer = json!({"id": "resp_1", "status": "completed", "output": [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e1"},
+        {"type": "function_call", "id": "fc_1", "call_id": "a", "name": "run",
+         "arguments": "{}", "status": "completed"},
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "e2"},
+        {"type": "custom_tool_call", "id": "ctc_1", "call_id": "b", "name": "apply_patch",
+         "input": "*** Begin"}]});
+    let r = response(&answer).unwrap();
+    assert_eq!(r.message.tool_calls.len(), 2);
+    let items = render_message(&r.message).unwrap();
+    assert_eq!(items, answer["output"].as_array().unwrap().clone());
+    // A call the stack took out of the message (a read it answered) is not sent back.
+    let m = Message::assistant_tool_calls(
+        r.message.content.clone(),
+        vec![r.message.tool_calls[1].clone()],
+    );
+    let items = render_message(&m).unwrap();
+    let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["reasoning", "reasoning", "custom_tool_call"]);
+}

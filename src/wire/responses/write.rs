@@ -100,6 +100,7 @@ pub(crate) fn render_message(m: &Message) -> Result<Vec<Value>, ProviderError> {
             let mut items = Vec::new();
             let mut text = String::new();
             let mut kept: Vec<Value> = Vec::new();
+            let mut rendered_calls: Vec<&str> = Vec::new();
             let flush = |text: &mut String, kept: &mut Vec<Value>, items: &mut Vec<Value>| {
                 if !kept.is_empty() {
                     if !text.is_empty() {
@@ -133,9 +134,27 @@ pub(crate) fn render_message(m: &Message) -> Result<Vec<Value>, ProviderError> {
                         json,
                         kind,
                     } => {
-                        let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+                        let mut v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
                         if kind.starts_with("output_") || kind == "refusal" {
                             kept.push(v);
+                        } else if matches!(kind.as_str(), "function_call" | "custom_tool_call") {
+                            // A call's own item (its id, its kind), while the message still
+                            // makes the call, with its input as the message has it now.
+                            let id = v.get("call_id").and_then(Value::as_str).unwrap_or("");
+                            let Some(c) = m.tool_calls.iter().find(|c| c.id == id) else {
+                                continue;
+                            };
+                            let field = if kind == "function_call" {
+                                "arguments"
+                            } else {
+                                "input"
+                            };
+                            if let Some(obj) = v.as_object_mut() {
+                                obj.insert(field.into(), Value::from(c.arguments.as_str()));
+                            }
+                            flush(&mut text, &mut kept, &mut items);
+                            rendered_calls.push(c.id.as_str());
+                            items.push(v);
                         } else {
                             flush(&mut text, &mut kept, &mut items);
                             items.push(v);
@@ -146,6 +165,9 @@ pub(crate) fn render_message(m: &Message) -> Result<Vec<Value>, ProviderError> {
             }
             flush(&mut text, &mut kept, &mut items);
             for c in m.tool_calls.iter() {
+                if rendered_calls.contains(&c.id.as_str()) {
+                    continue;
+                }
                 items.push(
                     json!({"type": "function_call", "call_id": c.id, "name": c.name,
                                   "arguments": c.arguments}),
