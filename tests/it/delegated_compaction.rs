@@ -10,20 +10,14 @@ use std::sync::Arc;
 
 use crate::support::enforcing::start;
 use crate::support::proxy::anthropic;
-use llm_context::stream::Streaming;
+use crate::support::rounds::{agent, answered, round};
 use llm_context::summarize::{SummarizeConfig, SummarizeLayer};
 use llm_context::{
-    Catalog, ChatRequest, ChatResponse, Content, ContentPart, ContextPolicy, ContextPolicyLayer,
-    Executor, Message, ToolSpec,
+    Catalog, ChatRequest, Content, ContentPart, ContextPolicy, ContextPolicyLayer, Executor,
+    Message,
 };
 use serde_json::{Value, json};
-use tower::{Service, ServiceBuilder, ServiceExt};
-
-/// A tool result of about `n` bytes.
-fn output(call: usize, n: usize) -> String {
-    let line = format!("{{\"call\":{call},\"msg\":\"connexion refusée — 接続拒否\"}}\n");
-    line.repeat(n / line.len() + 1)
-}
+use tower::ServiceBuilder;
 
 fn has_compaction(m: &Message) -> bool {
     match &m.content {
@@ -54,15 +48,7 @@ async fn the_provider_compacts_and_what_its_block_stands_in_for_is_never_sent_ag
                 .with_catalog(catalog),
         )
         .service(anthropic(&upstream.url));
-    let tool = ToolSpec::new(
-        "run",
-        "Runs a shell command.",
-        json!({"type": "object", "properties": {"step": {"type": "integer"}}}),
-    );
-    let mut transcript = vec![
-        Message::system("You are a coding agent."),
-        Message::user("Find out why the build fails."),
-    ];
+    let (tool, mut transcript) = agent();
     let (mut compacted_reported, mut left_out) = (0, 0);
     for call in 0..120 {
         let mut req = ChatRequest::new("claude-fable-5-1", transcript.clone());
@@ -72,22 +58,7 @@ async fn the_provider_compacts_and_what_its_block_stands_in_for_is_never_sent_ag
             json!({"type": "enabled", "budget_tokens": 2048}),
         );
         req.params.max_output_tokens = Some(4096);
-        let response: ChatResponse = if call % 2 == 1 {
-            let stream = ServiceExt::<Streaming>::ready(&mut stack)
-                .await
-                .unwrap()
-                .call(Streaming(req))
-                .await
-                .unwrap_or_else(|e| panic!("call {call}: {e}"));
-            stream.response().await.unwrap()
-        } else {
-            ServiceExt::<ChatRequest>::ready(&mut stack)
-                .await
-                .unwrap()
-                .call(req)
-                .await
-                .unwrap_or_else(|e| panic!("call {call}: {e}"))
-        };
+        let response = round(&mut stack, req, call % 2 == 1, &format!("call {call}")).await;
         let report = &response.report;
         assert_eq!(report.executor, Some(Executor::Delegate), "call {call}");
         assert_eq!(report.folded_messages, 0, "call {call}: folded locally");
@@ -95,12 +66,7 @@ async fn the_provider_compacts_and_what_its_block_stands_in_for_is_never_sent_ag
         if let Some(edits) = report.provider_edits {
             compacted_reported += edits.compactions;
         }
-        let calls = response.message.tool_calls.to_vec();
-        transcript.push(response.message);
-        for c in calls {
-            let n = 2_000 + (call * 7_919) % 18_000;
-            transcript.push(Message::tool_result(c.id, c.name, output(call, n)));
-        }
+        answered(&mut transcript, response.message, call);
     }
     let seen = upstream.seen.lock().unwrap();
     assert!(seen.refusals.is_empty(), "{:?}", seen.refusals);

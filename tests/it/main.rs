@@ -78,6 +78,8 @@ mod serve_relay;
 #[cfg(feature = "serve")]
 mod serve_responses;
 mod snapshot_order;
+#[cfg(all(feature = "serve", feature = "anthropic"))]
+mod thinking_library;
 #[cfg(feature = "serve")]
 mod thinking_loop;
 #[cfg(feature = "serve")]

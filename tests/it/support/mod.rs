@@ -9,6 +9,8 @@ pub(crate) mod enforcing;
 pub(crate) mod proxy;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "anthropic")]
+pub(crate) mod rounds;
 pub(crate) mod rules;
 pub(crate) mod schema;
 #[cfg(feature = "serve")]
