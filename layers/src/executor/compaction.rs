@@ -75,22 +75,10 @@ pub fn compact_edit(trigger: usize, instructions: &str) -> Value {
 /// own, a top-level `compaction` (which no `context_management` may be combined with), or
 /// a Responses API `compaction` entry.
 pub fn compacts(req: &ChatRequest) -> bool {
-    let extra = &req.params.extra;
-    if extra.get("compaction").is_some_and(|v| !v.is_null()) {
-        return true;
-    }
-    let cm = extra.get("context_management");
-    let edits = match cm {
-        Some(Value::Array(entries)) => Some(entries),
-        _ => cm.and_then(|cm| cm.get("edits")).and_then(Value::as_array),
-    };
-    edits.is_some_and(|edits| {
-        edits.iter().any(|e| {
-            e.get("type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| t.starts_with("compact_") || t == "compaction")
-        })
-    })
+    super::edits::client_compacts(req)
+        || super::edits::client_edits(req)
+            .iter()
+            .any(super::edits::compacts)
 }
 
 /// Hands the request's summary compaction to the provider: [`compact_edit`] appended

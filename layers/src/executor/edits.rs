@@ -47,7 +47,7 @@ pub fn client_owns_clearing(req: &ChatRequest) -> bool {
 }
 
 /// A top-level `compaction` (which no `context_management` may be combined with).
-fn client_compacts(req: &ChatRequest) -> bool {
+pub(crate) fn client_compacts(req: &ChatRequest) -> bool {
     req.params
         .extra
         .get("compaction")
@@ -62,7 +62,7 @@ fn clears(edit: &Value) -> bool {
     edit_type(edit).starts_with("clear_tool_uses_")
 }
 
-fn compacts(edit: &Value) -> bool {
+pub(crate) fn compacts(edit: &Value) -> bool {
     let kind = edit_type(edit);
     kind.starts_with("compact_") || kind == "compaction"
 }
@@ -124,7 +124,7 @@ pub(crate) fn client_clearing(req: &ChatRequest, allowance: usize) -> Option<Cli
 /// The client's own edits, as it sent them: Anthropic's `context_management.edits`, or
 /// the Responses API's `context_management` list (its entries, `compaction` ones, read
 /// as `compact_…` edits).
-fn client_edits(req: &ChatRequest) -> &[Value] {
+pub(crate) fn client_edits(req: &ChatRequest) -> &[Value] {
     let cm = req.params.extra.get("context_management");
     match cm {
         Some(Value::Array(entries)) => entries,

@@ -25,7 +25,6 @@ use foldhash::quality::RandomState;
 use llm_context_layers::{
     ChatRequest, Content, ContentPart, Message, OpaqueTool, Role, ToolCall, ToolSpec, WireFormat,
 };
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -78,17 +77,6 @@ impl Kept {
     }
 }
 
-/// Where the parts of a body lie, borrowed from its bytes.
-#[derive(Deserialize)]
-struct Spans<'a> {
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tools: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, default)]
-    instructions: Option<&'a RawValue>,
-}
-
 /// The neutral request of a Responses body, and what was kept of it; or what is wrong
 /// with it (every field read is checked for its type, and each item for what it needs).
 pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
@@ -100,9 +88,15 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
             "the body must be a JSON object (a Responses request)",
         ));
     };
-    let spans: Spans<'_> = serde_json::from_str(text).map_err(|e| not_json(&e))?;
+    // Where each member lies in the bytes; a list's items are found in its own bytes.
     let raw_members: HashMap<String, &RawValue> =
         serde_json::from_str(text).map_err(|e| not_json(&e))?;
+    let raw_items = |key: &str| -> Result<Vec<&RawValue>, Invalid> {
+        match raw_members.get(key) {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| not_json(&e)),
+            None => Ok(Vec::new()),
+        }
+    };
     let base = text.as_ptr() as usize;
     let range = |raw: &RawValue| {
         let start = raw.get().as_ptr() as usize - base;
@@ -137,7 +131,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) => {
             messages.push(Message::system(text.as_str()));
-            instructions = spans.instructions.map(range);
+            instructions = raw_members.get("instructions").map(|r| range(r));
         }
         // Instructions as items (a stored prompt's form): a prefix the neutral model
         // cannot hold apart; refused rather than sent changed.
@@ -151,21 +145,15 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
     let top = messages.len();
 
     let mut items = Vec::new();
-    let wire: Vec<Value> = match obj.get("input") {
-        None | Some(Value::Null) => Vec::new(),
+    let wire: &[Value] = match obj.get("input") {
+        None | Some(Value::Null) => &[],
         Some(Value::String(text)) => {
             messages.push(Message::user(text.as_str()));
-            Vec::new()
+            &[]
         }
         Some(Value::Array(wire)) => {
-            let raw: Vec<&RawValue> = spans
-                .input
-                .map(|r| serde_json::from_str(r.get()))
-                .transpose()
-                .map_err(|e| not_json(&e))?
-                .unwrap_or_default();
-            items = raw.into_iter().map(range).collect();
-            wire.clone()
+            items = raw_items("input")?.into_iter().map(range).collect();
+            wire
         }
         Some(other) => {
             return Err(Invalid::new(
@@ -178,7 +166,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         }
     };
     let string_input = messages.len() > top;
-    let (read, mut groups, outputs) = read_items(&wire)?;
+    let (read, mut groups, outputs) = read_items(wire)?;
     messages.extend(read);
     if string_input {
         // The string's one message has no item of its own.
@@ -190,7 +178,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
     match obj.get("tools") {
         None | Some(Value::Null) => {}
         Some(Value::Array(wire)) => {
-            let raw = spans.tools.as_deref().unwrap_or_default();
+            let raw = raw_items("tools")?;
             for (i, t) in wire.iter().enumerate() {
                 let spec = tool(t).map_err(|e| e.item("tools", i))?;
                 if let Some(r) = raw.get(i) {
