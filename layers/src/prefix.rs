@@ -165,6 +165,8 @@ impl PrefixLayer {
     pub fn mark(&self, req: &mut ChatRequest) {
         let min = self.catalog.cache_min_tokens(&req.model);
         req.cache = plan_breakpoints(req, self.breakpoints, min);
+        req.cache.on_content_parts =
+            req.cache.count() > 0 && self.catalog.takes_cache_breakpoints(&req.model);
         tracing::debug!(
             event = "cache_breakpoints",
             model = %req.model,

@@ -416,11 +416,12 @@ pub(crate) fn cannot_cross(
     crosses: impl Fn(&llm_context_layers::ContentPart) -> bool,
 ) -> Result<(), ProviderError> {
     use llm_context_layers::{Content, ContentPart};
-    if let Some(t) = req
-        .tools
-        .iter()
-        .find(|t| t.opaque.as_ref().is_some_and(|o| o.format != format))
-    {
+    if let Some(t) = req.tools.iter().find(|t| {
+        // A Responses namespace of functions is sent to Anthropic as its functions.
+        let expanded = format == llm_context_layers::WireFormat::Messages
+            && crate::wire::namespaces::crosses(t);
+        t.opaque.as_ref().is_some_and(|o| o.format != format) && !expanded
+    }) {
         let kind = t.opaque.as_ref().map_or("", |o| o.kind.as_str());
         return Err(unsupported(
             provider,

@@ -167,6 +167,7 @@ async fn handle<F: Format>(
         return failures::error::<F>(StatusCode::BAD_REQUEST, &why);
     };
     let model = req.model.clone();
+    let tools = crate::wire::namespaces::split_names(&req.tools);
     let ceiling = plausible::ceiling(&shared.catalog, &model);
     if stream {
         return match upstream.oneshot(Streaming(req)).await {
@@ -175,6 +176,7 @@ async fn handle<F: Format>(
                 let options = StreamOptions {
                     include_usage,
                     created: created(),
+                    tools,
                 };
                 let usage = (ceiling, provider);
                 let mut out = sse(F::events(model, &options), stream, (permit, held), usage);
@@ -192,7 +194,7 @@ async fn handle<F: Format>(
             if let Err(e) = plausible::check_answer(&response, ceiling, provider) {
                 return failures::failure::<F>(&crate::BoxError::from(e));
             }
-            let mut out = axum::Json(F::answer(&response, &model)).into_response();
+            let mut out = axum::Json(F::answer(&response, &model, &tools)).into_response();
             report_headers(&mut out, &response.report);
             say_unmanaged(&mut out, unmanaged, Some(&response.report));
             drop(held);

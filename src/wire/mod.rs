@@ -29,6 +29,8 @@ mod extra;
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod messages;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) mod namespaces;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod responses;

@@ -39,8 +39,8 @@ pub(crate) trait Format: Send + Sync + 'static {
     /// clone) in the request.
     fn read(body: &Bytes) -> Result<Read, Invalid>;
 
-    /// A whole answer.
-    fn answer(response: &ChatResponse, model: &str) -> Value;
+    /// A whole answer to a request for `model` that declared `tools`.
+    fn answer(response: &ChatResponse, model: &str, tools: &Namespaced) -> Value;
 
     /// A writer for one stream's events.
     fn events(model: String, read: &StreamOptions) -> Self::Events;
@@ -68,13 +68,20 @@ pub(crate) trait Format: Send + Sync + 'static {
 }
 
 /// What a stream's writer needs to know of the request.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct StreamOptions {
     /// See [`Read::include_usage`].
     pub(crate) include_usage: bool,
     /// The answer's `created` time, in seconds since the epoch.
     pub(crate) created: u64,
+    /// The request's namespaced tools.
+    pub(crate) tools: Namespaced,
 }
+
+/// The Responses API's namespaced tools a request declared, by the name each was sent
+/// under: its namespace and its own name (see [`namespaces`](super::namespaces)), so
+/// that an answer's calls are written back as the caller declared them.
+pub(crate) type Namespaced = std::collections::HashMap<String, (String, String)>;
 
 /// Writes one stream's events as server-sent event frames.
 pub(crate) trait EventWriter: Send + 'static {

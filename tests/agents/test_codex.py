@@ -9,7 +9,10 @@ the stack's documented addition (the read tool) and what differs between two run
 Codex anyway (its session and item ids). With an offloading policy and a command that
 prints 14 KB (`seq 1 3000`), the upstream gets a preview naming an artifact in the
 output's item, the model's read of it is answered inside `serve`, and Codex, which never
-sees the read, completes.
+sees the read, completes. With a Claude model (`-m claude-…`, the fake answering as
+Anthropic's stream), Codex's sub-agent namespace reaches Claude as plain tools, the signed
+thinking comes back to Codex as a reasoning item, and Codex's resent item gives Claude its
+thinking block back, first in its turn.
 
     CODEX_BIN=…/codex LLM_CONTEXT_BIN=target/debug/llm-context \\
         python3 -m unittest tests/agents/test_codex.py
@@ -34,6 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from recording import Serve, free_port  # noqa: E402
 
 MODEL = "gpt-5.5"
+CLAUDE = "claude-opus-4-6"
+THOUGHT = "Erst bauen, dann prüfen. 先构建。"
+SIGNATURE = "EqQBCkYIBxgCKkD-signed-thinking=="
 FINAL = "Fertig: der Befehl lief (接続 OK) ✓."
 READ_TOOL = "read_context_artifact"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -69,8 +75,11 @@ class Responses:
                 body = json.loads(raw)
                 fake.requests.append({"method": "POST", "path": self.path, "raw": raw,
                                       "body": body})
-                output = fake.answer(body, next(fake._ids))
-                events = fake.events(body, output)
+                if self.path.endswith("/messages"):
+                    events = fake.claude_events(body, next(fake._ids))
+                else:
+                    output = fake.answer(body, next(fake._ids))
+                    events = fake.events(body, output)
                 data = "".join(f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False)}\n\n"
                                for e in events).encode()
                 self.send_response(200)
@@ -147,6 +156,39 @@ class Responses:
         return events
 
 
+    def claude_events(self, body, n):
+        """Anthropic's stream for a Claude model: signed thinking and an `exec_command`
+        call first, FINAL once the command's result comes back."""
+        last = body["messages"][-1]["content"]
+        answered = isinstance(last, list) and any(b.get("type") == "tool_result" for b in last)
+        if answered:
+            blocks = [({"type": "text", "text": ""}, [{"type": "text_delta", "text": FINAL}])]
+            stop = "end_turn"
+        else:
+            blocks = [({"type": "thinking", "thinking": "", "signature": ""},
+                       [{"type": "thinking_delta", "thinking": THOUGHT},
+                        {"type": "signature_delta", "signature": SIGNATURE}]),
+                      ({"type": "tool_use", "id": "toolu_01", "name": "exec_command",
+                        "input": {}},
+                       [{"type": "input_json_delta",
+                         "partial_json": json.dumps({"cmd": self.command})}])]
+            stop = "tool_use"
+        usage = {"input_tokens": 900, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                 "cache_read_input_tokens": 0}
+        events = [{"type": "message_start", "message": {
+            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": body["model"],
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}}]
+        for i, (start, deltas) in enumerate(blocks):
+            events.append({"type": "content_block_start", "index": i, "content_block": start})
+            events += [{"type": "content_block_delta", "index": i, "delta": d} for d in deltas]
+            events.append({"type": "content_block_stop", "index": i})
+        events.append({"type": "message_delta", "delta": {"stop_reason": stop,
+                                                          "stop_sequence": None},
+                       "usage": {"output_tokens": 30}})
+        events.append({"type": "message_stop"})
+        return events
+
+
 def _preview(output):
     try:
         value = json.loads(output)
@@ -155,16 +197,18 @@ def _preview(output):
     return value if isinstance(value, dict) and "context_artifact" in value else None
 
 
-def codex(base_url, workdir, home):
-    """`codex exec` against `base_url` (with /v1), its config in `home`; its JSON events."""
+def codex(base_url, workdir, home, model=MODEL, config=()):
+    """`codex exec` of `model` against `base_url` (with /v1), its config in `home` and
+    `config` (`key=value` overrides); its JSON events."""
     provider = ('{name="llm-context",base_url="' + base_url + '/v1",wire_api="responses",'
                 'env_key="LLMCTX_TEST_KEY",supports_websockets=false,request_max_retries=0,'
                 'stream_max_retries=0}')
     args = [os.environ["CODEX_BIN"], "exec", "--ignore-user-config", "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox", "--ephemeral", "--json", "-m", MODEL,
+            "--dangerously-bypass-approvals-and-sandbox", "--ephemeral", "--json", "-m", model,
             "-c", 'model_provider="llmctx"', "-c", f"model_providers.llmctx={provider}",
             "-c", "analytics.enabled=false", "-c", "features.plugins=false",
             "-c", "check_for_update_on_startup=false",
+            *[a for c in config for a in ("-c", c)],
             "Prüfe mit einem Befehl, ob der Build läuft."]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
     env.update(CODEX_HOME=home, LLMCTX_TEST_KEY="sk-client-codex")
@@ -252,6 +296,31 @@ class CodexThroughServe(unittest.TestCase):
                 if i.get("type") == "function_call_output" and i["call_id"] == "call_read"]
         self.assertIn("1\n2\n3\n", json.loads(read[0]["output"])["text"])
         self.assertNotIn(READ_TOOL, json.dumps(events, ensure_ascii=False))
+
+    def test_a_claude_model_gets_its_signed_thinking_back_through_codexs_reasoning_items(self):
+        upstream = Responses("echo hallo-接続")
+        serve = Serve(upstream)
+        try:
+            # Codex's hosted web search has no counterpart in the Messages API: refused
+            # by name (tested in Rust), so it is turned off here.
+            done, events = codex(serve.url, self.work.name, self.home.name, model=CLAUDE,
+                                 config=['web_search="disabled"'])
+        finally:
+            serve.close()
+            upstream.close()
+        self.assert_completed(done, events)
+        calls = [c for c in upstream.calls() if c["path"].endswith("/messages")]
+        self.assertEqual(len(calls), 2, [c["path"] for c in upstream.calls()])
+        # Codex resent the reasoning item it got; Claude gets the block it wrote, first
+        # in its turn, before the call it led to.
+        turn = [m for m in calls[1]["body"]["messages"] if m["role"] == "assistant"][-1]
+        self.assertEqual(turn["content"][0],
+                         {"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE})
+        self.assertEqual(turn["content"][1]["type"], "tool_use")
+        # Codex's sub-agent tools (a namespace) reach Claude as plain tools.
+        names = [t["name"] for t in calls[0]["body"]["tools"]]
+        self.assertIn("exec_command", names)
+        self.assertTrue(any(n.startswith("multi_agent_v1__") for n in names), names)
 
 
 if __name__ == "__main__":

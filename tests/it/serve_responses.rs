@@ -52,7 +52,14 @@ async fn upstream(answer: Arc<Answer>) -> Recording {
                     s.len() - 1
                 };
                 let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let whole = answer(&request, n);
+                let mut whole = answer(&request, n);
+                // OpenAI echoes the request's tools in its answer.
+                if let Some(tools) = request
+                    .get("tools")
+                    .filter(|_| whole.get("tools").is_some())
+                {
+                    whole["tools"] = tools.clone();
+                }
                 if request["stream"] == true {
                     let frames: String = events_of(&whole)
                         .iter()
@@ -166,6 +173,13 @@ fn done() -> Value {
                       "annotations": [], "logprobs": []}]}]))
 }
 
+/// `answer` as the upstream gives it for `body`, seen by the caller: echoing the
+/// caller's tools.
+fn echoing(mut answer: Value, body: &str) -> Value {
+    answer["tools"] = serde_json::from_str::<Value>(body).unwrap()["tools"].clone();
+    answer
+}
+
 /// What `seq 1 n` prints.
 fn seq(n: usize) -> String {
     (1..=n).map(|i| format!("{i}\n")).collect()
@@ -237,6 +251,15 @@ async fn proxy(policy: ContextPolicy, upstream: &Recording) -> String {
     serving(proxy).await
 }
 
+/// `body` is answered 400 with a message naming `what`.
+async fn refused_naming(url: &str, body: &Value, what: &str) {
+    let answer = post(url, body.to_string()).await;
+    assert_eq!(answer.status(), 400);
+    let error = json_of(answer).await;
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains(what), "{error}");
+}
+
 async fn post(url: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
     post_to(url, "/v1/responses", body).await
 }
@@ -259,7 +282,8 @@ async fn a_body_that_fits_reaches_the_upstream_byte_for_byte_and_its_answer_come
     let answer = post(&url, body.clone()).await;
     assert_eq!(answer.status(), 200);
     let headers = answer.headers().clone();
-    assert_eq!(json_of(answer).await, done());
+    // The upstream's answer as it gave it, its echo of the tools the caller's own.
+    assert_eq!(json_of(answer).await, echoing(done(), &body));
     assert_eq!(up.bodies().len(), 1);
     assert_eq!(
         without_read_tool(&up.bodies()[0]),
@@ -307,9 +331,11 @@ async fn a_long_output_is_offloaded_in_its_item_and_the_models_read_is_answered_
     let answer = post(&url, body.clone()).await;
     assert_eq!(answer.status(), 200);
     let got = json_of(answer).await;
-    // The client gets the model's answer, never the read.
+    // The client gets the model's answer, never the read, nor the read tool in the
+    // echo of the request's tools.
     assert_eq!(got["output"], done()["output"]);
     assert!(!got.to_string().contains("read_context_artifact"));
+    assert_eq!(got["tools"].as_array().unwrap().len(), 2, "{got}");
 
     let bodies = up.bodies();
     assert_eq!(bodies.len(), 2, "one hidden round");
@@ -499,17 +525,203 @@ async fn a_claude_model_is_answered_in_the_responses_shape_and_what_cannot_cross
         {"type": "function_call_output", "call_id": "c", "output": "ok"}],
         "tools": [{"type": "function", "name": "run", "description": "Runs.", "strict": false,
                    "parameters": {"type": "object", "properties": {}}}]});
-    let answer = post(&url, body.to_string()).await;
-    assert_eq!(answer.status(), 400);
-    let error = json_of(answer).await;
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("reasoning"),
-        "{error}"
-    );
+    refused_naming(&url, &body, "reasoning").await;
     assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn claudes_thinking_goes_out_as_a_reasoning_item_and_comes_back_as_the_signed_block() {
+    use crate::support::servers::mock_post;
+    use wiremock::ResponseTemplate;
+    let claude = mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200).set_body_raw(
+            crate::support::fixture("anthropic-response-tool-use.json"),
+            "application/json",
+        ),
+    )
+    .await;
+    let url = crate::support::proxy::anthropic_proxy(&claude).await;
+    let tools = json!([{"type": "function", "name": "get_weather", "description": "Weather.",
+                        "strict": false, "parameters": {"type": "object",
+                            "properties": {"city": {"type": "string"}}}}]);
+    let first = json!({"model": "claude-opus-4-6", "input": "Oslo und Bergen? 天气",
+                       "tools": tools, "reasoning": {"effort": "low", "summary": "auto"},
+                       "store": false, "include": ["reasoning.encrypted_content"]});
+    let answer = post(&url, first.to_string()).await;
+    assert_eq!(answer.status(), 200);
+    let got = json_of(answer).await;
+    assert_valid(&validator(SCHEMA, Root::Response), &got, "the answer");
+    let output = got["output"].as_array().unwrap().clone();
+    let kinds: Vec<&str> = output.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["reasoning", "message", "function_call", "function_call"]
+    );
+    assert_eq!(
+        output[0]["summary"][0]["text"],
+        "The user wants the weather in two cities."
+    );
+    let received = || async { claude.received_requests().await.unwrap() };
+    let sent = |requests: Vec<wiremock::Request>, i: usize| -> Value {
+        serde_json::from_slice(&requests[i].body).unwrap()
+    };
+    // The effort asked for is Claude's thinking budget.
+    assert_eq!(
+        sent(received().await, 0)["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1024})
+    );
+
+    // The client resends the output as it got it, with the calls' results: Claude gets
+    // its signed thinking back, first in its turn.
+    let mut input = vec![json!({"role": "user", "content": "Oslo und Bergen? 天气"})];
+    input.extend(output.iter().cloned());
+    for call in &output[2..] {
+        input.push(
+            json!({"type": "function_call_output", "call_id": call["call_id"],
+                          "output": "12 °C"}),
+        );
+    }
+    let second = json!({"model": "claude-opus-4-6", "input": input, "tools": tools,
+                        "reasoning": {"effort": "low"}});
+    let answer = post(&url, second.to_string()).await;
+    assert_eq!(answer.status(), 200, "{}", answer.text().await.unwrap());
+    let second_sent = sent(received().await, 1);
+    let turn = &second_sent["messages"][1];
+    assert_eq!(turn["role"], "assistant");
+    assert_eq!(
+        turn["content"][0],
+        json!({"type": "thinking", "thinking": "The user wants the weather in two cities.",
+               "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"})
+    );
+    let after: Vec<&str> = turn["content"].as_array().unwrap()[1..]
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(after, ["text", "tool_use", "tool_use"]);
+
+    // The same item sent to an OpenAI model is left out: OpenAI cannot read it.
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let openai_url = proxy(ContextPolicy::default(), &up).await;
+    let mut to_openai = second.clone();
+    to_openai["model"] = json!("gpt-5.5");
+    let answer = post(&openai_url, to_openai.to_string()).await;
+    assert_eq!(answer.status(), 200);
+    let forwarded = up.json(0);
+    let items = forwarded["input"].as_array().unwrap();
+    assert!(
+        items.iter().all(|i| i["type"] != "reasoning"),
+        "{forwarded}"
+    );
+    assert_eq!(items.len(), input.len() - 1);
+}
+
+#[tokio::test]
+async fn a_namespace_reaches_claude_as_its_functions_and_calls_come_back_by_their_own_name() {
+    use crate::support::servers::mock_post;
+    use wiremock::ResponseTemplate;
+    let called = json!({"id": "msg_1", "type": "message", "role": "assistant",
+        "model": "claude-sonnet-4-6", "stop_reason": "tool_use", "stop_sequence": null,
+        "content": [{"type": "tool_use", "id": "toolu_1",
+                     "name": "multi_agent_v1__spawn_agent", "input": {"task": "lint"}}],
+        "usage": {"input_tokens": 50, "output_tokens": 9}});
+    let claude = mock_post(
+        "/v1/messages",
+        ResponseTemplate::new(200).set_body_json(called),
+    )
+    .await;
+    let url = crate::support::proxy::anthropic_proxy(&claude).await;
+    let namespace = json!({"type": "namespace", "name": "multi_agent_v1",
+        "description": "Sub-agents.", "tools": [
+            {"type": "function", "name": "spawn_agent", "description": "Spawns one.",
+             "strict": false, "parameters": {"type": "object",
+                 "properties": {"task": {"type": "string"}}}}]});
+    let exec = json!({"type": "function", "name": "exec_command", "description": "Runs.",
+                      "strict": false, "parameters": {"type": "object", "properties": {}}});
+    let body = json!({"model": "claude-sonnet-4-6", "input": "Lint it.",
+                      "tools": [exec, namespace]});
+    let answer = post(&url, body.to_string()).await;
+    assert_eq!(answer.status(), 200);
+    let got = json_of(answer).await;
+    assert_valid(&validator(SCHEMA, Root::Response), &got, "the answer");
+    let call = &got["output"][0];
+    assert_eq!(call["type"], "function_call");
+    assert_eq!(call["name"], "spawn_agent");
+    assert_eq!(call["namespace"], "multi_agent_v1");
+    let requests = claude.received_requests().await.unwrap();
+    let sent: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    let names: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names[..2], ["exec_command", "multi_agent_v1__spawn_agent"]);
+    assert_eq!(
+        sent["tools"][1]["input_schema"]["properties"]["task"]["type"],
+        "string"
+    );
+
+    // The call resent with its result: the same name reaches Claude.
+    let body = json!({"model": "claude-sonnet-4-6", "tools": [exec, namespace], "input": [
+        {"role": "user", "content": "Lint it."}, call,
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "spawned"}]});
+    assert_eq!(post(&url, body.to_string()).await.status(), 200);
+    let requests = claude.received_requests().await.unwrap();
+    let sent: Value = serde_json::from_slice(&requests[1].body).unwrap();
+    assert_eq!(
+        sent["messages"][1]["content"][0]["name"],
+        "multi_agent_v1__spawn_agent"
+    );
+
+    // A hosted tool has no counterpart: refused by name, nothing sent.
+    let body = json!({"model": "claude-sonnet-4-6", "input": "Search.",
+                      "tools": [namespace, {"type": "web_search"}]});
+    refused_naming(&url, &body, "web_search").await;
+    assert_eq!(claude.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_model_that_takes_breakpoints_gets_the_stacks_on_input_parts_and_a_callers_own_are_kept()
+{
+    let up = upstream(Arc::new(|_, _| done())).await;
+    let url = proxy(ContextPolicy::default(), &up).await;
+    let body = codex_body(&seq(1_500)).replace("gpt-5.5-codex", "gpt-5.6-terra");
+    assert_eq!(post(&url, body).await.status(), 200);
+    let sent = up.json(0);
+    let mut known = sent.clone();
+    known.as_object_mut().unwrap().remove("x_future_field");
+    assert_valid(&validator(SCHEMA, Root::Request), &known, "the body sent");
+    let input = sent["input"].as_array().unwrap();
+    let marked: Vec<usize> = (0..input.len())
+        .filter(|&i| input[i].to_string().contains("prompt_cache_breakpoint"))
+        .collect();
+    // The newest request, and the end of the stable history: the command's output (the
+    // answer after it is the model's, whose parts take none).
+    assert_eq!(marked, [5, 7], "{sent}");
+    let explicit = json!({"mode": "explicit"});
+    assert_eq!(input[7]["content"][0]["prompt_cache_breakpoint"], explicit);
+    assert_eq!(input[7]["content"][0]["text"], "Und jetzt?");
+    assert_eq!(input[5]["output"][0]["prompt_cache_breakpoint"], explicit);
+    assert_eq!(input[5]["output"][0]["type"], "input_text");
+
+    // A caller that placed its own: nothing added, its body goes on as it came.
+    let own = codex_body(&seq(1_500))
+        .replace("gpt-5.5-codex", "gpt-5.6-terra")
+        .replace(
+            r#""Und jetzt?"}"#,
+            r#""Und jetzt?","prompt_cache_breakpoint":{"mode":"explicit"}}"#,
+        );
+    assert!(own.contains("prompt_cache_breakpoint"));
+    assert_eq!(post(&url, own.clone()).await.status(), 200);
+    let sent = String::from_utf8(up.bodies()[1].to_vec()).unwrap();
+    assert_eq!(sent.matches("prompt_cache_breakpoint").count(), 1, "{sent}");
+
+    // An older model: none (the byte-for-byte test above is one).
+    let older = codex_body(&seq(1_500)).replace("gpt-5.5-codex", "gpt-5.4");
+    assert_eq!(post(&url, older).await.status(), 200);
+    let sent = String::from_utf8(up.bodies()[2].to_vec()).unwrap();
+    assert!(!sent.contains("prompt_cache_breakpoint"));
 }
 
 #[tokio::test]
@@ -521,7 +733,7 @@ async fn a_stream_is_relayed_event_for_event() {
     assert_eq!(answer.status(), 200);
     assert!(!answer.headers().contains_key("x-llm-context-managed"));
     let got = stream_data(answer).await;
-    assert_eq!(got, events_of(&done()));
+    assert_eq!(got, events_of(&echoing(done(), &body)));
     // The upstream was asked for a stream, with the caller's bytes.
     assert_eq!(without_read_tool(&up.bodies()[0]), body);
     let events = validator(SCHEMA, Root::Stream);
@@ -573,6 +785,14 @@ async fn a_hidden_round_never_reaches_the_stream_and_its_usage_is_summed() {
     assert_eq!(last["response"]["usage"]["input_tokens"], 2_400);
     assert_eq!(last["response"]["usage"]["output_tokens"], 80);
     assert_eq!(last["response"]["output"], done()["output"]);
+    // The echo of the request's tools is the caller's own: the read tool left out.
+    let echoed: Vec<&str> = last["response"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(echoed, ["exec_command", "apply_patch"]);
     // The hidden round sent the reasoning of the read back with it.
     let second = up.json(1);
     let items = second["input"].as_array().unwrap();

@@ -48,6 +48,7 @@ const fn anthropic(window: usize, min: Option<usize>, price: Price) -> ModelInfo
         binds_thinking: None,
         edits_context: None,
         responses_only: None,
+        cache_breakpoints: None,
     }
 }
 
@@ -68,6 +69,7 @@ const fn openai(window: usize, price: Price) -> ModelInfo {
         binds_thinking: None,
         edits_context: None,
         responses_only: None,
+        cache_breakpoints: None,
     }
 }
 

@@ -176,6 +176,11 @@ pub struct ModelInfo {
     /// decided by [`Catalog::responses_only`]'s rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responses_only: Option<bool>,
+    /// Whether OpenAI takes explicit cache breakpoints on this model's content parts
+    /// (`prompt_cache_breakpoint`). `None`: decided by
+    /// [`Catalog::takes_cache_breakpoints`]'s rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_breakpoints: Option<bool>,
 }
 
 /// The minimum cacheable prefix assumed for a model the catalog does not know: 1,024
@@ -355,6 +360,46 @@ impl Catalog {
             return only;
         }
         !model.starts_with("claude-") && (model.contains("-codex") || model.ends_with("-pro"))
+    }
+
+    /// Whether OpenAI takes explicit cache breakpoints (`"prompt_cache_breakpoint":
+    /// {"mode": "explicit"}` on a content part) for `model`: the catalog's
+    /// `cache_breakpoints`, else `true` for OpenAI's models from GPT-5.6 on (a `gpt-5.6…`
+    /// or later `gpt-…` id) and `false` for every other model (an older OpenAI model, or
+    /// an OpenAI-compatible server, might refuse the field).
+    ///
+    /// ```
+    /// use llm_context_layers::Catalog;
+    ///
+    /// let catalog = Catalog::builtin();
+    /// assert!(catalog.takes_cache_breakpoints("gpt-5.6-terra"));
+    /// assert!(catalog.takes_cache_breakpoints("gpt-6"));
+    /// assert!(catalog.takes_cache_breakpoints("gpt-5.10-mini"));
+    /// assert!(!catalog.takes_cache_breakpoints("gpt-5.5"));
+    /// assert!(!catalog.takes_cache_breakpoints("gpt-5"));
+    /// assert!(!catalog.takes_cache_breakpoints("claude-opus-4-6"));
+    /// ```
+    pub fn takes_cache_breakpoints(&self, model: &str) -> bool {
+        let builtin = Catalog::builtin();
+        let info = self.get(model).or_else(|| builtin.get(model));
+        if let Some(takes) = info.and_then(|m| m.cache_breakpoints) {
+            return takes;
+        }
+        let Some(version) = model.strip_prefix("gpt-") else {
+            return false;
+        };
+        let number = |s: &str| -> Option<u32> {
+            let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        };
+        let Some(major) = number(version) else {
+            return false;
+        };
+        let minor = version[major.to_string().len()..]
+            .strip_prefix('.')
+            .and_then(number)
+            .unwrap_or(0);
+        (major, minor) >= (5, 6)
     }
 
     /// What `usage` cost on `model`, in USD; `None` when the model has no price here.

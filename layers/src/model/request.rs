@@ -66,6 +66,13 @@ pub struct CacheHints {
     /// tool round, or the next turn) reads everything this one wrote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last: Option<CacheTtl>,
+    /// Whether the model takes explicit breakpoints on content parts (OpenAI's
+    /// `prompt_cache_breakpoint`, GPT-5.6 and later; see
+    /// [`Catalog::takes_cache_breakpoints`](crate::Catalog::takes_cache_breakpoints)): the
+    /// OpenAI clients place the breakpoints above only then. Anthropic's models always take
+    /// theirs (`cache_control`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub on_content_parts: bool,
 }
 
 impl CacheHints {
@@ -75,6 +82,7 @@ impl CacheHints {
         prefix: None,
         history: None,
         last: None,
+        on_content_parts: false,
     };
 
     /// A breakpoint with `ttl` at each of the four places: Anthropic's limit.
@@ -84,6 +92,7 @@ impl CacheHints {
             prefix: Some(ttl),
             history: Some(ttl),
             last: Some(ttl),
+            on_content_parts: false,
         }
     }
 

@@ -15,8 +15,8 @@ use crate::budget::{BudgetExceeded, rfc3339};
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
 use crate::wire::served::{
-    AsGiven, EventWriter, Format, Read, Relay, StreamOptions, amend_usage, find, hidden_rounds,
-    made_up_id,
+    AsGiven, EventWriter, Format, Namespaced, Read, Relay, StreamOptions, amend_usage, find,
+    hidden_rounds, made_up_id,
 };
 use crate::{BoxError, ContextLimitError};
 
@@ -270,7 +270,7 @@ impl Format for ChatCompletions {
     /// OpenAI's answer as it came when it gave one (`annotations`, `audio`, `logprobs`,
     /// the usage's details, every field newer than this proxy), with the usage of the
     /// rounds answered inside added; else written from the neutral response.
-    fn answer(response: &ChatResponse, model: &str) -> Value {
+    fn answer(response: &ChatResponse, model: &str, _tools: &Namespaced) -> Value {
         AsGiven::of(
             response,
             WireFormat::ChatCompletions,

@@ -12,6 +12,7 @@ use crate::catalog::Provider;
 use crate::client::unsupported;
 use crate::error::ProviderError;
 use crate::wire::extra::PassThrough;
+use crate::wire::namespaces;
 use llm_context_layers::executor::compaction::{is_compaction, keep_in_message};
 use llm_context_layers::prefix::{leading_system_end, stable_history_end};
 use llm_context_layers::{
@@ -38,8 +39,13 @@ pub(crate) fn request(
         Provider::Anthropic,
         |p| matches!(p, ContentPart::Opaque { json, .. } if pdf_document(json).is_some()),
     )?;
-    // A server tool is sent only as its caller wrote it, by the faithful body.
-    if let Some(t) = req.tools.iter().find(|t| t.opaque.is_some()) {
+    // A server tool is sent only as its caller wrote it, by the faithful body (a
+    // Responses namespace of functions is sent as its functions, by `render`).
+    if let Some(t) = req
+        .tools
+        .iter()
+        .find(|t| t.opaque.is_some() && !namespaces::crosses(t))
+    {
         return Err(unsupported(
             Provider::Anthropic,
             format!(
@@ -112,14 +118,19 @@ pub(crate) fn request(
     })
 }
 
-/// The thinking budget an OpenAI-shaped body's `reasoning_effort` asks for: low 1,024,
-/// medium 4,096, high 16,384 tokens (`minimal` and unknown values ask for none). An
-/// explicit `thinking` object wins over it.
+/// The thinking budget an OpenAI-shaped body's effort asks for (Chat Completions'
+/// `reasoning_effort`, the Responses API's `reasoning.effort`): low 1,024, medium 4,096,
+/// high (and `xhigh`) 16,384 tokens (`minimal`, `none` and unknown values ask for none).
+/// An explicit `thinking` object wins over it.
 fn thinking_budget(p: &GenerationParams) -> Option<u32> {
-    match p.extra.get("reasoning_effort")?.as_str()? {
+    let effort = p
+        .extra
+        .get("reasoning_effort")
+        .or_else(|| p.extra.get("reasoning")?.get("effort"))?;
+    match effort.as_str()? {
         "low" => Some(1_024),
         "medium" => Some(4_096),
-        "high" => Some(16_384),
+        "high" | "xhigh" => Some(16_384),
         _ => None,
     }
 }
@@ -181,7 +192,7 @@ pub(crate) fn render(
     let hints = ttl_order(hints);
     let head_end = leading_system_end(messages);
 
-    let mut tools: Vec<ToolParam> = tools.iter().map(tool).collect();
+    let mut tools: Vec<ToolParam> = namespaces::expanded(tools).iter().map(tool).collect();
     if let (Some(ttl), Some(last)) = (hints.tools, tools.last_mut()) {
         last.cache_control = Some(cache_control(ttl));
     }

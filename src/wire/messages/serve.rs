@@ -28,7 +28,8 @@ use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
 use crate::wire::served::{
-    AsGiven, EventWriter, Format, Read, Relay, StreamOptions, amend_usage, find, made_up_id,
+    AsGiven, EventWriter, Format, Namespaced, Read, Relay, StreamOptions, amend_usage, find,
+    made_up_id,
 };
 use crate::{BoxError, ContextLimitError};
 
@@ -743,7 +744,7 @@ impl Format for Messages {
         })
     }
 
-    fn answer(response: &ChatResponse, model: &str) -> Value {
+    fn answer(response: &ChatResponse, model: &str, _tools: &Namespaced) -> Value {
         message(response, model)
     }
 

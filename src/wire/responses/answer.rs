@@ -137,10 +137,24 @@ pub(crate) fn usage(u: &Usage) -> Value {
 }
 
 /// A `Response` object for `r`, asked of `model`, written from the neutral response:
-/// its items with ids, as an answer from the provider has them.
+/// its items with ids, as an answer from the provider has them, a call of a namespaced
+/// tool (one of `tools`) by its own name and its namespace.
 #[cfg(feature = "serve")]
-pub(crate) fn written(r: &ChatResponse, model: &str, created: u64) -> Value {
-    let mut output = render_message(&r.message).unwrap_or_default();
+pub(crate) fn written(
+    r: &ChatResponse,
+    model: &str,
+    created: u64,
+    tools: &crate::wire::served::Namespaced,
+) -> Value {
+    // Claude's thinking first, as reasoning items the caller resends (see `thinking`).
+    let mut output: Vec<Value> = r
+        .message
+        .reasoning()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| super::thinking::item(t, &format!("rs_{i:04}")))
+        .collect();
+    output.extend(render_message(&r.message).unwrap_or_default());
     for (i, item) in output.iter_mut().enumerate() {
         let Some(obj) = item.as_object_mut() else {
             continue;
@@ -150,6 +164,14 @@ pub(crate) fn written(r: &ChatResponse, model: &str, created: u64) -> Value {
             Some("function_call") => "fc_",
             _ => continue,
         };
+        let split = obj
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| tools.get(name));
+        if let Some((namespace, own)) = split {
+            obj.insert("name".into(), json!(own));
+            obj.insert("namespace".into(), json!(namespace));
+        }
         if !obj.contains_key("id") {
             obj.insert("id".into(), json!(format!("{prefix}{i:04}")));
         }

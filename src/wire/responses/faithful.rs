@@ -14,6 +14,7 @@ use std::ops::Range;
 use llm_context_layers::{ChatRequest, Message, Role, prefix::leading_system_end};
 use serde_json::{Map, Value};
 
+use super::breakpoints;
 use super::read::{Kept, READ};
 use super::write::{render_message, render_tool};
 use crate::error::ProviderError;
@@ -39,9 +40,18 @@ pub(crate) fn faithful(
             input.render(&m)?;
         }
     }
+    // The messages whose last input part gets one of the stack's breakpoints.
+    let marks = if kept.marked {
+        Vec::new()
+    } else {
+        breakpoints::messages(req, top)
+    };
     // The next unused group of each digest.
     let mut used: HashMap<u64, usize> = HashMap::new();
-    for m in &req.messages[top..] {
+    for (k, m) in req.messages.iter().enumerate().skip(top) {
+        if marks.contains(&k) {
+            input.marking = true;
+        }
         let digest = kept.digest(m);
         let next = used.entry(digest).or_default();
         let group = kept
@@ -59,7 +69,7 @@ pub(crate) fn faithful(
             Some(items) => {
                 *next += 1;
                 for i in items.clone() {
-                    input.own(i, bytes(&kept.items[i]));
+                    input.own_unless_thinking(kept, i);
                 }
             }
             None => match edited_output(kept, m) {
@@ -70,6 +80,7 @@ pub(crate) fn faithful(
                     Some(items) => {
                         for item in items {
                             match item {
+                                Ok(i) if kept.is_thinking(i) => input.unchanged = false,
                                 Ok(i) => input.own(usize::MAX, bytes(&kept.items[i])),
                                 Err(edited) => input.changed(&edited),
                             }
@@ -79,6 +90,7 @@ pub(crate) fn faithful(
                 },
             },
         }
+        input.end_message();
     }
 
     // Tools: the client's as it wrote them; the stack's rendered.
@@ -208,6 +220,10 @@ fn json_str(text: &str) -> Vec<u8> {
 #[derive(Default)]
 struct Items {
     out: Vec<u8>,
+    /// The message being written gets a breakpoint: its items are held in `held` until
+    /// it ends, so that its last one with an input part takes it.
+    marking: bool,
+    held: Vec<Held>,
     /// Only the caller's items so far, each the next in its order.
     unchanged: bool,
     /// How many items were written.
@@ -228,17 +244,63 @@ impl Items {
 
     /// The caller's item `i`, as its bytes.
     fn own(&mut self, i: usize, item: &[u8]) {
+        if self.marking {
+            self.held.push(Held::Own(i, item.to_vec()));
+            return;
+        }
         let next = self.written;
         self.comma();
         self.unchanged &= i == next;
         self.out.extend_from_slice(item);
     }
 
+    /// The caller's item `i`, unless it carries Claude's thinking, which OpenAI cannot
+    /// take (the list is then not the caller's).
+    fn own_unless_thinking(&mut self, kept: &Kept, i: usize) {
+        if kept.is_thinking(i) {
+            self.unchanged = false;
+        } else {
+            self.own(i, &kept.body[kept.items[i].clone()]);
+        }
+    }
+
     /// An item the stack changed or added.
     fn changed(&mut self, item: &Value) {
+        if self.marking {
+            self.held.push(Held::Changed(item.clone()));
+            return;
+        }
         self.comma();
         self.unchanged = false;
         self.out.extend_from_slice(item.to_string().as_bytes());
+    }
+
+    /// The end of a message's items: those held for a breakpoint are written, the last
+    /// one that can take it with it.
+    fn end_message(&mut self) {
+        if !std::mem::take(&mut self.marking) {
+            return;
+        }
+        let mut held = std::mem::take(&mut self.held);
+        for h in held.iter_mut().rev() {
+            let mut item = match h {
+                Held::Own(_, bytes) => match serde_json::from_slice::<Value>(bytes) {
+                    Ok(v) => v,
+                    Err(_) => continue,
+                },
+                Held::Changed(v) => v.clone(),
+            };
+            if breakpoints::add(&mut item) {
+                *h = Held::Changed(item);
+                break;
+            }
+        }
+        for h in held {
+            match h {
+                Held::Own(i, bytes) => self.own(i, &bytes),
+                Held::Changed(v) => self.changed(&v),
+            }
+        }
     }
 
     /// A neutral message's items, rendered.
@@ -266,6 +328,14 @@ impl Items {
         a.push(b']');
         a
     }
+}
+
+/// An item of a message held for its breakpoint.
+enum Held {
+    /// The caller's item, its index and bytes.
+    Own(usize, Vec<u8>),
+    /// One changed or added.
+    Changed(Value),
 }
 
 /// Edits of a body's bytes: values replaced in place, members added at its end.

@@ -23,6 +23,7 @@ pub(crate) mod answer;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod body;
+pub(crate) mod breakpoints;
 #[cfg(feature = "serve")]
 pub(crate) mod faithful;
 #[cfg(feature = "serve")]
@@ -30,6 +31,8 @@ pub(crate) mod read;
 #[cfg(feature = "serve")]
 pub(crate) mod serve;
 pub(crate) mod stream;
+#[cfg(feature = "serve")]
+pub(crate) mod thinking;
 pub(crate) mod write;
 
 #[cfg(all(test, feature = "serve"))]

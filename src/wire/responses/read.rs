@@ -23,7 +23,8 @@ use std::ops::Range;
 use bytes::Bytes;
 use foldhash::quality::RandomState;
 use llm_context_layers::{
-    ChatRequest, Content, ContentPart, Message, OpaqueTool, Role, ToolCall, ToolSpec, WireFormat,
+    ChatRequest, Content, ContentPart, Message, OpaqueTool, Reasoning, Role, ToolCall, ToolSpec,
+    WireFormat,
 };
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -62,6 +63,11 @@ pub(crate) struct Kept {
     /// The group of the assistant message that made each call: where a turn whose calls
     /// the stack edited (their inputs cleared) is written from its own items.
     pub(super) calls: HashMap<String, usize>,
+    /// The items (ascending) that carry Claude's thinking ([`thinking`](super::thinking)):
+    /// read into their message's reasoning, and never sent to OpenAI.
+    pub(super) thinking: Vec<usize>,
+    /// The caller placed cache breakpoints of its own (`prompt_cache_breakpoint`).
+    pub(super) marked: bool,
     pub(super) hasher: RandomState,
 }
 
@@ -69,6 +75,11 @@ impl Kept {
     /// Whether the caller asked for a stream.
     pub(crate) fn asks_stream(&self) -> bool {
         self.original.get("stream") == Some(&Value::Bool(true))
+    }
+
+    /// Whether item `i` carries Claude's thinking.
+    pub(super) fn is_thinking(&self, i: usize) -> bool {
+        self.thinking.binary_search(&i).is_ok()
     }
 
     /// The digest a neutral message is matched by.
@@ -166,7 +177,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         }
     };
     let string_input = messages.len() > top;
-    let (read, mut groups, outputs) = read_items(wire)?;
+    let (read, mut groups, outputs, thinking) = read_items(wire)?;
     messages.extend(read);
     if string_input {
         // The string's one message has no item of its own.
@@ -238,6 +249,8 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         digests,
         outputs,
         calls,
+        thinking,
+        marked: super::breakpoints::placed(wire),
         hasher,
     };
     Ok((req, kept))
@@ -248,25 +261,34 @@ fn assistant(open: &mut Option<Assistant>, i: usize) -> &mut Assistant {
     open.get_or_insert_with(|| Assistant {
         parts: Vec::new(),
         calls: Vec::new(),
+        reasoning: Vec::new(),
         from: i,
     })
 }
 
-/// An assistant message being read: its parts, its calls, and its first item.
+/// An assistant message being read: its parts, its calls, Claude's thinking it
+/// carries, and its first item.
 struct Assistant {
     parts: Vec<ContentPart>,
     calls: Vec<ToolCall>,
+    reasoning: Vec<Reasoning>,
     from: usize,
 }
 
-type Items = (Vec<Message>, Vec<Range<usize>>, HashMap<String, usize>);
+type Items = (
+    Vec<Message>,
+    Vec<Range<usize>>,
+    HashMap<String, usize>,
+    Vec<usize>,
+);
 
-/// The neutral messages of `items`, each with the items it was read from, and the
-/// output item of each call id.
+/// The neutral messages of `items`, each with the items it was read from, the output
+/// item of each call id, and the items that carry Claude's thinking.
 fn read_items(items: &[Value]) -> Result<Items, Invalid> {
     let mut messages = Vec::new();
     let mut groups = Vec::new();
     let mut outputs = HashMap::new();
+    let mut thinking = Vec::new();
     // Each call's tool name, for its result.
     let mut names: HashMap<String, String> = HashMap::new();
     let mut open: Option<Assistant> = None;
@@ -276,11 +298,12 @@ fn read_items(items: &[Value]) -> Result<Items, Invalid> {
                  groups: &mut Vec<Range<usize>>| {
         if let Some(a) = open.take() {
             let content = Content::from(a.parts);
-            messages.push(if a.calls.is_empty() {
+            let m = if a.calls.is_empty() {
                 Message::assistant(content)
             } else {
                 Message::assistant_tool_calls(content, a.calls)
-            });
+            };
+            messages.push(m.with_reasoning(a.reasoning));
             groups.push(a.from..to);
         }
     };
@@ -331,7 +354,12 @@ fn read_items(items: &[Value]) -> Result<Items, Invalid> {
                     "input"
                 };
                 let arguments = str_field(obj, field).map_err(at)?;
-                names.insert(id.to_owned(), name.to_owned());
+                // A namespaced tool's call, by the name its tool is sent under elsewhere.
+                let name = match obj.get("namespace").and_then(Value::as_str) {
+                    Some(namespace) => crate::wire::namespaces::qualified(namespace, name),
+                    None => name.to_owned(),
+                };
+                names.insert(id.to_owned(), name.clone());
                 assistant(&mut open, i)
                     .calls
                     .push(ToolCall::from_text(id, name, arguments));
@@ -363,15 +391,26 @@ fn read_items(items: &[Value]) -> Result<Items, Invalid> {
             }
             // Reasoning, compaction, references, hosted tools' calls, kinds newer than
             // this proxy: kept whole, in their place, with the turn they belong to.
-            other => assistant(&mut open, i).parts.push(ContentPart::Opaque {
-                format: WireFormat::Responses,
-                kind: other.to_owned(),
-                json: item.to_string(),
-            }),
+            other => {
+                // Claude's thinking, which a Responses caller of a Claude model resends:
+                // the message's reasoning again.
+                if other == "reasoning"
+                    && let Some(r) = super::thinking::read(obj)
+                {
+                    assistant(&mut open, i).reasoning.push(r);
+                    thinking.push(i);
+                    continue;
+                }
+                assistant(&mut open, i).parts.push(ContentPart::Opaque {
+                    format: WireFormat::Responses,
+                    kind: other.to_owned(),
+                    json: item.to_string(),
+                });
+            }
         }
     }
     close(&mut open, items.len(), &mut messages, &mut groups);
-    Ok((messages, groups, outputs))
+    Ok((messages, groups, outputs, thinking))
 }
 
 /// The string field `name` of an item.

@@ -11,6 +11,7 @@
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
+use llm_context_layers::artifact::READ_ARTIFACT_TOOL;
 use llm_context_layers::{ChatResponse, WireFormat};
 use serde_json::Value;
 
@@ -19,7 +20,9 @@ use super::read::request;
 use crate::BoxError;
 use crate::wire::chat_completions::serve::ChatCompletions;
 use crate::wire::checks::Invalid;
-use crate::wire::served::{AsGiven, EventWriter, Format, Read, Relay, StreamOptions, amend_usage};
+use crate::wire::served::{
+    AsGiven, EventWriter, Format, Namespaced, Read, Relay, StreamOptions, amend_usage,
+};
 use llm_context_layers::FinishReason;
 use llm_context_layers::stream::StreamEvent;
 use serde_json::json;
@@ -55,13 +58,20 @@ impl Format for Responses {
 
     /// OpenAI's answer as it came when it gave one, with the usage of the rounds
     /// answered inside added; else written from the neutral response.
-    fn answer(response: &ChatResponse, model: &str) -> Value {
-        AsGiven::of(response, WireFormat::Responses, &usage(&response.usage))
-            .unwrap_or_else(|| written(response, model, crate::wire::served::created()))
+    fn answer(response: &ChatResponse, model: &str, tools: &Namespaced) -> Value {
+        match AsGiven::of(response, WireFormat::Responses, &usage(&response.usage)) {
+            Some(mut given) => {
+                hide_read_tool(&mut given);
+                given
+            }
+            None => written(response, model, crate::wire::served::created(), tools),
+        }
     }
 
     fn events(model: String, options: &StreamOptions) -> Events {
-        Events::new(model, options.created)
+        let mut events = Events::new(model, options.created);
+        events.tools = options.tools.clone();
+        events
     }
 
     fn error(status: StatusCode, message: &str) -> Value {
@@ -93,6 +103,8 @@ pub(crate) struct Events {
     pub(super) sequence: u64,
     /// OpenAI's own events, relayed as they came when they are.
     pub(super) relay: Relay,
+    /// The request's namespaced tools.
+    pub(super) tools: Namespaced,
 }
 
 impl Events {
@@ -102,6 +114,7 @@ impl Events {
             created,
             sequence: 0,
             relay: Relay::new(llm_context_layers::WireFormat::Responses),
+            tools: Namespaced::new(),
         }
     }
 
@@ -113,16 +126,45 @@ impl Events {
     }
 }
 
+/// `response` without the read tool the stack offered the model in its echo of the
+/// request's `tools`: the client never declared it, and never sees it.
+fn hide_read_tool(response: &mut Value) {
+    if let Some(tools) = response.get_mut("tools").and_then(Value::as_array_mut) {
+        tools.retain(|t| t.get("name").and_then(Value::as_str) != Some(READ_ARTIFACT_TOOL));
+    }
+}
+
+/// An event of OpenAI's stream whose `response` echoes the read tool, without it.
+fn without_read_tool(event: &StreamEvent) -> Option<StreamEvent> {
+    let StreamEvent::Wire(e) = event else {
+        return None;
+    };
+    if e.format != WireFormat::Responses || e.closing || !e.data.contains(READ_ARTIFACT_TOOL) {
+        return None;
+    }
+    let mut data: Value = serde_json::from_str(&e.data).ok()?;
+    hide_read_tool(data.get_mut("response")?);
+    let mut e = e.clone();
+    e.data = data.to_string();
+    Some(StreamEvent::Wire(e))
+}
+
 impl EventWriter for Events {
     fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
-        // OpenAI's own events, the usage of rounds answered inside added to the last.
-        let relayed = self.relay.event(event, false, |data, r| {
+        let stripped = without_read_tool(event);
+        let event = stripped.as_ref().unwrap_or(event);
+        // OpenAI's own events, the usage of rounds answered inside added to the last,
+        // the read tool left out of the request's echo.
+        let relayed = self.relay.event(event, true, |data, r| {
             let last = matches!(
                 data["type"].as_str(),
                 Some("response.completed" | "response.incomplete")
             );
-            if last && let Some(response) = data.get_mut("response").filter(|v| v.is_object()) {
-                amend_usage(&mut response["usage"], &usage(&r.usage));
+            if let Some(response) = data.get_mut("response").filter(|v| v.is_object()) {
+                if last && crate::wire::served::hidden_rounds(r) {
+                    amend_usage(&mut response["usage"], &usage(&r.usage));
+                }
+                hide_read_tool(response);
             }
             true
         });
@@ -132,7 +174,7 @@ impl EventWriter for Events {
         let StreamEvent::Done(r) = event else {
             return Vec::new();
         };
-        let whole = written(r, &self.model, self.created);
+        let whole = written(r, &self.model, self.created, &self.tools);
         let mut opening = whole.clone();
         opening["status"] = json!("in_progress");
         opening["output"] = json!([]);

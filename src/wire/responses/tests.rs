@@ -121,9 +121,19 @@ fn what_the_proxy_writes_itself_validates() {
         "Ich lese die Datei. 读取",
         vec![ToolCall::new("call_1", "run", json!({"cmd": "ls"}))],
     );
+    // Claude's thinking goes out as reasoning items, which validate too.
+    let message = message.with_reasoning(vec![
+        llm_context_layers::Reasoning::Thinking {
+            thinking: "Erst lesen.".into(),
+            signature: "sig".into(),
+        },
+        llm_context_layers::Reasoning::RedactedThinking { data: "xyz".into() },
+    ]);
     let r = ChatResponse::new(message).with_usage(Usage::new(10, 2, 5, 0));
-    let whole = written(&r, "gpt-5.5", 1_765_000_000);
+    let whole = written(&r, "gpt-5.5", 1_765_000_000, &Default::default());
     valid(&schema("response"), &whole);
+    assert_eq!(whole["output"][0]["type"], "reasoning");
+    assert_eq!(whole["output"][1]["type"], "reasoning");
     let mut events = Events::new("gpt-5.5".into(), 1_765_000_000);
     let frames = events.event(&StreamEvent::Done(Box::new(r)));
     let stream = schema("stream-event");
@@ -274,4 +284,33 @@ fn an_answer_sent_back_keeps_its_call_items_ids_kinds_and_order() {
     let items = render_message(&m).unwrap();
     let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["reasoning", "reasoning", "custom_tool_call"]);
+}
+
+#[test]
+fn a_request_written_in_code_gets_breakpoints_where_the_model_takes_them() {
+    use llm_context_layers::{CacheHints, CacheTtl, ChatRequest};
+    let messages = vec![
+        Message::system("Be brief."),
+        Message::user("Lies die Datei. 读取"),
+        Message::assistant_tool_calls("", vec![ToolCall::new("c1", "read", json!({}))]),
+        Message::tool_result("c1", "read", "Inhalt"),
+        Message::assistant("Gelesen."),
+        Message::user("Und jetzt?"),
+    ];
+    let mut req = ChatRequest::new("gpt-5.6-terra", messages);
+    req.cache = CacheHints::all(CacheTtl::FiveMinutes);
+    let unmarked = super::write::rendered(&req, false).unwrap();
+    assert!(!unmarked.to_string().contains("prompt_cache_breakpoint"));
+    req.cache.on_content_parts = true;
+    let body = super::write::rendered(&req, false).unwrap();
+    valid(&schema("request"), &body);
+    let input = body["input"].as_array().unwrap();
+    let marked: Vec<&str> = input
+        .iter()
+        .filter(|i| i.to_string().contains("prompt_cache_breakpoint"))
+        .map(|i| i["type"].as_str().unwrap_or("message"))
+        .collect();
+    // The result before the answer that ends the stable history, and the newest request.
+    assert_eq!(marked, ["function_call_output", "message"]);
+    assert_eq!(input.last().unwrap()["content"][0]["text"], "Und jetzt?");
 }

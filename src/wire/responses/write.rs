@@ -32,8 +32,14 @@ pub(crate) fn rendered(req: &ChatRequest, stream: bool) -> Result<Value, Provide
     for m in head.iter().filter(|m| m.role != Role::System) {
         input.extend(render_message(m)?);
     }
-    for m in &req.messages[top..] {
-        input.extend(render_message(m)?);
+    let marks = super::breakpoints::messages(req, top);
+    for (k, m) in req.messages.iter().enumerate().skip(top) {
+        let mut items = render_message(m)?;
+        if marks.contains(&k) {
+            // The stack's breakpoint, on the last item that can take it.
+            let _ = items.iter_mut().rev().any(super::breakpoints::add);
+        }
+        input.extend(items);
     }
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
