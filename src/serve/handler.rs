@@ -134,7 +134,8 @@ async fn handle<F: Format>(
         Err(refused) => return refused,
     };
     let tenant = tenant.ok().flatten();
-    let read = F::read(&body.bytes);
+    let label = tenant.map_or("-", |t| t.label.as_str());
+    let read = F::read_reusing(&body.bytes, &shared.reuse, label);
     let read = match read {
         Ok(read) => read,
         Err(why) => return failures::invalid::<F>(&why),

@@ -200,6 +200,8 @@ pub(crate) struct Shared {
     pub(crate) metrics_key: Option<[u8; 32]>,
     /// The providers the routes the proxy does not manage are passed on to.
     pub(crate) relays: Table<Relay>,
+    /// The wire messages read before, which a session's next request repeats.
+    pub(crate) reuse: crate::wire::messages::reuse::Reuse,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -721,10 +723,16 @@ impl ProxyBuilder {
                 budgets,
                 metrics_key: self.metrics_key,
                 relays: self.relays,
+                reuse: crate::wire::messages::reuse::Reuse::new(REUSE_BYTES),
             }),
         })
     }
 }
+
+/// The bytes of wire messages each of the two generations of the proxy's read cache
+/// holds (see `wire::messages::reuse`): some twenty agent sessions at 1 MB a request,
+/// each kept once however many requests repeat it.
+const REUSE_BYTES: usize = 32 << 20;
 
 /// A provider client whose errors are boxed, as the stack's layers box theirs.
 fn boxed_errors<C>(client: C) -> tower::util::MapErr<C, fn(crate::ProviderError) -> BoxError> {

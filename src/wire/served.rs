@@ -39,6 +39,17 @@ pub(crate) trait Format: Send + Sync + 'static {
     /// clone) in the request.
     fn read(body: &Bytes) -> Result<Read, Invalid>;
 
+    /// [`read`](Self::read) for `tenant` (its label), taking what was read of the
+    /// requests before from `reuse` where the format can (a session's next request
+    /// repeats them); the same result.
+    fn read_reusing(
+        body: &Bytes,
+        _reuse: &super::messages::reuse::Reuse,
+        _tenant: &str,
+    ) -> Result<Read, Invalid> {
+        Self::read(body)
+    }
+
     /// A whole answer to a request for `model` that declared `tools`.
     fn answer(response: &ChatResponse, model: &str, tools: &Namespaced) -> Value;
 

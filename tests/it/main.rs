@@ -77,6 +77,8 @@ mod serve_redis;
 mod serve_relay;
 #[cfg(feature = "serve")]
 mod serve_responses;
+#[cfg(feature = "serve")]
+mod serve_reuse;
 mod snapshot_order;
 #[cfg(all(feature = "serve", feature = "anthropic"))]
 mod thinking_library;

@@ -115,6 +115,43 @@ impl Kept {
                 .collect(),
             _ => Vec::new(),
         };
+        let mut results: HashMap<String, Vec<usize>> = HashMap::new();
+        for (w, m) in wire.iter().enumerate() {
+            for block in m["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result"
+                    && let Some(id) = block["tool_use_id"].as_str()
+                {
+                    results.entry(id.to_owned()).or_default().push(w);
+                }
+            }
+        }
+        let located = Parts {
+            messages,
+            tools,
+            system: spans.system.map(range),
+            rest: rest_of(parsed)?,
+            markers: has_markers(parsed),
+            results,
+        };
+        Self::assemble(body, located, req, owners)
+    }
+
+    /// What to keep of `body`, from where its parts were found (`located`) and the
+    /// request read from it (see [`Kept::new`]).
+    pub(crate) fn assemble(
+        body: &Bytes,
+        located: Parts,
+        req: &ChatRequest,
+        owners: &[usize],
+    ) -> Option<Self> {
+        let Parts {
+            messages,
+            tools,
+            system,
+            rest,
+            markers,
+            results,
+        } = located;
         let keys = RandomState::default();
         let head_end = leading_system_end(&req.messages);
         // The messages the top-level `system` was read into; a wire `system` message
@@ -126,42 +163,20 @@ impl Kept {
         } else {
             None
         };
-        let mut parts = vec![0; wire.len()];
+        let mut parts = vec![0; messages.len()];
         let mut digests: HashMap<u64, Vec<usize>> = HashMap::new();
         for &w in &owners[..in_head] {
-            parts[w] += 1;
+            *parts.get_mut(w)? += 1;
         }
         for (m, &w) in req.messages[head_end..].iter().zip(&owners[in_head..]) {
-            parts[w] += 1;
+            *parts.get_mut(w)? += 1;
             digests.entry(keys.hash_one(m)).or_default().push(w);
-        }
-        let rest = parsed
-            .as_object()?
-            .iter()
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    "model" | "messages" | "tools" | "system" | "stream"
-                )
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let markers = has_markers(parsed);
-        let mut results: HashMap<String, Vec<usize>> = HashMap::new();
-        for (w, m) in wire.iter().enumerate() {
-            for block in m["content"].as_array().into_iter().flatten() {
-                if block["type"] == "tool_result"
-                    && let Some(id) = block["tool_use_id"].as_str()
-                {
-                    results.entry(id.to_owned()).or_default().push(w);
-                }
-            }
         }
         Some(Self {
             body: body.clone(),
             messages,
             tools,
-            system: spans.system.map(range),
+            system,
             head,
             top,
             rest,
@@ -303,21 +318,57 @@ fn add_edit(edits: &mut Vec<Edit>, edit: Edit) -> bool {
     true
 }
 
+/// Where a body's parts lie and what the writer reads of them, however they were found.
+pub(crate) struct Parts {
+    /// Each wire message's bytes, and its role.
+    pub(crate) messages: Vec<(Range<usize>, InputRole)>,
+    /// Each tool's name and bytes.
+    pub(crate) tools: Vec<(String, Range<usize>)>,
+    /// The top-level `system`'s bytes.
+    pub(crate) system: Option<Range<usize>>,
+    /// The other top-level fields (not `model`, `messages`, `tools`, `system`, `stream`).
+    pub(crate) rest: Map<String, Value>,
+    /// The client placed `cache_control` markers of its own.
+    pub(crate) markers: bool,
+    /// The wire messages (ascending) holding a `tool_result` for each tool use id.
+    pub(crate) results: HashMap<String, Vec<usize>>,
+}
+
+/// The top-level fields of `parsed` the writer passes on as they came.
+pub(crate) fn rest_of(parsed: &Value) -> Option<Map<String, Value>> {
+    Some(
+        parsed
+            .as_object()?
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "model" | "messages" | "tools" | "system" | "stream"
+                )
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
+}
+
 /// Whether the client placed `cache_control` markers of its own, on a tool, a system block,
 /// a message's block or a tool result's block: it then manages its cache itself.
-fn has_markers(body: &Value) -> bool {
-    fn marked(blocks: &Value) -> bool {
-        blocks.as_array().is_some_and(|blocks| {
-            blocks
-                .iter()
-                .any(|b| b.get("cache_control").is_some() || marked(&b["content"]))
-        })
-    }
+pub(crate) fn has_markers(body: &Value) -> bool {
     marked(&body["tools"])
         || marked(&body["system"])
         || body["messages"]
             .as_array()
             .is_some_and(|ms| ms.iter().any(|m| marked(&m["content"])))
+}
+
+/// Whether any of `blocks` (or the blocks of a tool result among them) carries a
+/// `cache_control` marker.
+pub(crate) fn marked(blocks: &Value) -> bool {
+    blocks.as_array().is_some_and(|blocks| {
+        blocks
+            .iter()
+            .any(|b| b.get("cache_control").is_some() || marked(&b["content"]))
+    })
 }
 
 /// A digest of the system prompt's texts, or `None` when it holds more than text.
@@ -611,7 +662,7 @@ fn edit_result(
     Ok(())
 }
 
-fn role_of(role: &str) -> InputRole {
+pub(crate) fn role_of(role: &str) -> InputRole {
     match role {
         "assistant" => InputRole::Assistant,
         "system" => InputRole::System,

@@ -23,6 +23,8 @@ pub(crate) mod convert;
 pub(crate) mod faithful;
 pub(crate) mod params;
 #[cfg(feature = "serve")]
+pub(crate) mod reuse;
+#[cfg(feature = "serve")]
 pub(crate) mod serve;
 pub(crate) mod stream;
 pub mod types;

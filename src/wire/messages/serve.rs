@@ -24,6 +24,7 @@ use axum::http::StatusCode;
 
 use super::convert::content;
 use super::faithful::Kept;
+use super::reuse::Reuse;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
@@ -69,7 +70,16 @@ fn request(body: &mut Value) -> Result<(ChatRequest, Vec<usize>), Invalid> {
         *back = wire;
     }
     let (read_messages, owners, _) = read?;
-    let body = &*body;
+    finish(body, read_messages, owners)
+}
+
+/// The neutral request of a Messages body whose messages were read (`read_messages`,
+/// each from the wire message `owners` gives): the rest of the body read and checked.
+pub(super) fn finish(
+    body: &Value,
+    read_messages: Vec<Message>,
+    owners: Vec<usize>,
+) -> Result<(ChatRequest, Vec<usize>), Invalid> {
     let obj = body
         .as_object()
         .ok_or_else(|| Invalid::body("the body must be a JSON object (a Messages request)"))?;
@@ -193,7 +203,7 @@ fn system(system: Option<&Value>) -> Result<Vec<Message>, Invalid> {
 
 /// One wire message, as neutral messages: a user message's tool results become tool
 /// messages (first, as Anthropic requires them), its other blocks a user message.
-fn read_message(
+pub(super) fn read_message(
     m: &mut Value,
     out: &mut Vec<Message>,
     tool_names: &mut HashMap<String, String>,
@@ -740,6 +750,28 @@ impl Format for Messages {
             request,
             stream: body["stream"] == json!(true),
             // A Messages stream always carries its usage (`message_delta`).
+            include_usage: true,
+        })
+    }
+
+    /// The fast read of [`reuse`](super::reuse), which parses only the messages it has
+    /// not read before; the full read where it cannot (and to say what is wrong).
+    fn read_reusing(bytes: &Bytes, reuse: &Reuse, tenant: &str) -> Result<Read, Invalid> {
+        let Ok(text) = simdutf8::compat::from_utf8(bytes) else {
+            return Self::read(bytes);
+        };
+        let Some(fast) = super::reuse::read(text, reuse, tenant) else {
+            return Self::read(bytes);
+        };
+        let Ok((mut request, owners)) = finish(&fast.body, fast.messages, fast.owners) else {
+            return Self::read(bytes);
+        };
+        if let Some(kept) = Kept::assemble(bytes, fast.parts, &request, &owners) {
+            request.params.origin = Some(llm_context_layers::Origin::new(kept));
+        }
+        Ok(Read {
+            request,
+            stream: fast.body["stream"] == json!(true),
             include_usage: true,
         })
     }

@@ -1,0 +1,348 @@
+//! Reading a session's next request by what is new in it.
+//!
+//! An agent's request is its previous request plus a few messages (and a cache marker
+//! moved), byte for byte. Parsing the whole body into a JSON tree on every request made
+//! the proxy's cost grow with the transcript (issue 46). Here the body is scanned once
+//! for where its members and messages lie (no tree), and each wire message is looked up
+//! by a digest of its bytes among the messages read before ([`Reuse`]): one seen
+//! before is taken as it was read then (its neutral messages, its role, the calls it
+//! made and answered, its markers), and only the others are parsed and read. What comes
+//! out is what the full read ([`Messages::read`](super::serve)) gives for the same
+//! bytes, which the tests check on generated sessions; a body this path does not expect
+//! (a member of the wrong type, a message that does not read) goes the full way, which
+//! says what is wrong with it.
+//!
+//! A message's reading depends on the messages before it only through the tool names
+//! of the calls its results answer: an entry records the names it was given, and is
+//! taken only where the same names apply. Entries are kept per tenant (the digest is
+//! salted with the tenant), in two generations bounded by the bytes they were read
+//! from: when the newer is full it becomes the older and the older is dropped, so a
+//! session's messages stay while it is active and a finished session's go.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use llm_context_layers::hash::StableHasher;
+use llm_context_layers::{Content, Message};
+use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::faithful::{Parts, has_markers, marked, rest_of, role_of};
+use super::types::InputRole;
+
+/// The wire messages read before, by a digest of their bytes (see the module docs).
+pub(crate) struct Reuse {
+    generations: Mutex<Generations>,
+    /// The bytes of wire messages each generation holds at most.
+    budget: usize,
+}
+
+impl fmt::Debug for Reuse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reuse")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Generations {
+    newer: HashMap<u128, Arc<Entry>>,
+    older: HashMap<u128, Arc<Entry>>,
+    /// The bytes the newer generation's entries were read from.
+    bytes: usize,
+}
+
+/// One wire message as it was read.
+pub(crate) struct Entry {
+    /// The neutral messages it was read into, their text shared.
+    messages: Vec<Message>,
+    role: InputRole,
+    /// The calls it made: id and tool name.
+    calls: Vec<(String, String)>,
+    /// The calls its results answer, each with the tool name its result was given.
+    answered: Vec<(String, Option<String>)>,
+    /// It carries a `cache_control` marker.
+    marked: bool,
+    /// What it costs to keep: its bytes and an estimate of its structures.
+    size: usize,
+}
+
+impl Reuse {
+    /// Keeps up to `budget` bytes of wire messages in each of two generations.
+    pub(crate) fn new(budget: usize) -> Self {
+        Self {
+            generations: Mutex::new(Generations::default()),
+            budget,
+        }
+    }
+
+    /// The entries of `keys`, where there are (a newer generation's first).
+    fn get(&self, keys: &[u128]) -> Vec<Option<Arc<Entry>>> {
+        let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        let g = &mut *g;
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let found = match g.newer.get(k) {
+                Some(e) => Some(e.clone()),
+                // Used again: into the newer generation, so an active session stays.
+                None => g.older.remove(k).inspect(|e| {
+                    g.bytes += e.size;
+                    g.newer.insert(*k, e.clone());
+                }),
+            };
+            out.push(found);
+        }
+        out
+    }
+
+    /// Keeps `entries`.
+    fn put(&self, entries: Vec<(u128, Arc<Entry>)>) {
+        let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, e) in entries {
+            if e.size > self.budget {
+                continue;
+            }
+            if g.bytes + e.size > self.budget {
+                g.older = std::mem::take(&mut g.newer);
+                g.bytes = 0;
+            }
+            g.bytes += e.size;
+            g.newer.insert(k, e);
+        }
+    }
+}
+
+/// The digest a wire message is kept by: its bytes, salted by `tenant`.
+fn key(tenant: &str, raw: &str) -> u128 {
+    let mut h = StableHasher::new("llm-context.messages.reuse");
+    h.str(tenant);
+    h.str(raw);
+    h.finish()
+}
+
+/// A body's top-level members in order, each's value as it lies in the body, the
+/// messages already split into theirs: one scan, no tree.
+struct Top<'a> {
+    members: Vec<(Cow<'a, str>, &'a RawValue)>,
+    messages: Option<Vec<&'a RawValue>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Top<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = Top<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
+                let mut top = Top {
+                    members: Vec::new(),
+                    messages: None,
+                };
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == "messages" && top.messages.is_none() {
+                        // (A second `messages` is kept as a member: the fast read then
+                        // leaves the body to the full one, which takes the last.)
+                        // Not an array: the full read says what it is.
+                        top.messages = Some(map.next_value::<Vec<&'de RawValue>>()?);
+                    } else {
+                        let value = map.next_value::<&'de RawValue>()?;
+                        top.members.push((key, value));
+                    }
+                }
+                Ok(top)
+            }
+        }
+        d.deserialize_map(Members)
+    }
+}
+
+/// What the fast read gives: the body as a tree without its messages (an empty array
+/// in their place), the messages read, the wire message of each, and where the body's
+/// parts lie.
+pub(crate) struct Fast {
+    pub(crate) body: Value,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) owners: Vec<usize>,
+    pub(crate) parts: Parts,
+}
+
+/// The fast read of `text` (see the module docs), or `None` where the full read must
+/// say what is wrong with the body.
+pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
+    let top: Top<'_> = serde_json::from_str(text).ok()?;
+    let raw_messages = top.messages?;
+    if top.members.iter().any(|(k, _)| k == "messages") {
+        return None;
+    }
+    let base = text.as_ptr() as usize;
+    let range = |raw: &RawValue| {
+        let start = raw.get().as_ptr() as usize - base;
+        start..start + raw.get().len()
+    };
+    let mut body = Map::new();
+    let mut system = None;
+    let mut raw_tools = None;
+    for (k, raw) in &top.members {
+        match k.as_ref() {
+            "system" => system = Some(range(raw)),
+            "tools" => raw_tools = Some(*raw),
+            _ => {}
+        }
+        body.insert(
+            k.clone().into_owned(),
+            serde_json::from_str(raw.get()).ok()?,
+        );
+    }
+    body.insert("messages".into(), Value::Array(Vec::new()));
+    let body = Value::Object(body);
+    let tools = match (raw_tools, body["tools"].as_array()) {
+        (Some(raw), Some(tools)) => {
+            let raw: Vec<&RawValue> = serde_json::from_str(raw.get()).ok()?;
+            raw.iter()
+                .zip(tools)
+                .map(|(r, t)| (t["name"].as_str().unwrap_or_default().to_owned(), range(r)))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+
+    let keys: Vec<u128> = raw_messages.iter().map(|r| key(tenant, r.get())).collect();
+    let found = reuse.get(&keys);
+    let mut tool_names: HashMap<String, String> = HashMap::new();
+    let mut messages = Vec::with_capacity(raw_messages.len());
+    let mut owners = Vec::with_capacity(raw_messages.len());
+    let mut roles = Vec::with_capacity(raw_messages.len());
+    let mut results: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut markers = has_markers(&body);
+    let mut read_now = Vec::new();
+    for (w, raw) in raw_messages.iter().enumerate() {
+        let reused = found[w].as_ref().filter(|e| {
+            e.answered
+                .iter()
+                .all(|(id, name)| tool_names.get(id) == name.as_ref())
+        });
+        let entry = match reused {
+            Some(e) => Taken::Kept(e.clone()),
+            None => {
+                let keep = raw.get().len() >= SMALLEST_KEPT;
+                let e = read_one(raw.get(), &tool_names, keep)?;
+                if keep {
+                    let e = Arc::new(e);
+                    read_now.push((keys[w], e.clone()));
+                    Taken::Kept(e)
+                } else {
+                    Taken::Read(e)
+                }
+            }
+        };
+        let entry_ref: &Entry = match &entry {
+            Taken::Kept(e) => e,
+            Taken::Read(e) => e,
+        };
+        for (id, name) in &entry_ref.calls {
+            tool_names.insert(id.clone(), name.clone());
+        }
+        for (id, _) in &entry_ref.answered {
+            results.entry(id.clone()).or_default().push(w);
+        }
+        markers |= entry_ref.marked;
+        roles.push((range(raw), entry_ref.role));
+        owners.extend(std::iter::repeat_n(w, entry_ref.messages.len()));
+        match entry {
+            Taken::Kept(e) => messages.extend(e.messages.iter().cloned()),
+            Taken::Read(e) => messages.extend(e.messages),
+        }
+    }
+    reuse.put(read_now);
+    let rest = rest_of(&body)?;
+    Some(Fast {
+        body,
+        messages,
+        owners,
+        parts: Parts {
+            messages: roles,
+            tools,
+            system,
+            rest,
+            markers,
+            results,
+        },
+    })
+}
+
+/// A wire message taken from the cache, or read now and not kept.
+enum Taken {
+    Kept(Arc<Entry>),
+    Read(Entry),
+}
+
+/// The shortest wire message kept, in bytes: a shorter one costs little to read again,
+/// and its entry would cost more than its bytes (100,000 one-word messages would hold
+/// several times the body).
+const SMALLEST_KEPT: usize = 256;
+
+/// What an entry costs beside its bytes, by its neutral messages: a conservative
+/// estimate of the entry, its map slot and the messages' own structures.
+const ENTRY_OVERHEAD: usize = 256;
+const MESSAGE_OVERHEAD: usize = 160;
+
+/// One wire message read on its own, `tool_names` naming the calls before it, its text
+/// shared when it is to be `kept`; `None` when it does not read (the full read says
+/// why).
+fn read_one(raw: &str, tool_names: &HashMap<String, String>, kept: bool) -> Option<Entry> {
+    let mut m: Value = serde_json::from_str(raw).ok()?;
+    // The names its results are given, and the calls it makes: the reader adds those
+    // to the map it is given, so it reads a copy holding only what it looks up.
+    let blocks = m["content"].as_array();
+    let answered: Vec<(String, Option<String>)> = blocks
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .filter_map(|b| b["tool_use_id"].as_str())
+        .map(|id| (id.to_owned(), tool_names.get(id).cloned()))
+        .collect();
+    let mut names: HashMap<String, String> = answered
+        .iter()
+        .filter_map(|(id, name)| Some((id.clone(), name.clone()?)))
+        .collect();
+    let mut out = Vec::new();
+    super::serve::read_message(&mut m, &mut out, &mut names).ok()?;
+    let calls: Vec<(String, String)> = m["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "tool_use")
+        .filter_map(|b| Some((b["id"].as_str()?.to_owned(), b["name"].as_str()?.to_owned())))
+        .collect();
+    if kept {
+        for message in &mut out {
+            share(message);
+        }
+    }
+    let size = raw.len() + ENTRY_OVERHEAD + MESSAGE_OVERHEAD * out.len();
+    Some(Entry {
+        messages: out,
+        role: role_of(m["role"].as_str().unwrap_or_default()),
+        calls,
+        answered,
+        marked: marked(&m["content"]),
+        size,
+    })
+}
+
+/// `m` with its text shared, so that each request taking it copies no bytes of it.
+fn share(m: &mut Message) {
+    if let Content::Text(text) = &mut m.content {
+        text.share();
+    }
+}
+
+#[cfg(test)]
+mod tests;
