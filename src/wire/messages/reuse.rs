@@ -17,7 +17,9 @@
 //! taken only where the same names apply. Entries are kept per tenant (the digest is
 //! salted with the tenant), in two generations bounded by the bytes they were read
 //! from: when the newer is full it becomes the older and the older is dropped, so a
-//! session's messages stay while it is active and a finished session's go.
+//! session's messages stay while it is active and a finished session's go. A message
+//! under 256 bytes is not kept (its entry would cost more than reading it again), nor
+//! is anything of a body larger than a generation.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -213,6 +215,10 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
         _ => Vec::new(),
     };
 
+    // A body larger than a generation would only push every session out of the cache,
+    // and its entries would be held beside its request until it is answered: it is read
+    // the fast way, but nothing of it is kept.
+    let keeping = text.len() <= reuse.budget;
     let keys: Vec<u128> = raw_messages.iter().map(|r| key(tenant, r.get())).collect();
     let found = reuse.get(&keys);
     let mut tool_names: HashMap<String, String> = HashMap::new();
@@ -231,7 +237,7 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
         let entry = match reused {
             Some(e) => Taken::Kept(e.clone()),
             None => {
-                let keep = raw.get().len() >= SMALLEST_KEPT;
+                let keep = keeping && raw.get().len() >= SMALLEST_KEPT;
                 let e = read_one(raw.get(), &tool_names, keep)?;
                 if keep {
                     let e = Arc::new(e);
