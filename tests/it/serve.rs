@@ -551,12 +551,7 @@ async fn metrics_count_requests_tokens_memo_hits_and_upstream_errors() {
     let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
     assert_eq!(ready.status(), 200);
     assert_eq!(json_of(ready).await["status"], "ready");
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::support::proxy::metrics_text(&url).await;
     let line = |prefix: &str| {
         text.lines()
             .find(|l| l.starts_with(prefix))
@@ -612,12 +607,7 @@ async fn metrics_split_the_upstreams_time_from_preparation() {
             .unwrap();
         assert_eq!(answer.status(), 200);
     }
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::support::proxy::metrics_text(&url).await;
     let value = |name: &str| {
         let prefix = format!("{name}{{route=\"/v1/chat/completions\"}} ");
         text.lines()
@@ -727,12 +717,7 @@ async fn a_call_over_its_tenants_budget_is_429_and_never_sent() {
         4,
         "refused calls were never sent"
     );
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::support::proxy::metrics_text(&url).await;
     assert!(
         text.contains(r#"llm_context_budget_used{tenant="acme",limit="calls_per_hour"} 1.0"#),
         "{text}"

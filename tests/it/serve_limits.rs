@@ -462,12 +462,7 @@ async fn tenants_that_would_print_alike_have_distinct_labels() {
             .await
             .unwrap();
     }
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::support::proxy::metrics_text(&url).await;
     let count = |tenant: &str, status: u16| {
         let line = format!(
             "llm_context_requests_total{{route=\"/v1/chat/completions\",status=\"{status}\",tenant=\"{tenant}\"}} 1"
@@ -552,12 +547,7 @@ async fn usage_no_call_could_have_is_a_bad_upstream_answer() {
     let text = r.text().await.unwrap();
     assert!(!text.contains("18446744073709551"), "{text}");
     assert!(text.contains("usage"), "{text}");
-    let metrics = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::support::proxy::metrics_text(&url).await;
     assert!(
         metrics
             .lines()

@@ -217,12 +217,7 @@ async fn a_path_without_an_upstream_or_a_key_is_refused_in_its_providers_shape()
         Some("Bearer sk-upstream"),
         "the tenant's key never reaches the provider"
     );
-    let metrics = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::support::proxy::metrics_text(&url).await;
     assert!(
         metrics.contains("route=\"passthrough\""),
         "counted as passed through: {metrics}"

@@ -468,12 +468,7 @@ async fn a_chained_request_is_sent_as_it_came_but_counted_and_says_so() {
     // Nothing offloaded, nothing added: the provider holds the history this output
     // belongs to.
     assert_eq!(std::str::from_utf8(&up.bodies()[0]).unwrap(), body);
-    let metrics = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::support::proxy::metrics_text(&url).await;
     assert!(metrics.contains(r#"route="/v1/responses""#), "{metrics}");
     assert!(!metrics.contains(r#"route="passthrough""#), "{metrics}");
     // A stored item named by reference is the provider's too.

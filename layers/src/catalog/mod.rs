@@ -333,11 +333,7 @@ impl Catalog {
         if info.and_then(|m| m.provider) == Some(Provider::Anthropic) {
             return false;
         }
-        let Some(version) = model.strip_prefix("gpt-") else {
-            return false;
-        };
-        let major: String = version.chars().take_while(char::is_ascii_digit).collect();
-        major.parse::<u32>().is_ok_and(|m| m >= 5)
+        gpt_version(model).is_some_and(|(major, _)| major >= 5)
     }
 
     /// Whether `model` is served over the Responses API only: the catalog's
@@ -385,27 +381,27 @@ impl Catalog {
         if let Some(takes) = info.and_then(|m| m.cache_breakpoints) {
             return takes;
         }
-        let Some(version) = model.strip_prefix("gpt-") else {
-            return false;
-        };
-        let number = |s: &str| -> Option<u32> {
-            let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse().ok()
-        };
-        let Some(major) = number(version) else {
-            return false;
-        };
-        let minor = version[major.to_string().len()..]
-            .strip_prefix('.')
-            .and_then(number)
-            .unwrap_or(0);
-        (major, minor) >= (5, 6)
+        gpt_version(model).is_some_and(|v| v >= (5, 6))
     }
 
     /// What `usage` cost on `model`, in USD; `None` when the model has no price here.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         Some(self.get(model)?.price?.cost(usage))
     }
+}
+
+/// The version of an OpenAI `gpt-…` model id: `gpt-5.6-terra` is (5, 6), `gpt-6` (6, 0);
+/// `None` for any other id.
+fn gpt_version(model: &str) -> Option<(u32, u32)> {
+    let version = model.strip_prefix("gpt-")?;
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let major_len = digits(version);
+    let major = version[..major_len].parse().ok()?;
+    let minor = version[major_len..]
+        .strip_prefix('.')
+        .and_then(|rest| rest[..digits(rest)].parse().ok())
+        .unwrap_or(0);
+    Some((major, minor))
 }
 
 /// The rule for a model no catalog entry speaks for: a Claude model binds thinking unless

@@ -235,35 +235,29 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
                 .all(|(id, name)| tool_names.get(id) == name.as_ref())
         });
         let entry = match reused {
-            Some(e) => Taken::Kept(e.clone()),
+            Some(e) => e.clone(),
             None => {
                 let keep = keeping && raw.get().len() >= SMALLEST_KEPT;
-                let e = read_one(raw.get(), &tool_names, keep)?;
+                let e = Arc::new(read_one(raw.get(), &tool_names, keep)?);
                 if keep {
-                    let e = Arc::new(e);
                     read_now.push((keys[w], e.clone()));
-                    Taken::Kept(e)
-                } else {
-                    Taken::Read(e)
                 }
+                e
             }
         };
-        let entry_ref: &Entry = match &entry {
-            Taken::Kept(e) => e,
-            Taken::Read(e) => e,
-        };
-        for (id, name) in &entry_ref.calls {
+        for (id, name) in &entry.calls {
             tool_names.insert(id.clone(), name.clone());
         }
-        for (id, _) in &entry_ref.answered {
+        for (id, _) in &entry.answered {
             results.entry(id.clone()).or_default().push(w);
         }
-        markers |= entry_ref.marked;
-        roles.push((range(raw), entry_ref.role));
-        owners.extend(std::iter::repeat_n(w, entry_ref.messages.len()));
-        match entry {
-            Taken::Kept(e) => messages.extend(e.messages.iter().cloned()),
-            Taken::Read(e) => messages.extend(e.messages),
+        markers |= entry.marked;
+        roles.push((range(raw), entry.role));
+        owners.extend(std::iter::repeat_n(w, entry.messages.len()));
+        // One read now and not kept is this request's alone: its messages are moved.
+        match Arc::try_unwrap(entry) {
+            Ok(e) => messages.extend(e.messages),
+            Err(kept) => messages.extend(kept.messages.iter().cloned()),
         }
     }
     reuse.put(read_now);
@@ -281,12 +275,6 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
             results,
         },
     })
-}
-
-/// A wire message taken from the cache, or read now and not kept.
-enum Taken {
-    Kept(Arc<Entry>),
-    Read(Entry),
 }
 
 /// The shortest wire message kept, in bytes: a shorter one costs little to read again,

@@ -69,7 +69,7 @@ pub(crate) fn faithful(
             Some(items) => {
                 *next += 1;
                 for i in items.clone() {
-                    input.own_unless_thinking(kept, i);
+                    input.own_item(kept, i, true);
                 }
             }
             None => match edited_output(kept, m) {
@@ -80,8 +80,7 @@ pub(crate) fn faithful(
                     Some(items) => {
                         for item in items {
                             match item {
-                                Ok(i) if kept.is_thinking(i) => input.unchanged = false,
-                                Ok(i) => input.own(usize::MAX, bytes(&kept.items[i])),
+                                Ok(i) => input.own_item(kept, i, false),
                                 Err(edited) => input.changed(&edited),
                             }
                         }
@@ -254,13 +253,15 @@ impl Items {
         self.out.extend_from_slice(item);
     }
 
-    /// The caller's item `i`, unless it carries Claude's thinking, which OpenAI cannot
-    /// take (the list is then not the caller's).
-    fn own_unless_thinking(&mut self, kept: &Kept, i: usize) {
+    /// The caller's input item `i` (`in_order`: in its place in the caller's list),
+    /// unless it carries Claude's thinking, which OpenAI cannot take (the list is then
+    /// not the caller's).
+    fn own_item(&mut self, kept: &Kept, i: usize, in_order: bool) {
         if kept.is_thinking(i) {
             self.unchanged = false;
         } else {
-            self.own(i, &kept.body[kept.items[i].clone()]);
+            let at = if in_order { i } else { usize::MAX };
+            self.own(at, &kept.body[kept.items[i].clone()]);
         }
     }
 

@@ -101,3 +101,13 @@ pub(crate) async fn anthropic_proxy(upstream: &MockServer) -> String {
         .unwrap();
     serving(proxy).await
 }
+
+/// The text of `url`'s `/metrics`.
+pub(crate) async fn metrics_text(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
