@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::admit::{Admitted, admit};
 use super::failures::{self, classify};
 use super::keys::Tenant;
+use super::ledger;
 use super::upstreams::{no_upstream, provider_of};
 use super::{
     AGENT_SESSION_HEADERS, SESSION_HEADER, Shared, body, metrics, plausible, request_span, timing,
@@ -92,9 +93,13 @@ async fn counted<F: Format>(shared: &Shared, parts: &Parts, body: Body) -> Respo
     let tenant = super::keys::tenant(shared.keys.as_ref(), headers);
     let tally = Arc::new(timing::Tally::default());
     let handled = timing::scoped(tally.clone(), handle::<F>(shared, tenant, parts, body));
-    let response = handled.instrument(span.clone()).await;
+    let mut response = handled.instrument(span.clone()).await;
     let tenant = tenant.ok().flatten().map_or("-", |t| t.label.as_str());
     let took = started.elapsed();
+    if let Some(Drafted(draft)) = response.extensions_mut().remove::<Drafted>() {
+        let waited = tally.upstream().unwrap_or_default();
+        draft.answered(response.status().as_u16(), took.saturating_sub(waited));
+    }
     let outcome = response.extensions().get::<metrics::Outcome>();
     let status = response.status().as_u16();
     request_span::close(&span, status, tenant);
@@ -142,6 +147,9 @@ async fn handle<F: Format>(
     };
     let unmanaged = F::unmanaged(&read);
     let body::Read { bytes, mut held } = body;
+    // The client's bytes as they came, for the ledger's pass-through model (shared, not
+    // copied; a body too large to model is not held).
+    let client_body = (bytes.len() <= ledger::MAX_MODELLED_BYTES).then(|| bytes.clone());
     let Read {
         request: mut req,
         stream,
@@ -170,17 +178,76 @@ async fn handle<F: Format>(
     let model = req.model.clone();
     let tools = crate::wire::namespaces::split_names(&req.tools);
     let ceiling = plausible::ceiling(&shared.catalog, &model);
+    let draft = shared.ledger.begin(ledger::Start {
+        tenant: label.to_owned(),
+        session: req.session.clone(),
+        route: F::ROUTE,
+        shape: ledger::Shape::of_route(F::ROUTE),
+        model: model.clone(),
+        provider,
+        body: client_body,
+    });
+    let mut out = answer::<F>(
+        upstream,
+        req,
+        stream,
+        &draft,
+        Answering {
+            model,
+            tools,
+            ceiling,
+            provider,
+            unmanaged,
+            include_usage,
+            permits: (permit, held),
+        },
+    )
+    .await;
+    out.extensions_mut().insert(Drafted(draft));
+    out
+}
+
+/// A request's draft in the ledger, on its answer until the answer is counted.
+#[derive(Clone)]
+struct Drafted(Arc<ledger::Draft>);
+
+/// What the answer is written with.
+struct Answering {
+    model: String,
+    tools: crate::wire::served::Namespaced,
+    ceiling: u64,
+    provider: crate::catalog::Provider,
+    unmanaged: Option<&'static str>,
+    include_usage: bool,
+    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
+
+/// Runs `req` through `upstream` and answers it in `F`'s shape, telling `draft` the report
+/// and the provider's usage.
+async fn answer<F: Format>(
+    upstream: super::upstreams::Upstream,
+    req: ChatRequest,
+    stream: bool,
+    draft: &Arc<ledger::Draft>,
+    a: Answering,
+) -> Response {
+    let (ceiling, provider, unmanaged) = (a.ceiling, a.provider, a.unmanaged);
+    let (model, tools, (permit, held)) = (a.model, a.tools, a.permits);
     if stream {
         return match upstream.oneshot(Streaming(req)).await {
             Ok(stream) => {
                 let report = stream.report().cloned();
+                if let Some(report) = &report {
+                    draft.report(report);
+                }
                 let options = StreamOptions {
-                    include_usage,
+                    include_usage: a.include_usage,
                     created: created(),
                     tools,
                 };
                 let usage = (ceiling, provider);
-                let mut out = sse(F::events(model, &options), stream, (permit, held), usage);
+                let events = F::events(model, &options);
+                let mut out = sse(events, stream, (permit, held), usage, draft.clone());
                 if let Some(report) = &report {
                     report_headers(&mut out, report);
                 }
@@ -192,6 +259,8 @@ async fn handle<F: Format>(
     }
     match upstream.oneshot(req).await {
         Ok(response) => {
+            draft.report(&response.report);
+            draft.usage(response.usage);
             if let Err(e) = plausible::check_answer(&response, ceiling, provider) {
                 return failures::failure::<F>(&crate::BoxError::from(e));
             }
@@ -280,11 +349,17 @@ fn sse<W: EventWriter>(
     stream: ChatStream,
     permit: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     (ceiling, provider): (u64, crate::catalog::Provider),
+    draft: Arc<ledger::Draft>,
 ) -> Response {
+    let mut draft = Some(draft);
     let body = stream.flat_map(move |item| {
         let _held = &permit;
         let item = match item {
             Ok(crate::stream::StreamEvent::Done(response)) => {
+                // Written now, before the client has the end of the stream.
+                if let Some(draft) = draft.take() {
+                    draft.usage(response.usage);
+                }
                 match plausible::check_answer(&response, ceiling, provider) {
                     Ok(()) => Ok(crate::stream::StreamEvent::Done(response)),
                     Err(e) => Err(crate::BoxError::from(e)),
@@ -398,9 +473,8 @@ pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
 /// that key; else, with a key table, a peer on loopback; else (single-tenant, already
 /// loopback-only) anyone.
 pub(crate) async fn metrics_text(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    if let Err(why) = may_read_metrics(&shared, &request) {
-        use crate::wire::chat_completions::serve::ChatCompletions;
-        return failures::error::<ChatCompletions>(StatusCode::FORBIDDEN, why);
+    if let Some(refused) = refused(&shared, &request) {
+        return refused;
     }
     if let (Some(budgets), Some(keys)) = (&shared.budgets, &shared.keys) {
         record_budgets(&shared.metrics, budgets, keys.values()).await;
@@ -439,6 +513,17 @@ async fn record_budgets<'a>(
             metrics.budget(&tenant.label, limit.name(), used, limit.max);
         }
     }
+}
+
+/// The answer refusing `request` what `/metrics` tells (the metrics, the ledger), 403;
+/// `None`: it may read it.
+pub(crate) fn refused(shared: &Shared, request: &Request) -> Option<Response> {
+    let why = may_read_metrics(shared, request).err()?;
+    use crate::wire::chat_completions::serve::ChatCompletions;
+    Some(failures::error::<ChatCompletions>(
+        StatusCode::FORBIDDEN,
+        why,
+    ))
 }
 
 /// Whether `request` may read `/metrics`, or why not.

@@ -42,6 +42,7 @@ pub(crate) struct Metrics {
     executors: Family<Labels, Counter>,
     provider_cleared_tool_uses: Family<Labels, Counter>,
     provider_cleared_tokens: Family<Labels, Counter>,
+    ledger: super::ledger::Counters,
 }
 
 /// From half a millisecond to about 70 s, doubling: the proxy's own work at the low end,
@@ -138,7 +139,21 @@ impl Metrics {
              tenant",
             provider_cleared_tokens.clone(),
         );
+        let ledger = super::ledger::Counters::default();
+        registry.register(
+            "ledger_write_failures",
+            "Requests the ledger did not record (its worker behind, or its store failing); \
+             the requests themselves were served",
+            ledger.write_failures.clone(),
+        );
+        registry.register(
+            "sessions_costlier_than_passthrough",
+            "Sessions whose newest 20 requests cost more, by the provider's usage, than \
+             the same requests sent unchanged are modelled to, by tenant",
+            ledger.costlier.clone(),
+        );
         Self {
+            ledger,
             registry,
             executors,
             provider_cleared_tool_uses,
@@ -230,6 +245,11 @@ impl Metrics {
         let labels = vec![("tenant", tenant.to_owned()), ("limit", limit.to_owned())];
         self.budget_used.get_or_create(&labels).set(used);
         self.budget_max.get_or_create(&labels).set(max);
+    }
+
+    /// The counters the ledger reports to.
+    pub(crate) fn ledger_counters(&self) -> super::ledger::Counters {
+        self.ledger.clone()
     }
 
     /// The text `/metrics` answers.

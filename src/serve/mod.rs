@@ -105,6 +105,7 @@ mod decode;
 mod failures;
 mod handler;
 mod keys;
+pub mod ledger;
 mod listen;
 mod metrics;
 mod passthrough;
@@ -202,6 +203,8 @@ pub(crate) struct Shared {
     pub(crate) relays: Table<Relay>,
     /// The wire messages read before, which a session's next request repeats.
     pub(crate) reuse: crate::wire::messages::reuse::Reuse,
+    /// What every managed request cost, and would have cost passed through.
+    pub(crate) ledger: ledger::Ledger,
 }
 
 /// The server: build it with [`Proxy::builder`], run it with [`serve`](Self::serve), or
@@ -294,6 +297,8 @@ impl Proxy {
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(handler::readyz))
             .route("/metrics", get(handler::metrics_text))
+            .route(ledger::http::SESSIONS, get(ledger::http::sessions))
+            .route(ledger::http::SESSION, get(ledger::http::session))
             .route(
                 ChatCompletions::ROUTE,
                 post(endpoint::<ChatCompletions>).fallback(not_allowed::<ChatCompletions>),
@@ -699,6 +704,7 @@ impl ProxyBuilder {
             .tenant_body_limits
             .values()
             .fold(self.max_body_bytes, |a, &b| a.max(b));
+        let metrics = metrics::Metrics::new();
         Ok(Proxy {
             connections: Connections {
                 header_timeout: self.header_timeout,
@@ -713,12 +719,13 @@ impl ProxyBuilder {
                     self.min_body_rate,
                 ),
                 in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_concurrency)),
-                catalog,
+                catalog: catalog.clone(),
                 stacks,
                 contexts,
                 keys,
                 routes,
-                metrics: metrics::Metrics::new(),
+                ledger: ledger::Ledger::new(catalog, metrics.ledger_counters()),
+                metrics,
                 redis: self.redis,
                 budgets,
                 metrics_key: self.metrics_key,

@@ -84,6 +84,7 @@ pub(crate) async fn relayed(State(shared): State<Arc<Shared>>, request: Request)
     shared
         .metrics
         .record(ROUTE, response.status().as_u16(), label, took, None, None);
+    shared.ledger.passed_through(label);
     tracing::info!(
         event = "serve_request",
         route = ROUTE,

@@ -65,6 +65,8 @@ mod serve_count;
 #[cfg(feature = "serve")]
 mod serve_faithful;
 #[cfg(feature = "serve")]
+mod serve_ledger;
+#[cfg(feature = "serve")]
 mod serve_limits;
 #[cfg(feature = "serve")]
 mod serve_messages;

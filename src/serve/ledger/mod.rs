@@ -1,0 +1,488 @@
+//! The ledger: for every managed request through the proxy, what the client sent, what
+//! went upstream, what the provider billed, and what the same request passed through
+//! unchanged is modelled to have cost; per tenant and per session, with a flag on every
+//! session that costs more than pass-through.
+//!
+//! ```
+//! use llm_context::Usage;
+//! use llm_context::serve::ledger::{Buckets, Totals};
+//!
+//! // The raw buckets a cost is computed from, so that anyone can recompute it.
+//! let price = llm_context::Catalog::builtin().get("claude-sonnet-4-6").unwrap().price.unwrap();
+//! let written = Buckets::of(&Usage::new(0, 0, 0, 1_000_000));
+//! let read = Buckets::of(&Usage::new(0, 0, 1_000_000, 0));
+//! assert_eq!(written.cost(&price), 3.75);
+//! assert_eq!(read.cost(&price), 0.30);
+//! assert_eq!(Totals::default().saving_percent(), None);
+//! ```
+//!
+//! * The request's path only hands over what it already has (the client's bytes, the
+//!   report, the provider's usage), in a draft written when its answer ends. A worker
+//!   thread reads the client's body as the provider's cache sees it (each tool, system
+//!   block and content block hashed with everything before it, the client's own
+//!   `cache_control` markers kept apart), bills it and appends the [`Row`]. A write the
+//!   worker has no room for is dropped, logged and counted in `/metrics`
+//!   (`llm_context_ledger_write_failures`): it never fails or delays a request.
+//! * **The pass-through cost** is the client's unchanged requests of the session replayed
+//!   through the provider's cache model, the one [`simulate`](crate::simulate) bills with
+//!   ([`AnthropicCache`](crate::simulate::AnthropicCache): breakpoints, 20-block lookback,
+//!   TTLs refreshed on read, the model's minimum; [`OpenAiCache`](crate::simulate::OpenAiCache)
+//!   for automatic caching). The model counts in the crate's estimate, the provider in its
+//!   tokenizer: the model gives the shares (of the client's prompt, how much would have
+//!   been read and written), the provider's usage the scale (the client's prompt is the
+//!   billed prompt times the client's estimate over the sent one's), and the output is the
+//!   one observed. Where the request and all of its session before it went up exactly as
+//!   the client sent them, nothing is modelled ([`Provenance::Observed`]).
+//! * **What it cannot know**: whether the provider still held a prefix from before the
+//!   ledger saw the session, or from another session or client sharing it
+//!   ([`Provenance::ModelledNoHistory`]); in which order it applied two requests of a
+//!   session in flight together ([`Provenance::ModelledConcurrent`]); the provider's own
+//!   eviction before the TTL. Each row says which applies; each total carries the weakest.
+//! * Kept in memory: the newest [`MAX_REQUESTS`] requests and [`MAX_SESSIONS`] sessions
+//!   (the least recently used out); each tenant's totals since the ledger began.
+//! * Read at `GET /llm-context/ledger/sessions` and `/llm-context/ledger/sessions/{id}`,
+//!   under the access rule of `/metrics`.
+
+mod book;
+mod chain;
+pub(crate) mod http;
+mod model;
+mod row;
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::body::Bytes;
+use llm_context_layers::catalog::{Catalog, Provider};
+use llm_context_layers::{PreparationReport, Usage};
+
+pub use book::{GUARD_WINDOW, MAX_REQUESTS, MAX_SESSIONS, SessionView, TenantView, Totals};
+pub(crate) use chain::Shape;
+pub use row::{Buckets, Edits, Provenance, Row};
+
+use book::Book;
+use model::{Model, Seen};
+
+/// Requests waiting for the worker; past this a write is dropped and counted.
+const QUEUE: usize = 4_096;
+/// Bodies larger than this are counted, not modelled: the ledger does not hold them.
+pub(crate) const MAX_MODELLED_BYTES: usize = 32 << 20;
+
+/// What the ledger reports to `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    /// Writes dropped (the worker's queue full) or failed.
+    pub(crate) write_failures: prometheus_client::metrics::counter::Counter,
+    /// Sessions costlier than pass-through now, by tenant.
+    pub(crate) costlier: prometheus_client::metrics::family::Family<
+        Vec<(&'static str, String)>,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+}
+
+enum Job {
+    Request(Box<Pending>),
+    PassedThrough(String),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The ledger of one server.
+#[derive(Clone, Debug)]
+pub(crate) struct Ledger {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    book: Arc<Mutex<Book>>,
+    jobs: SyncSender<Job>,
+    epoch: Instant,
+    in_flight: Mutex<HashMap<(String, String), usize>>,
+    counters: Counters,
+}
+
+impl Ledger {
+    /// A ledger in memory, its worker started.
+    pub(crate) fn new(catalog: Arc<Catalog>, counters: Counters) -> Self {
+        let (jobs, queue) = sync_channel(QUEUE);
+        let book = Arc::new(Mutex::new(Book::default()));
+        let epoch = Instant::now();
+        let worker = Worker {
+            book: book.clone(),
+            catalog,
+            model: Model::default(),
+            counters: counters.clone(),
+            logged: std::collections::HashSet::new(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("llm-context-ledger".into())
+            .spawn(move || worker.run(queue));
+        if let Err(error) = spawned {
+            tracing::warn!(event = "ledger_not_started", %error, "the ledger keeps nothing");
+        }
+        Self {
+            inner: Arc::new(Inner {
+                book,
+                jobs,
+                epoch,
+                in_flight: Mutex::new(HashMap::new()),
+                counters,
+            }),
+        }
+    }
+
+    /// Starts the draft of a request about to go through the stack.
+    pub(crate) fn begin(&self, start: Start) -> Arc<Draft> {
+        let key = (start.tenant.clone(), start.session.clone());
+        let concurrent = {
+            let mut in_flight = lock(&self.inner.in_flight);
+            let n = in_flight.entry(key).or_insert(0);
+            *n += 1;
+            *n > 1
+        };
+        let body = start.body.filter(|b| b.len() <= MAX_MODELLED_BYTES);
+        Arc::new(Draft {
+            ledger: self.clone(),
+            pending: Some(Box::new(Pending {
+                at: SystemTime::now(),
+                since: self.inner.epoch.elapsed(),
+                concurrent,
+                start: Start { body, ..start },
+                report: None,
+                usage: None,
+                status: 0,
+                added: Duration::ZERO,
+            })),
+            fill: Mutex::new(Fill::default()),
+        })
+    }
+
+    /// Counts a request of `tenant` on a route passed through unmanaged.
+    pub(crate) fn passed_through(&self, tenant: &str) {
+        self.send(Job::PassedThrough(tenant.to_owned()));
+    }
+
+    /// Waits until every row written before the call is in the book (at most a second).
+    pub(crate) async fn flush(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if self.send(Job::Flush(done)) {
+            let _ = tokio::time::timeout(Duration::from_secs(1), wait).await;
+        }
+    }
+
+    /// Reads the book.
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Book) -> T) -> T {
+        f(&lock(&self.inner.book))
+    }
+
+    fn send(&self, job: Job) -> bool {
+        match self.inner.jobs.try_send(job) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.inner.counters.write_failures.inc();
+                tracing::warn!(
+                    event = "ledger_write_dropped",
+                    "the ledger's worker is behind or gone: a request is not in the ledger"
+                );
+                false
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the handler knows of a request before the stack runs.
+#[derive(Debug)]
+pub(crate) struct Start {
+    pub(crate) tenant: String,
+    pub(crate) session: String,
+    pub(crate) route: &'static str,
+    pub(crate) shape: Shape,
+    pub(crate) model: String,
+    pub(crate) provider: Provider,
+    /// The client's body, as it came.
+    pub(crate) body: Option<Bytes>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    at: SystemTime,
+    since: Duration,
+    concurrent: bool,
+    start: Start,
+    report: Option<PreparationReport>,
+    usage: Option<Usage>,
+    status: u16,
+    added: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Fill {
+    report: Option<PreparationReport>,
+    usage: Option<Usage>,
+    status: Option<u16>,
+    added: Option<Duration>,
+}
+
+/// A request on its way: filled in as its answer is, written to the ledger when the last
+/// of its holders (the response's head, a stream's body) lets it go.
+#[derive(Debug)]
+pub(crate) struct Draft {
+    ledger: Ledger,
+    pending: Option<Box<Pending>>,
+    fill: Mutex<Fill>,
+}
+
+impl Draft {
+    /// The stack's report of the request.
+    pub(crate) fn report(&self, report: &PreparationReport) {
+        lock(&self.fill).report = Some(report.clone());
+    }
+
+    /// The provider's usage for it.
+    pub(crate) fn usage(&self, usage: Usage) {
+        lock(&self.fill).usage = Some(usage);
+    }
+
+    /// Its answer's status, and the time the proxy added to its headers.
+    pub(crate) fn answered(&self, status: u16, added: Duration) {
+        let mut fill = lock(&self.fill);
+        fill.status = Some(status);
+        fill.added = Some(added);
+    }
+}
+
+impl Drop for Draft {
+    fn drop(&mut self) {
+        let Some(mut pending) = self.pending.take() else {
+            return;
+        };
+        let fill = std::mem::take(self.fill.get_mut().unwrap_or_else(PoisonError::into_inner));
+        pending.report = fill.report;
+        pending.usage = fill.usage;
+        pending.status = fill.status.unwrap_or(0);
+        pending.added = fill.added.unwrap_or_default();
+        let key = (pending.start.tenant.clone(), pending.start.session.clone());
+        {
+            let mut in_flight = lock(&self.ledger.inner.in_flight);
+            if let Some(n) = in_flight.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    in_flight.remove(&key);
+                }
+            }
+        }
+        self.ledger.send(Job::Request(pending));
+    }
+}
+
+/// The ledger's thread: models and appends.
+struct Worker {
+    book: Arc<Mutex<Book>>,
+    catalog: Arc<Catalog>,
+    model: Model,
+    counters: Counters,
+    /// Sessions logged as costlier than pass-through (once each).
+    logged: std::collections::HashSet<(String, String)>,
+}
+
+impl Worker {
+    fn run(mut self, queue: Receiver<Job>) {
+        while let Ok(job) = queue.recv() {
+            match job {
+                Job::Request(pending) => self.write(*pending),
+                Job::PassedThrough(tenant) => lock(&self.book).passed_through(&tenant),
+                Job::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, p: Pending) {
+        let row = self.row(p);
+        let key = (row.tenant.clone(), row.session.clone());
+        let tenant = row.tenant.clone();
+        let change = lock(&self.book).append(row);
+        let gauge = self
+            .counters
+            .costlier
+            .get_or_create(&vec![("tenant", tenant)]);
+        if change.became_costlier {
+            gauge.inc();
+            if self.logged.insert(key.clone()) {
+                tracing::warn!(
+                    event = "session_costlier_than_passthrough",
+                    tenant = key.0,
+                    session = key.1,
+                    "over its newest {GUARD_WINDOW} requests this session cost more than \
+                     sending them unchanged would have"
+                );
+            }
+        } else if change.stopped_costlier {
+            gauge.dec();
+        }
+    }
+
+    fn row(&mut self, p: Pending) -> Row {
+        let Pending {
+            at,
+            since,
+            concurrent,
+            start,
+            report,
+            usage,
+            status,
+            added,
+        } = p;
+        let report = report.unwrap_or_default();
+        let edits = Edits {
+            removed_messages: report.removed_messages as u64,
+            cleared: report.cleared_results as u64,
+            offloaded: report.offloaded_results as u64,
+            thinking_dropped: report.thinking_dropped as u64,
+            compacted: report.compacted_messages as u64,
+            memo_hit: report.memo_hit,
+        };
+        let session = if start.session.is_empty() {
+            report
+                .inferred_session
+                .clone()
+                .unwrap_or_else(|| "-".to_owned())
+        } else {
+            start.session.clone()
+        };
+        let chain = start
+            .body
+            .as_deref()
+            .and_then(|body| chain::blocks(start.shape, body).ok());
+        let provider_edited = report
+            .provider_edits
+            .is_some_and(|a| a.cleared_tool_uses + a.dropped_thinking + a.compactions > 0);
+        let modelled = self.model.bill(Seen {
+            key: (&start.tenant, &session),
+            provider: start.provider,
+            cache_min_tokens: self.catalog.cache_min_tokens(&start.model) as u64,
+            at: since,
+            chain,
+            client_tokens: report.before_tokens as u64,
+            sent_tokens: report.after_tokens as u64,
+            usage,
+            edited: edits.any() || report.before_tokens != report.after_tokens || provider_edited,
+            no_call: report.memo_hit,
+            concurrent,
+        });
+        let price = self.catalog.get(&start.model).and_then(|m| m.price);
+        Row {
+            at_ms: at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            tenant: start.tenant,
+            session,
+            route: start.route.to_owned(),
+            model: start.model,
+            executor: report.executor.map(|e| e.as_str().to_owned()),
+            status,
+            client_tokens: report.before_tokens as u64,
+            sent_tokens: report.after_tokens as u64,
+            actual_usd: price.map(|p| modelled.actual.cost(&p)),
+            passthrough_usd: price.map(|p| modelled.passthrough.cost(&p)),
+            actual: modelled.actual,
+            passthrough: modelled.passthrough,
+            provenance: modelled.provenance,
+            price,
+            edits,
+            added_ms: added.as_secs_f64() * 1e3,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(session: &str) -> Start {
+        let body = serde_json::json!({"model": "claude-sonnet-4-6", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "x".repeat(20_000),
+             "cache_control": {"type": "ephemeral"}}]}]});
+        Start {
+            tenant: "t".into(),
+            session: session.into(),
+            route: "/v1/messages",
+            shape: Shape::Messages,
+            model: "claude-sonnet-4-6".into(),
+            provider: Provider::Anthropic,
+            body: Some(Bytes::from(body.to_string())),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_session_that_costs_more_than_pass_through_is_counted_once_and_a_pass_through_route_is_counted()
+     {
+        let counters = Counters::default();
+        let ledger = Ledger::new(Catalog::builtin(), counters.clone());
+        // The stack sent twice the client's prompt, all of it written to the cache.
+        let mut report = PreparationReport::default();
+        report.before_tokens = 1_000;
+        report.after_tokens = 2_000;
+        for _ in 0..2 {
+            let draft = ledger.begin(start("s"));
+            draft.report(&report);
+            draft.usage(Usage::new(0, 10, 0, 2_000));
+            draft.answered(200, Duration::from_micros(300));
+        }
+        ledger.passed_through("t");
+        ledger.flush().await;
+        let gauge = counters
+            .costlier
+            .get_or_create(&vec![("tenant", "t".to_owned())])
+            .get();
+        assert_eq!(gauge, 1);
+        let (tenants, sessions) = ledger.read(|b| (b.tenants(), b.sessions()));
+        assert_eq!(tenants[0].passed_through, 1);
+        assert_eq!(tenants[0].totals.requests, 2);
+        assert!(sessions[0].costlier_than_passthrough);
+        let rows = ledger.read(|b| b.session("s", Some("t")))[0].1.clone();
+        assert_eq!(rows[1].passthrough.prompt(), 1_000);
+        assert_eq!(rows[1].actual.prompt(), 2_000);
+        assert_eq!(rows[1].added_ms, 0.3);
+        assert_eq!(counters.write_failures.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn two_requests_of_a_session_at_once_are_modelled_as_concurrent() {
+        let ledger = Ledger::new(Catalog::builtin(), Counters::default());
+        let mut report = PreparationReport::default();
+        report.before_tokens = 2_000;
+        report.after_tokens = 1_000;
+        report.cleared_results = 1;
+        let first = ledger.begin(start("c"));
+        first.report(&report);
+        first.usage(Usage::new(1_000, 1, 0, 0));
+        drop(first);
+        let (a, b) = (ledger.begin(start("c")), ledger.begin(start("c")));
+        for d in [&a, &b] {
+            d.report(&report);
+            d.usage(Usage::new(1_000, 1, 0, 0));
+        }
+        drop((a, b));
+        ledger.flush().await;
+        let rows = ledger.read(|b| b.session("c", None))[0].1.clone();
+        let provenance: Vec<Provenance> = rows.iter().map(|r| r.provenance).collect();
+        assert_eq!(
+            provenance,
+            [
+                Provenance::ModelledNoHistory,
+                Provenance::Modelled,
+                Provenance::ModelledConcurrent
+            ]
+        );
+        let totals = ledger.read(|b| b.sessions())[0].totals.clone();
+        assert_eq!(totals.provenance, Some(Provenance::ModelledConcurrent));
+    }
+}
