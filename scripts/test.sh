@@ -7,7 +7,8 @@
 # Claude Code and the Codex CLI (tests/agents, pinned, installed with npm outside the
 # repository), and the
 # OpenAI Agents SDK, the Vercel AI SDK, LangChain and pydantic-ai (tests/agents, pinned, in
-# a venv and an npm prefix outside the repository). Exits with the first failure's status.
+# a venv and an npm prefix outside the repository), and the ledger's page in Chromium
+# (installed where it is missing). Exits with the first failure's status.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -152,4 +153,17 @@ AI_SDK_DIR="$AI_SDK_DIR" \
     "$AGENTS_VENV/bin/python" -m unittest tests/agents/test_openai_agents.py \
     tests/agents/test_ai_sdk.py tests/agents/test_langchain.py tests/agents/test_pydantic_ai.py \
     || status=$?
+
+# The ledger's page in a real browser (tests/agents/test_ledger_page.py): Debian's chromium,
+# installed where it is missing, loads /ui and a session's page headless; screenshots land
+# under target/ui/.
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "test.sh: installing chromium" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends chromium
+fi
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(pwd)/target}" \
+    LLM_CONTEXT_BIN="${CARGO_TARGET_DIR:-$(pwd)/target}/debug/llm-context" \
+    python3 -m unittest tests/agents/test_ledger_page.py || status=$?
 exit "$status"

@@ -299,6 +299,8 @@ impl Proxy {
             .route("/metrics", get(handler::metrics_text))
             .route(ledger::http::SESSIONS, get(ledger::http::sessions))
             .route(ledger::http::SESSION, get(ledger::http::session))
+            .route(ledger::page::UI, get(ledger::page::overview))
+            .route(ledger::page::UI_SESSION, get(ledger::page::session))
             .route(
                 ChatCompletions::ROUTE,
                 post(endpoint::<ChatCompletions>).fallback(not_allowed::<ChatCompletions>),

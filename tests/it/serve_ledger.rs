@@ -267,3 +267,63 @@ async fn a_session_the_stack_leaves_alone_is_the_providers_own_usage() {
     assert_eq!(one["totals"]["provenance"], "observed");
     assert_eq!(one["costlier_than_passthrough"], false);
 }
+
+#[tokio::test]
+async fn the_page_and_the_json_are_for_the_metrics_keys_bearer_and_a_long_session_is_shown_by_its_hash()
+ {
+    let upstream = upstream().await;
+    let proxy = Proxy::builder()
+        .anthropic(anthropic(&upstream.uri()))
+        .metrics_key(llm_context::serve::key_digest("metrics-secret"))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let long = "s".repeat(100_000);
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .header("x-llm-context-session", &long)
+        .body(body(
+            &[json!({"role": "user", "content": "<b>hi</b>"})],
+            false,
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let client = reqwest::Client::new();
+    for path in ["/ui", "/llm-context/ledger/sessions"] {
+        let refused = client.get(format!("{url}{path}")).send().await.unwrap();
+        assert_eq!(refused.status(), 403, "{path}");
+    }
+    let get = |path: String| {
+        client
+            .get(format!("{url}{path}"))
+            .bearer_auth("metrics-secret")
+            .send()
+    };
+    let overview = json_of(get("/llm-context/ledger/sessions".into()).await.unwrap()).await;
+    let shown = overview["sessions"][0]["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(shown.starts_with("sha256:") && shown.len() == 71, "{shown}");
+    let page = get("/ui".into()).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    let page = page.text().await.unwrap();
+    assert!(page.contains(&format!("data-session=\"{shown}\"")));
+    assert!(!page.contains(&long[..1_000]));
+    // The session's page, by the hash (a 100 KB id is longer than a URI may be).
+    let one = get(format!("/ui/sessions/{shown}")).await.unwrap();
+    assert_eq!(one.status(), 200);
+    let text = one.text().await.unwrap();
+    assert_eq!(text.matches("<tr class=\"request\">").count(), 1);
+    let missing = get("/ui/sessions/%3Cscript%3E".into()).await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let text = missing.text().await.unwrap();
+    assert!(
+        text.contains("&lt;script&gt;") && !text.contains("<script>"),
+        "{text}"
+    );
+}

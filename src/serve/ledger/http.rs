@@ -55,7 +55,7 @@ pub(crate) async fn session(
     if let Some(refused) = super::super::handler::refused(&shared, &request) {
         return refused;
     }
-    let tenant = tenant_asked(request.uri().query());
+    let tenant = query_value(request.uri().query(), "tenant");
     match one(&shared, &id, tenant.as_deref()).await {
         Some(found) => axum::Json(found).into_response(),
         None => not_found(&id),
@@ -74,12 +74,12 @@ pub(crate) async fn one(shared: &Shared, id: &str, tenant: Option<&str>) -> Opti
     Some(out)
 }
 
-/// The `tenant` a query names (`?tenant=…`, percent-encoded): which tenant's session,
-/// when two use the same id.
-fn tenant_asked(query: Option<&str>) -> Option<String> {
+/// The value of `name` in a query (`?tenant=…`, percent-encoded): which tenant's session,
+/// when two use the same id; how the page sorts.
+pub(crate) fn query_value(query: Option<&str>, name: &str) -> Option<String> {
     let value = query?
         .split('&')
-        .find_map(|pair| pair.strip_prefix("tenant="))?;
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
     let value = value.replace('+', " ");
     Some(
         percent_encoding::percent_decode_str(&value)

@@ -47,6 +47,7 @@ mod book;
 mod chain;
 pub(crate) mod http;
 mod model;
+pub(crate) mod page;
 mod row;
 
 use std::collections::HashMap;
