@@ -1,6 +1,8 @@
 //! The command-line interface.
 
 mod input;
+#[cfg(all(feature = "serve", feature = "sqlite"))]
+mod ledger;
 #[cfg(feature = "otel")]
 mod otel;
 mod picture;
@@ -58,6 +60,10 @@ enum Command {
     /// /v1/chat/completions, streaming or not): point any agent's base URL at it.
     #[cfg(feature = "serve")]
     Serve(serve::ServeArgs),
+    /// Print a ledger kept by `serve --ledger sqlite:PATH`: per tenant and per session, the
+    /// actual cost beside the modelled cost of sending the same requests unchanged.
+    #[cfg(all(feature = "serve", feature = "sqlite"))]
+    Ledger(ledger::LedgerArgs),
 }
 
 /// A failure that ends the command with an exit code.
@@ -240,6 +246,8 @@ pub(crate) fn run() -> ExitCode {
             Command::Simulate(args) => simulate::run(args).await,
             #[cfg(feature = "serve")]
             Command::Serve(args) => serve::run(args).await,
+            #[cfg(all(feature = "serve", feature = "sqlite"))]
+            Command::Ledger(args) => ledger::run(&args),
         }
     });
     // Out of the runtime: the exporter's last batch is sent from its own thread.

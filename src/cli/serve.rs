@@ -36,6 +36,11 @@ pub(crate) struct ServeArgs {
     /// every replica on it. Redis away degrades (no shared memo), never fails a request.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// Keep the ledger (what every request cost, and would have cost passed through;
+    /// `GET /ui`) on disk as well as in memory: `sqlite:PATH`. Overrides the config's
+    /// `ledger`. A path that cannot be opened stops the server at start.
+    #[arg(long, value_name = "sqlite:PATH")]
+    ledger: Option<String>,
     /// Export every request's spans over OTLP/HTTP (protobuf) to this collector, e.g.
     /// `http://127.0.0.1:4318` (`/v1/traces` is added to a URL without a path); overrides
     /// the config's `otlp_endpoint`. Needs the `otel` feature.
@@ -146,6 +151,8 @@ struct Config {
     listen: Option<SocketAddr>,
     policy: Option<PathBuf>,
     redis: Option<String>,
+    /// `sqlite:PATH` (relative to the config's folder): the ledger on disk.
+    ledger: Option<String>,
     otlp_endpoint: Option<String>,
     #[serde(default)]
     keys: Vec<Key>,
@@ -169,6 +176,35 @@ struct Key {
     policy: Option<PathBuf>,
     /// The largest body this tenant may send, in place of the server's.
     max_body_bytes: Option<usize>,
+}
+
+/// The ledger of `--ledger` (else the config's `ledger`), opened: one that cannot be stops
+/// the server here, at start.
+#[cfg(feature = "sqlite")]
+fn ledger(builder: ProxyBuilder, args: &ServeArgs, config: &Config) -> Result<ProxyBuilder, Exit> {
+    let (spec, folder) = match (&args.ledger, &config.ledger) {
+        (Some(spec), _) => (spec, Path::new(".")),
+        (None, Some(spec)) => (
+            spec,
+            args.config
+                .as_deref()
+                .and_then(Path::parent)
+                .unwrap_or(Path::new(".")),
+        ),
+        (None, None) => return Ok(builder),
+    };
+    Ok(builder.ledger(super::ledger::open(spec, folder)?))
+}
+
+/// Without SQLite a ledger is in memory only: asking for a file is an error.
+#[cfg(not(feature = "sqlite"))]
+fn ledger(builder: ProxyBuilder, args: &ServeArgs, config: &Config) -> Result<ProxyBuilder, Exit> {
+    match args.ledger.as_ref().or(config.ledger.as_ref()) {
+        Some(_) => Err(Exit::bad_input(
+            "--ledger needs the sqlite feature, which this build lacks",
+        )),
+        None => Ok(builder),
+    }
 }
 
 /// The config at `path`, its relative paths resolved against its folder.
@@ -280,6 +316,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<u8, Exit> {
             .map_err(|e| Exit::bad_input(format!("--redis: {e}")))?;
         builder = builder.redis(stores);
     }
+    builder = ledger(builder, &args, &config)?;
     for (prefix, provider) in config.routes {
         builder = builder.route(prefix, provider);
     }

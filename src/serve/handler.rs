@@ -99,6 +99,7 @@ async fn counted<F: Format>(shared: &Shared, parts: &Parts, body: Body) -> Respo
     if let Some(Drafted(draft)) = response.extensions_mut().remove::<Drafted>() {
         let waited = tally.upstream().unwrap_or_default();
         draft.answered(response.status().as_u16(), took.saturating_sub(waited));
+        written(draft).await;
     }
     let outcome = response.extensions().get::<metrics::Outcome>();
     let status = response.status().as_u16();
@@ -205,6 +206,15 @@ async fn handle<F: Format>(
     .await;
     out.extensions_mut().insert(Drafted(draft));
     out
+}
+
+/// Lets `draft` go; with a durable ledger, an answer whose draft this was leaves once its
+/// row is on disk: at most 100 ms later (a store that slow or failing is counted, not
+/// waited for).
+async fn written(draft: Arc<ledger::Draft>) {
+    if let Some(on_disk) = draft.finish() {
+        let _ = tokio::time::timeout(Duration::from_millis(100), on_disk).await;
+    }
 }
 
 /// A request's draft in the ledger, on its answer until the answer is counted.

@@ -255,6 +255,8 @@ pub struct ProxyBuilder {
     redis: Option<RedisStores>,
     budgets: Option<BudgetLayer>,
     metrics_key: Option<[u8; 32]>,
+    /// Where the ledger is kept beside memory.
+    ledger: Option<ledger::Disk>,
     /// The catalog the OpenAI upstream routes by, set by `build`.
     openai_catalog: by_format::CatalogCell,
 }
@@ -278,6 +280,7 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("redis", &self.redis.is_some())
             .field("budgets", &self.budgets)
             .field("metrics_key", &self.metrics_key.is_some())
+            .field("ledger", &self.ledger.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -386,6 +389,7 @@ impl Default for ProxyBuilder {
             redis: None,
             budgets: None,
             metrics_key: None,
+            ledger: None,
             openai_catalog: Default::default(),
         }
     }
@@ -616,6 +620,17 @@ impl ProxyBuilder {
         self
     }
 
+    /// Keeps the ledger in `file` as well as in memory, so that it survives restarts: its
+    /// rows are read back at start, and each answer leaves once its row is on disk (see
+    /// [`ledger`]). Without it, the ledger is in memory only.
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    #[must_use]
+    pub fn ledger(mut self, file: ledger::LedgerFile) -> Self {
+        self.ledger = Some(file);
+        self
+    }
+
     /// The server; fails when a policy does not validate. The upstreams of one policy
     /// share one context layer (one artifact store, one memory of each session's cut);
     /// every stack shares the memo store, whose keys are per tenant.
@@ -726,7 +741,7 @@ impl ProxyBuilder {
                 contexts,
                 keys,
                 routes,
-                ledger: ledger::Ledger::new(catalog, metrics.ledger_counters()),
+                ledger: ledger::Ledger::new(catalog, metrics.ledger_counters(), self.ledger),
                 metrics,
                 redis: self.redis,
                 budgets,

@@ -66,6 +66,8 @@ mod serve_count;
 mod serve_faithful;
 #[cfg(feature = "serve")]
 mod serve_ledger;
+#[cfg(all(feature = "serve", feature = "sqlite", feature = "cli"))]
+mod serve_ledger_file;
 #[cfg(feature = "serve")]
 mod serve_limits;
 #[cfg(feature = "serve")]

@@ -198,15 +198,15 @@ impl Book {
         change
     }
 
-    /// Counts a request of `tenant` passed through unmanaged.
-    pub(crate) fn passed_through(&mut self, tenant: &str) {
+    /// Counts `n` requests of `tenant` passed through unmanaged.
+    pub(crate) fn passed_through(&mut self, tenant: &str, n: u64) {
         self.tenants
             .entry(tenant.to_owned())
             .or_insert_with(|| TenantView {
                 tenant: tenant.to_owned(),
                 ..TenantView::default()
             })
-            .passed_through += 1;
+            .passed_through += n;
     }
 
     /// Every tenant, by label.

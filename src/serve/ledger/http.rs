@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::book::{SessionView, TenantView, Totals};
+use super::book::{Book, SessionView, TenantView, Totals};
 use super::row::Row;
 use super::{MAX_REQUESTS, MAX_SESSIONS};
 use crate::serve::Shared;
@@ -38,9 +38,16 @@ pub(crate) async fn sessions(State(shared): State<Arc<Shared>>, request: Request
 /// The overview, as JSON.
 pub(crate) async fn overview(shared: &Shared) -> Value {
     shared.ledger.flush().await;
-    let (tenants, sessions) = shared.ledger.read(|b| (b.tenants(), b.sessions()));
+    shared
+        .ledger
+        .read(|b| overview_json(b, shared.ledger.scope()))
+}
+
+/// The overview of `book`, whose figures cover `scope`.
+pub(crate) fn overview_json(book: &Book, scope: &str) -> Value {
+    let (tenants, sessions) = (book.tenants(), book.sessions());
     json!({
-        "scope": scope(),
+        "scope": scope,
         "tenants": tenants.iter().map(tenant_json).collect::<Vec<_>>(),
         "sessions": sessions.iter().map(session_json).collect::<Vec<_>>(),
     })
@@ -69,7 +76,7 @@ pub(crate) async fn one(shared: &Shared, id: &str, tenant: Option<&str>) -> Opti
     let found = shared.ledger.read(|b| b.session(&id, tenant));
     let (view, rows) = found.into_iter().next()?;
     let mut out = session_json(&view);
-    out["scope"] = json!(scope());
+    out["scope"] = json!(shared.ledger.scope());
     out["requests"] = json!(rows.iter().map(row_json).collect::<Vec<_>>());
     Some(out)
 }

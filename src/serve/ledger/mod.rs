@@ -39,12 +39,16 @@
 //!   session in flight together ([`Provenance::ModelledConcurrent`]); the provider's own
 //!   eviction before the TTL. Each row says which applies; each total carries the weakest.
 //! * Kept in memory: the newest [`MAX_REQUESTS`] requests and [`MAX_SESSIONS`] sessions
-//!   (the least recently used out); each tenant's totals since the ledger began.
+//!   (the least recently used out); each tenant's totals since the ledger began. With a
+//!   `LedgerFile` (feature `sqlite`, `--ledger sqlite:PATH`) on disk as well: each row is
+//!   written before its answer leaves, and read back at the next start.
 //! * Read at `GET /llm-context/ledger/sessions` and `/llm-context/ledger/sessions/{id}`,
 //!   under the access rule of `/metrics`.
 
 mod book;
 mod chain;
+#[cfg(feature = "sqlite")]
+mod file;
 pub(crate) mod http;
 mod model;
 pub(crate) mod page;
@@ -61,10 +65,23 @@ use llm_context_layers::{PreparationReport, Usage};
 
 pub use book::{GUARD_WINDOW, MAX_REQUESTS, MAX_SESSIONS, SessionView, TenantView, Totals};
 pub(crate) use chain::Shape;
+#[cfg(feature = "sqlite")]
+pub use file::{LedgerError, LedgerFile};
 pub use row::{Buckets, Edits, Provenance, Row};
 
 use book::Book;
 use model::{Model, Seen};
+
+/// Where a server's ledger is kept beside memory (`--ledger sqlite:PATH`).
+#[cfg(feature = "sqlite")]
+pub(crate) type Disk = LedgerFile;
+/// Without the `sqlite` feature a ledger is in memory only.
+#[cfg(not(feature = "sqlite"))]
+pub(crate) type Disk = std::convert::Infallible;
+#[cfg(feature = "sqlite")]
+type Writer = file::Writer;
+#[cfg(not(feature = "sqlite"))]
+type Writer = NoWriter;
 
 /// Requests waiting for the worker; past this a write is dropped and counted.
 const QUEUE: usize = 4_096;
@@ -102,13 +119,26 @@ struct Inner {
     epoch: Instant,
     in_flight: Mutex<HashMap<(String, String), usize>>,
     counters: Counters,
+    /// What the figures cover (in memory since the start, or since a file began).
+    scope: String,
+    /// Rows go to disk: an answer waits for its row's first write.
+    durable: bool,
 }
 
 impl Ledger {
-    /// A ledger in memory, its worker started.
-    pub(crate) fn new(catalog: Arc<Catalog>, counters: Counters) -> Self {
+    /// A ledger in memory, or on `file`, its worker started.
+    pub(crate) fn new(catalog: Arc<Catalog>, counters: Counters, file: Option<Disk>) -> Self {
         let (jobs, queue) = sync_channel(QUEUE);
-        let book = Arc::new(Mutex::new(Book::default()));
+        let (book, writer, scope) = match file {
+            #[cfg(feature = "sqlite")]
+            Some(file) => {
+                let (book, writer, scope) = file.into_parts();
+                (book, Some(writer), scope)
+            }
+            _ => (Book::default(), None, http::scope()),
+        };
+        let durable = writer.is_some();
+        let book = Arc::new(Mutex::new(book));
         let epoch = Instant::now();
         let worker = Worker {
             book: book.clone(),
@@ -116,6 +146,7 @@ impl Ledger {
             model: Model::default(),
             counters: counters.clone(),
             logged: std::collections::HashSet::new(),
+            writer,
         };
         let spawned = std::thread::Builder::new()
             .name("llm-context-ledger".into())
@@ -130,8 +161,15 @@ impl Ledger {
                 epoch,
                 in_flight: Mutex::new(HashMap::new()),
                 counters,
+                scope,
+                durable,
             }),
         }
+    }
+
+    /// What the figures cover.
+    pub(crate) fn scope(&self) -> &str {
+        &self.inner.scope
     }
 
     /// Starts the draft of a request about to go through the stack.
@@ -155,6 +193,7 @@ impl Ledger {
                 usage: None,
                 status: 0,
                 added: Duration::ZERO,
+                ack: None,
             })),
             fill: Mutex::new(Fill::default()),
         })
@@ -220,6 +259,8 @@ struct Pending {
     usage: Option<Usage>,
     status: u16,
     added: Duration,
+    /// Told once the row is first written (a durable ledger).
+    ack: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 #[derive(Debug, Default)]
@@ -258,6 +299,23 @@ impl Draft {
     }
 }
 
+impl Draft {
+    /// Lets the draft go; when this was its last holder and the ledger is durable, the
+    /// row is written now and the receiver hears when it is on disk.
+    pub(crate) fn finish(self: Arc<Self>) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        if !self.ledger.inner.durable {
+            return None;
+        }
+        let mut last = Arc::try_unwrap(self).ok()?;
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if let Some(pending) = &mut last.pending {
+            pending.ack = Some(done);
+        }
+        drop(last);
+        Some(wait)
+    }
+}
+
 impl Drop for Draft {
     fn drop(&mut self) {
         let Some(mut pending) = self.pending.take() else {
@@ -290,6 +348,8 @@ struct Worker {
     counters: Counters,
     /// Sessions logged as costlier than pass-through (once each).
     logged: std::collections::HashSet<(String, String)>,
+    /// The file rows are appended to, if any.
+    writer: Option<Writer>,
 }
 
 impl Worker {
@@ -297,7 +357,14 @@ impl Worker {
         while let Ok(job) = queue.recv() {
             match job {
                 Job::Request(pending) => self.write(*pending),
-                Job::PassedThrough(tenant) => lock(&self.book).passed_through(&tenant),
+                Job::PassedThrough(tenant) => {
+                    if let Some(writer) = &self.writer
+                        && let Err(error) = writer.passed_through(&tenant)
+                    {
+                        self.failed(&error);
+                    }
+                    lock(&self.book).passed_through(&tenant, 1);
+                }
                 Job::Flush(done) => {
                     let _ = done.send(());
                 }
@@ -305,8 +372,30 @@ impl Worker {
         }
     }
 
-    fn write(&mut self, p: Pending) {
-        let row = self.row(p);
+    fn write(&mut self, mut p: Pending) {
+        // On disk first, with the provider's figures (what cannot be lost once answered),
+        // then the answer may go; the model follows and completes the row.
+        let ack = p.ack.take();
+        let raw = self.writer.is_some().then(|| self.row(&p, false));
+        let on_disk = match (&self.writer, raw) {
+            (Some(writer), Some(raw)) => match writer.insert(&raw) {
+                Ok(id) => Some(id),
+                Err(error) => {
+                    self.failed(&error);
+                    None
+                }
+            },
+            _ => None,
+        };
+        if let Some(ack) = ack {
+            let _ = ack.send(());
+        }
+        let row = self.row(&p, true);
+        if let (Some(writer), Some(id)) = (&self.writer, on_disk)
+            && let Err(error) = writer.update(id, &row)
+        {
+            self.failed(&error);
+        }
         let key = (row.tenant.clone(), row.session.clone());
         let tenant = row.tenant.clone();
         let change = lock(&self.book).append(row);
@@ -330,18 +419,16 @@ impl Worker {
         }
     }
 
-    fn row(&mut self, p: Pending) -> Row {
-        let Pending {
-            at,
-            since,
-            concurrent,
-            start,
-            report,
-            usage,
-            status,
-            added,
-        } = p;
-        let report = report.unwrap_or_default();
+    fn failed(&self, error: &dyn std::fmt::Display) {
+        self.counters.write_failures.inc();
+        tracing::warn!(event = "ledger_write_failed", %error, "the request was served");
+    }
+
+    /// The row of `p`: with the pass-through modelled, or (`model` false) the provider's
+    /// figures alone, as first written to disk.
+    fn row(&mut self, p: &Pending, model: bool) -> Row {
+        let start = &p.start;
+        let report = p.report.clone().unwrap_or_default();
         let edits = Edits {
             removed_messages: report.removed_messages as u64,
             cleared: report.cleared_results as u64,
@@ -358,37 +445,44 @@ impl Worker {
         } else {
             start.session.clone()
         };
-        let chain = start
-            .body
-            .as_deref()
-            .and_then(|body| chain::blocks(start.shape, body).ok());
-        let provider_edited = report
-            .provider_edits
-            .is_some_and(|a| a.cleared_tool_uses + a.dropped_thinking + a.compactions > 0);
-        let modelled = self.model.bill(Seen {
-            key: (&start.tenant, &session),
-            provider: start.provider,
-            cache_min_tokens: self.catalog.cache_min_tokens(&start.model) as u64,
-            at: since,
-            chain,
-            client_tokens: report.before_tokens as u64,
-            sent_tokens: report.after_tokens as u64,
-            usage,
-            edited: edits.any() || report.before_tokens != report.after_tokens || provider_edited,
-            no_call: report.memo_hit,
-            concurrent,
-        });
+        let modelled = if model {
+            let chain = start
+                .body
+                .as_deref()
+                .and_then(|body| chain::blocks(start.shape, body).ok());
+            let provider_edited = report
+                .provider_edits
+                .is_some_and(|a| a.cleared_tool_uses + a.dropped_thinking + a.compactions > 0);
+            let edited =
+                edits.any() || report.before_tokens != report.after_tokens || provider_edited;
+            self.model.bill(Seen {
+                key: (&start.tenant, &session),
+                provider: start.provider,
+                cache_min_tokens: self.catalog.cache_min_tokens(&start.model) as u64,
+                at: p.since,
+                chain,
+                client_tokens: report.before_tokens as u64,
+                sent_tokens: report.after_tokens as u64,
+                usage: p.usage,
+                edited,
+                no_call: report.memo_hit,
+                concurrent: p.concurrent,
+            })
+        } else {
+            model::unmodelled(p.usage, report.memo_hit)
+        };
         let price = self.catalog.get(&start.model).and_then(|m| m.price);
         Row {
-            at_ms: at
+            at_ms: p
+                .at
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            tenant: start.tenant,
+            tenant: start.tenant.clone(),
             session,
             route: start.route.to_owned(),
-            model: start.model,
+            model: start.model.clone(),
             executor: report.executor.map(|e| e.as_str().to_owned()),
-            status,
+            status: p.status,
             client_tokens: report.before_tokens as u64,
             sent_tokens: report.after_tokens as u64,
             actual_usd: price.map(|p| modelled.actual.cost(&p)),
@@ -398,7 +492,7 @@ impl Worker {
             provenance: modelled.provenance,
             price,
             edits,
-            added_ms: added.as_secs_f64() * 1e3,
+            added_ms: p.added.as_secs_f64() * 1e3,
         }
     }
 }
@@ -426,7 +520,7 @@ mod tests {
     async fn a_session_that_costs_more_than_pass_through_is_counted_once_and_a_pass_through_route_is_counted()
      {
         let counters = Counters::default();
-        let ledger = Ledger::new(Catalog::builtin(), counters.clone());
+        let ledger = Ledger::new(Catalog::builtin(), counters.clone(), None);
         // The stack sent twice the client's prompt, all of it written to the cache.
         let mut report = PreparationReport::default();
         report.before_tokens = 1_000;
@@ -457,7 +551,7 @@ mod tests {
 
     #[tokio::test]
     async fn two_requests_of_a_session_at_once_are_modelled_as_concurrent() {
-        let ledger = Ledger::new(Catalog::builtin(), Counters::default());
+        let ledger = Ledger::new(Catalog::builtin(), Counters::default(), None);
         let mut report = PreparationReport::default();
         report.before_tokens = 2_000;
         report.after_tokens = 1_000;
@@ -485,5 +579,23 @@ mod tests {
         );
         let totals = ledger.read(|b| b.sessions())[0].totals.clone();
         assert_eq!(totals.provenance, Some(Provenance::ModelledConcurrent));
+    }
+}
+
+/// The writer of a build without SQLite: never made.
+#[cfg(not(feature = "sqlite"))]
+#[derive(Debug)]
+pub(crate) enum NoWriter {}
+
+#[cfg(not(feature = "sqlite"))]
+impl NoWriter {
+    fn insert(&self, _: &Row) -> Result<i64, std::convert::Infallible> {
+        match *self {}
+    }
+    fn update(&self, _: i64, _: &Row) -> Result<(), std::convert::Infallible> {
+        match *self {}
+    }
+    fn passed_through(&self, _: &str) -> Result<(), std::convert::Infallible> {
+        match *self {}
     }
 }

@@ -180,6 +180,19 @@ impl Model {
     }
 }
 
+/// The provider's figures alone, the pass-through not modelled (yet).
+pub(crate) fn unmodelled(usage: Option<Usage>, no_call: bool) -> Modelled {
+    let actual = match (usage, no_call) {
+        (Some(usage), false) => Buckets::of(&usage),
+        _ => Buckets::default(),
+    };
+    Modelled {
+        actual,
+        passthrough: actual,
+        provenance: Provenance::NotModelled,
+    }
+}
+
 /// `tally`'s shares of a prompt of `prompt` tokens.
 fn scaled(tally: &Tally, prompt: u64, output: u64) -> Buckets {
     let whole = tally.input_tokens.max(1) as f64;
