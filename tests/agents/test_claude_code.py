@@ -253,6 +253,19 @@ class ClaudeCodeThroughServe(unittest.TestCase):
         self.assertEqual(thinking["type"], "thinking")
         self.assertEqual(thinking["signature"], "sig-0001-EqQBCgIYAhIM")
         self.assertIn(MARKER, json.dumps(second[-1], ensure_ascii=False))
+        # The ledger holds the session under Claude Code's own session id, its two calls
+        # billed by the usage the fake reported, and the page shows it.
+        session = sent_through[0]["headers"]["x-claude-code-session-id"]
+        with urllib.request.urlopen(
+                f"{self.url}/llm-context/ledger/sessions/{session}", timeout=10) as r:
+            ledger = json.loads(r.read())
+        self.assertEqual(ledger["totals"]["requests"], 2)
+        self.assertEqual([q["actual"]["uncached"] for q in ledger["requests"]], [50, 50])
+        with urllib.request.urlopen(f"{self.url}/ui", timeout=10) as r:
+            self.assertIn(f'data-session="{session}"', r.read().decode())
+        print(f"\nledger: Claude Code session: actual ${ledger['totals']['actual_usd']:.6f}, "
+              f"pass-through ${ledger['totals']['passthrough_usd']:.6f} "
+              f"({ledger['totals']['provenance']})")
 
 
 class ClaudeCodeAgainstTheEnforcingUpstream(unittest.TestCase):

@@ -342,3 +342,100 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::serve::ledger::row::Edits;
+
+    fn arb_row() -> impl Strategy<Value = Row> {
+        (
+            0..3u8,
+            0..40u16,
+            (
+                0..50_000u64,
+                0..50_000u64,
+                0..5_000u64,
+                0..5_000u64,
+                0..2_000u64,
+            ),
+            (0..50_000u64, 0..50_000u64, 0..5_000u64, 0..5_000u64),
+            proptest::option::of((0.0..1.0f64, 0.0..1.0f64)),
+            0..6u8,
+        )
+            .prop_map(|(tenant, session, a, p, usd, provenance)| Row {
+                at_ms: 1_000 + u64::from(session),
+                tenant: format!("t{tenant}"),
+                session: format!("s{session}"),
+                route: "/v1/messages".into(),
+                model: "m".into(),
+                executor: None,
+                status: 200,
+                client_tokens: a.0 + a.1,
+                sent_tokens: a.0,
+                actual: Buckets {
+                    uncached: a.0,
+                    cache_read: a.1,
+                    cache_write_5m: a.2,
+                    cache_write_1h: a.3,
+                    output: a.4,
+                },
+                passthrough: Buckets {
+                    uncached: p.0,
+                    cache_read: p.1,
+                    cache_write_5m: p.2,
+                    cache_write_1h: p.3,
+                    output: a.4,
+                },
+                provenance: [
+                    Provenance::Observed,
+                    Provenance::Modelled,
+                    Provenance::ModelledPrefixExpired,
+                    Provenance::ModelledNoHistory,
+                    Provenance::ModelledConcurrent,
+                    Provenance::NotModelled,
+                ][usize::from(provenance)],
+                price: None,
+                actual_usd: usd.map(|u| u.0),
+                passthrough_usd: usd.map(|u| u.1),
+                edits: Edits::default(),
+                added_ms: 0.1,
+            })
+    }
+
+    proptest! {
+        /// Every view is the sum of its rows: each tenant's of all its rows, each session's
+        /// of its own, the flag of its newest priced twenty; the weakest provenance wins.
+        #[test]
+        fn every_total_is_the_sum_of_its_rows(rows in proptest::collection::vec(arb_row(), 1..300)) {
+            let mut book = Book::default();
+            for row in &rows {
+                book.append(row.clone());
+            }
+            for tenant in book.tenants() {
+                let mine: Vec<&Row> = rows.iter().filter(|r| r.tenant == tenant.tenant).collect();
+                let t = &tenant.totals;
+                prop_assert_eq!(t.requests as usize, mine.len());
+                prop_assert_eq!(t.client_tokens, mine.iter().map(|r| r.client_tokens).sum::<u64>());
+                prop_assert_eq!(t.actual.cache_read, mine.iter().map(|r| r.actual.cache_read).sum::<u64>());
+                prop_assert_eq!(t.passthrough.prompt(), mine.iter().map(|r| r.passthrough.prompt()).sum::<u64>());
+                let usd: f64 = mine.iter().filter_map(|r| r.actual_usd).sum();
+                prop_assert!((t.actual_usd - usd).abs() < 1e-9);
+                prop_assert_eq!(t.unpriced as usize, mine.iter().filter(|r| r.actual_usd.is_none()).count());
+                prop_assert_eq!(t.provenance, mine.iter().map(|r| r.provenance).max());
+            }
+            for s in book.sessions() {
+                let mine: Vec<&Row> = rows.iter().filter(|r| r.tenant == s.tenant && r.session == s.session).collect();
+                prop_assert_eq!(s.totals.requests as usize, mine.len());
+                prop_assert_eq!(s.totals.actual.prompt(), mine.iter().map(|r| r.actual.prompt()).sum::<u64>());
+                let priced: Vec<&&Row> = mine.iter().filter(|r| r.actual_usd.is_some()).collect();
+                let recent = &priced[priced.len().saturating_sub(GUARD_WINDOW)..];
+                let a: f64 = recent.iter().filter_map(|r| r.actual_usd).sum();
+                let p: f64 = recent.iter().filter_map(|r| r.passthrough_usd).sum();
+                prop_assert_eq!(s.costlier_than_passthrough, a > p + 1e-6);
+            }
+        }
+    }
+}
