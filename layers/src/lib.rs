@@ -83,7 +83,7 @@ pub use model::{
     PrefixContext, PreparationReport, Reasoning, Role, Scope, Text, ToolCall, ToolChoice, ToolSpec,
     Usage, WireFormat,
 };
-pub use policy::{ContextPolicy, PolicyError};
+pub use policy::{ContextPolicy, Guard, PolicyError};
 pub use prefix::PrefixLayer;
 pub use store::{StoreError, StoreErrorKind};
 pub use summarize::{SummarizeLayer, SummaryBlock};

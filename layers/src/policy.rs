@@ -114,6 +114,24 @@ pub struct ContextPolicy {
     /// history; `drop_block` the provider, asked to with `thinking.block_binding` (see
     /// [`ThinkingMismatch`]).
     pub thinking_mismatch: ThinkingMismatch,
+    /// What a proxy keeping a ledger (`llm-context serve`) does with a session whose
+    /// newest requests cost more, by the provider's usage, than sending them unchanged:
+    /// `off` (the default) nothing but flag it; `pass-through` stops editing it, except
+    /// what the window forces ([`guarded`](Self::guarded)), until the ledger shows
+    /// editing pays again.
+    pub guard: Guard,
+}
+
+/// See [`ContextPolicy::guard`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Guard {
+    /// A session costlier than pass-through is flagged, and edited as before.
+    #[default]
+    Off,
+    /// A session costlier than pass-through is edited only where the window forces it.
+    PassThrough,
 }
 
 impl Default for ContextPolicy {
@@ -136,6 +154,7 @@ impl Default for ContextPolicy {
             repair_pairing: true,
             executor: Executor::Auto,
             thinking_mismatch: ThinkingMismatch::Omit,
+            guard: Guard::Off,
         }
     }
 }
@@ -296,6 +315,34 @@ impl ContextPolicy {
         self
     }
 
+    /// Sets [`guard`](Self::guard).
+    #[must_use]
+    pub fn with_guard(mut self, guard: Guard) -> Self {
+        self.guard = guard;
+        self
+    }
+
+    /// This policy doing only what the window forces: the one a guarded session is
+    /// prepared under. Nothing is offloaded (`tool_result_max_chars` unbounded), pruning and clearing take the minimum (no
+    /// low-water mark, no clearing in steps, no tool inputs cleared), and the stack's own
+    /// steps run (no provider edit is asked for: the provider's clearing would be an
+    /// edit the window did not force). What is protected, and the window, stay.
+    #[must_use]
+    pub fn guarded(&self) -> ContextPolicy {
+        ContextPolicy {
+            // No result is long enough to offload (an artifact must hold its preview, so
+            // its bound goes with it; with nothing offloaded it bounds nothing).
+            tool_result_max_chars: usize::MAX,
+            artifact_max_chars: usize::MAX,
+            low_water_tokens: None,
+            clear_at_least_tokens: None,
+            clear_tool_inputs: false,
+            executor: Executor::Local,
+            guard: Guard::Off,
+            ..self.clone()
+        }
+    }
+
     /// The level pruning aims for: `low_water_tokens` when set (never above the
     /// allowance), else the allowance.
     pub fn prune_target(&self, model_window: Option<usize>) -> usize {
@@ -450,6 +497,27 @@ mod tests {
         assert_eq!(p.artifact_max_chars, 1_000_000);
         assert_eq!(p.prompt_allowance(None), 32_000 - 2_048);
         p.validate().unwrap();
+    }
+
+    #[test]
+    fn the_guard_reads_from_a_policy_file_and_its_guarded_form_only_does_what_the_window_forces() {
+        let p = ContextPolicy::from_toml(
+            "guard = \"pass-through\"\nlow_water_tokens = 20000\nmax_context_tokens = 64000\n\
+             clear_at_least_tokens = 5000\nexecutor = \"delegate\"\npreserve_recent = 4",
+        )
+        .unwrap();
+        assert_eq!(p.guard, Guard::PassThrough);
+        assert_eq!(ContextPolicy::default().guard, Guard::Off);
+        let g = p.guarded();
+        g.validate().unwrap();
+        assert_eq!(g.guard, Guard::Off);
+        assert_eq!(g.executor, Executor::Local);
+        assert_eq!((g.low_water_tokens, g.clear_at_least_tokens), (None, None));
+        assert_eq!(g.tool_result_max_chars, usize::MAX);
+        // What is protected, and the window, stay.
+        assert_eq!((g.preserve_recent, g.max_context_tokens), (4, Some(64_000)));
+        assert!(ContextPolicy::from_toml("guard = \"sometimes\"").is_err());
+        assert_eq!(ContextPolicy::from_toml(&p.to_toml().unwrap()).unwrap(), p);
     }
 
     #[test]

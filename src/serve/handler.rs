@@ -171,7 +171,9 @@ async fn handle<F: Format>(
     }
     addressed(shared, tenant, parts, &mut req).await;
     let provider = provider_of(&shared.routes, &shared.catalog, &req.model);
-    let stacks = &shared.stacks[tenant.map_or(0, |t| t.stacks)];
+    let policy = tenant.map_or(0, |t| t.stacks);
+    let guarded = guard(shared, policy, label, &mut req);
+    let stacks = guarded.unwrap_or(&shared.stacks[policy]);
     let Some(upstream) = stacks.get(&provider).cloned() else {
         let why = no_upstream(&req.model, provider);
         return failures::error::<F>(StatusCode::BAD_REQUEST, &why);
@@ -180,6 +182,7 @@ async fn handle<F: Format>(
     let tools = crate::wire::namespaces::split_names(&req.tools);
     let ceiling = plausible::ceiling(&shared.catalog, &model);
     let draft = shared.ledger.begin(ledger::Start {
+        guarded: guarded.is_some(),
         tenant: label.to_owned(),
         session: req.session.clone(),
         route: F::ROUTE,
@@ -204,8 +207,30 @@ async fn handle<F: Format>(
         },
     )
     .await;
+    if guarded.is_some() {
+        out.headers_mut()
+            .insert("x-llm-context-guard", HeaderValue::from_static("held"));
+    }
     out.extensions_mut().insert(Drafted(draft));
     out
+}
+
+/// The guarded stacks `req` goes through, when its policy guards (`guard =
+/// "pass-through"`) and the ledger finds its session costlier than pass-through: the
+/// session is then edited only where the window forces it. A session the request does
+/// not name is inferred here, as the stack would, so the ledger and the stack agree.
+fn guard<'a>(
+    shared: &'a Shared,
+    policy: usize,
+    tenant: &str,
+    req: &mut ChatRequest,
+) -> Option<&'a super::Stacks> {
+    let guarded = shared.guarded[policy].as_ref()?;
+    req.infer_session();
+    shared
+        .ledger
+        .costlier(tenant, &req.session)
+        .then_some(guarded)
 }
 
 /// Lets `draft` go; with a durable ledger, an answer whose draft this was leaves once its

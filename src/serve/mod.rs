@@ -150,7 +150,7 @@ use crate::{
     Anthropic, BoxError, Catalog, ChatRequest, ChatResponse, ContextPolicy, ContextPolicyLayer,
     OpenAi, PolicyError, Scope,
 };
-use llm_context_layers::ArtifactStore;
+use llm_context_layers::{ArtifactStore, Guard};
 
 /// The largest request body read by default: 64 MiB, room for a 10,000-message
 /// transcript with large tool results. Past it the answer is 413.
@@ -185,6 +185,10 @@ pub(crate) struct Shared {
     pub(crate) catalog: Arc<Catalog>,
     /// The default policy's stacks first, then one per tenant with its own policy.
     pub(crate) stacks: Vec<Stacks>,
+    /// For each policy of `stacks` whose `guard` is `pass-through`, the stacks of its
+    /// [`guarded`](ContextPolicy::guarded) form: what a session costlier than
+    /// pass-through is sent through.
+    pub(crate) guarded: Vec<Option<Stacks>>,
     /// The context layer of each policy, in the order of `stacks` (which it is part of):
     /// what prepares a request that is counted, not sent.
     pub(crate) contexts: Vec<ContextPolicyLayer>,
@@ -687,7 +691,14 @@ impl ProxyBuilder {
                     .collect();
                 Ok((stacks, context))
             };
+        let guarded_for = |policy: &ContextPolicy| -> Result<Option<Stacks>, PolicyError> {
+            match policy.guard {
+                Guard::PassThrough => Ok(Some(stacks_for(policy.guarded())?.0)),
+                _ => Ok(None),
+            }
+        };
         let (first, context) = stacks_for(self.policy.clone())?;
+        let mut guarded = vec![guarded_for(&self.policy)?];
         let mut stacks = vec![first];
         let mut contexts = vec![context];
         let keys = if self.keys.is_empty() {
@@ -697,6 +708,7 @@ impl ProxyBuilder {
             for (digest, scope, policy) in self.keys {
                 let index = match policy {
                     Some(policy) => {
+                        guarded.push(guarded_for(&policy)?);
                         let (tenants, context) = stacks_for(policy)?;
                         stacks.push(tenants);
                         contexts.push(context);
@@ -738,6 +750,7 @@ impl ProxyBuilder {
                 in_flight: Arc::new(tokio::sync::Semaphore::new(self.max_concurrency)),
                 catalog: catalog.clone(),
                 stacks,
+                guarded,
                 contexts,
                 keys,
                 routes,

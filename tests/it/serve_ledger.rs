@@ -327,3 +327,79 @@ async fn the_page_and_the_json_are_for_the_metrics_keys_bearer_and_a_long_sessio
         "{text}"
     );
 }
+
+/// Bills every prompt token as a cache write: a provider whose cache the stack's edits
+/// keep missing.
+struct AllWrites;
+
+impl Respond for AllWrites {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let prompt = request.body.len() as u64 / 4;
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "msg", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+            "stop_reason": "end_turn", "content": [{"type": "text", "text": "ok"}],
+            "usage": {"input_tokens": 0, "cache_creation_input_tokens": prompt,
+                      "cache_read_input_tokens": 0, "output_tokens": 10}}))
+    }
+}
+
+#[tokio::test]
+async fn a_guarded_session_costlier_than_pass_through_is_edited_only_where_the_window_forces() {
+    let upstream = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(AllWrites)
+        .mount(&upstream)
+        .await;
+    let policy = ContextPolicy::default()
+        .with_tool_result_max_chars(2_000)
+        .with_guard(llm_context::Guard::PassThrough);
+    let url = proxy(policy, &upstream).await;
+    let mut messages = vec![json!({"role": "user", "content": "Fix the failing tests."})];
+    let mut held = None;
+    for r in 0..12 {
+        messages.extend(round(r));
+        let answer = reqwest::Client::new()
+            .post(format!("{url}/v1/messages"))
+            .header("anthropic-version", "2023-06-01")
+            .header("x-llm-context-session", "guarded")
+            .body(body(&messages, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let guard = answer.headers().get("x-llm-context-guard").cloned();
+        let offloaded = header(&answer, "x-llm-context-offloaded");
+        answer.bytes().await.unwrap();
+        match (&held, guard) {
+            // Edited (its results offloaded) until the ledger finds it costlier.
+            (None, None) => assert!(offloaded > 0, "round {r}"),
+            (None, Some(value)) => {
+                assert_eq!(value, "held");
+                assert_eq!(offloaded, 0, "round {r}");
+                held = Some(r);
+            }
+            (Some(_), _) => {}
+        }
+        // The row of each answer is in before the next request is prepared.
+        reqwest::get(format!("{url}/llm-context/ledger/sessions"))
+            .await
+            .unwrap();
+    }
+    let held = held.expect("the guard never held");
+    assert!(held >= 1, "guarded before the ledger saw an edit");
+    // From then on the upstream got the results whole, as the client sent them.
+    let last = upstream.received_requests().await.unwrap().pop().unwrap();
+    let sent: Value = serde_json::from_slice(&last.body).unwrap();
+    let result = &sent["messages"][2]["content"][0]["content"];
+    assert_eq!(result, &round(0)[1]["content"][0]["content"]);
+    let one = json_of(
+        reqwest::get(format!("{url}/llm-context/ledger/sessions/guarded"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let rows = one["requests"].as_array().unwrap();
+    assert_eq!(rows[held]["edits"]["guard_held"], true);
+    assert_eq!(rows[0]["edits"]["guard_held"], false);
+}

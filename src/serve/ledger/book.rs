@@ -198,6 +198,13 @@ impl Book {
         change
     }
 
+    /// Whether `tenant`'s `session` is held and costlier than pass-through.
+    pub(crate) fn costlier(&self, tenant: &str, session: &str) -> bool {
+        self.sessions
+            .get(&(tenant.to_owned(), session.to_owned()))
+            .is_some_and(|s| s.costlier_than_passthrough)
+    }
+
     /// Counts `n` requests of `tenant` passed through unmanaged.
     pub(crate) fn passed_through(&mut self, tenant: &str, n: u64) {
         self.tenants

@@ -199,6 +199,11 @@ impl Ledger {
         })
     }
 
+    /// Whether `tenant`'s `session` costs more than pass-through over its newest requests.
+    pub(crate) fn costlier(&self, tenant: &str, session: &str) -> bool {
+        lock(&self.inner.book).costlier(tenant, session)
+    }
+
     /// Counts a request of `tenant` on a route passed through unmanaged.
     pub(crate) fn passed_through(&self, tenant: &str) {
         self.send(Job::PassedThrough(tenant.to_owned()));
@@ -239,6 +244,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What the handler knows of a request before the stack runs.
 #[derive(Debug)]
 pub(crate) struct Start {
+    /// It went through the guarded stacks (its session costlier than pass-through).
+    pub(crate) guarded: bool,
     pub(crate) tenant: String,
     pub(crate) session: String,
     pub(crate) route: &'static str,
@@ -436,6 +443,7 @@ impl Worker {
             thinking_dropped: report.thinking_dropped as u64,
             compacted: report.compacted_messages as u64,
             memo_hit: report.memo_hit,
+            guard_held: start.guarded,
         };
         let session = if start.session.is_empty() {
             report
@@ -506,6 +514,7 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "x".repeat(20_000),
              "cache_control": {"type": "ephemeral"}}]}]});
         Start {
+            guarded: false,
             tenant: "t".into(),
             session: session.into(),
             route: "/v1/messages",

@@ -433,6 +433,9 @@ fn done(r: &Row) -> String {
     if e.memo_hit {
         parts.push("answered from the memo".into());
     }
+    if e.guard_held {
+        parts.push("guard: only what the window forced".into());
+    }
     if parts.is_empty() {
         "nothing edited".into()
     } else {

@@ -118,6 +118,10 @@ pub struct Edits {
     pub compacted: u64,
     /// Answered from the memo (or an identical request in flight): no provider call.
     pub memo_hit: bool,
+    /// The session was costlier than pass-through and its policy guards: only what the
+    /// window forced was done.
+    #[serde(default)]
+    pub guard_held: bool,
 }
 
 impl Edits {
