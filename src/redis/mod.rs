@@ -58,6 +58,7 @@ mod durable;
 mod error;
 mod flight;
 pub(crate) mod keys;
+mod ledger;
 mod memo;
 mod options;
 
@@ -71,6 +72,7 @@ pub use artifacts::{RedisArtifactStore, SessionUsage};
 pub use budgets::RedisBudgetStore;
 pub use cuts::RedisCutStore;
 pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisDurableStore};
+pub use ledger::{LEDGER_STREAM_ROWS, RedisLedgerStream};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
 
@@ -90,6 +92,8 @@ pub struct RedisStores {
     pub cuts: RedisCutStore,
     /// Budget counters, for [`BudgetLayer::with_store`](crate::budget::BudgetLayer::with_store).
     pub budgets: RedisBudgetStore,
+    /// The ledger of `serve`, shared by its replicas.
+    pub ledger: RedisLedgerStream,
 }
 
 impl RedisStores {
@@ -122,6 +126,11 @@ impl RedisStores {
                 secret.clone(),
             ),
             cuts: RedisCutStore::with_secret(conn.clone(), Arc::clone(&options), secret.clone()),
+            ledger: RedisLedgerStream::with_secret(
+                conn.clone(),
+                Arc::clone(&options),
+                secret.clone(),
+            ),
             budgets: RedisBudgetStore::with_secret(conn, options, secret),
         })
     }

@@ -754,7 +754,12 @@ impl ProxyBuilder {
                 contexts,
                 keys,
                 routes,
-                ledger: ledger::Ledger::new(catalog, metrics.ledger_counters(), self.ledger),
+                ledger: ledger::Ledger::new(
+                    catalog,
+                    metrics.ledger_counters(),
+                    self.ledger,
+                    self.redis.as_ref().map(|r| r.ledger.clone()),
+                ),
                 metrics,
                 redis: self.redis,
                 budgets,

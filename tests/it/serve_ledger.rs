@@ -403,3 +403,69 @@ async fn a_guarded_session_costlier_than_pass_through_is_edited_only_where_the_w
     assert_eq!(rows[held]["edits"]["guard_held"], true);
     assert_eq!(rows[0]["edits"]["guard_held"], false);
 }
+
+#[tokio::test]
+async fn two_replicas_on_one_redis_write_one_ledger() {
+    let upstream = upstream().await;
+    let stores = crate::support::redis::stores(
+        "two_replicas_on_one_redis_write_one_ledger",
+        llm_context::redis::RedisOptions::default(),
+    )
+    .await;
+    let replica = |stores: llm_context::redis::RedisStores| {
+        Proxy::builder()
+            .anthropic(anthropic(&upstream.uri()))
+            .redis(stores)
+            .build()
+            .unwrap()
+    };
+    let urls = [
+        serving(replica(stores.clone())).await,
+        serving(replica(stores)).await,
+    ];
+    let mut messages = vec![json!({"role": "user", "content": "Fix the failing tests."})];
+    for r in 0..6 {
+        messages.extend(round(r));
+        let answer = reqwest::Client::new()
+            .post(format!("{}/v1/messages", urls[r % 2]))
+            .header("anthropic-version", "2023-06-01")
+            .header("x-llm-context-session", "shared")
+            .body(body(&messages, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+    }
+    // Each replica's view holds all six, in the order they were answered.
+    let views = [
+        json_of(
+            reqwest::get(format!("{}/llm-context/ledger/sessions/shared", urls[0]))
+                .await
+                .unwrap(),
+        )
+        .await,
+        json_of(
+            reqwest::get(format!("{}/llm-context/ledger/sessions/shared", urls[1]))
+                .await
+                .unwrap(),
+        )
+        .await,
+    ];
+    for view in &views {
+        assert_eq!(view["totals"]["requests"], 6, "{view}");
+        assert!(view["scope"].as_str().unwrap().contains("every replica"));
+    }
+    assert_eq!(views[0]["totals"], views[1]["totals"]);
+    let client_tokens: Vec<&Value> = views[0]["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["client_tokens"])
+        .collect();
+    assert!(
+        client_tokens
+            .windows(2)
+            .all(|w| w[0].as_u64() < w[1].as_u64()),
+        "{client_tokens:?}"
+    );
+}

@@ -41,7 +41,9 @@
 //! * Kept in memory: the newest [`MAX_REQUESTS`] requests and [`MAX_SESSIONS`] sessions
 //!   (the least recently used out); each tenant's totals since the ledger began. With a
 //!   `LedgerFile` (feature `sqlite`, `--ledger sqlite:PATH`) on disk as well: each row is
-//!   written before its answer leaves, and read back at the next start.
+//!   written before its answer leaves, and read back at the next start. With Redis, every
+//!   replica appends to one stream and reads the others' rows back, so their requests
+//!   land in one view.
 //! * Read at `GET /llm-context/ledger/sessions` and `/llm-context/ledger/sessions/{id}`,
 //!   under the access rule of `/metrics`.
 
@@ -127,9 +129,14 @@ struct Inner {
 
 impl Ledger {
     /// A ledger in memory, or on `file`, its worker started.
-    pub(crate) fn new(catalog: Arc<Catalog>, counters: Counters, file: Option<Disk>) -> Self {
+    pub(crate) fn new(
+        catalog: Arc<Catalog>,
+        counters: Counters,
+        file: Option<Disk>,
+        redis: Option<crate::redis::RedisLedgerStream>,
+    ) -> Self {
         let (jobs, queue) = sync_channel(QUEUE);
-        let (book, writer, scope) = match file {
+        let (mut book, writer, mut scope) = match file {
             #[cfg(feature = "sqlite")]
             Some(file) => {
                 let (book, writer, scope) = file.into_parts();
@@ -137,6 +144,27 @@ impl Ledger {
             }
             _ => (Book::default(), None, http::scope()),
         };
+        // Shared, the views are the stream's (this replica's rows among them): a file
+        // is then this replica's own record, not read into them.
+        let shared = redis.and_then(|stream| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            book = Book::default();
+            scope = format!(
+                "managed requests of every replica on this Redis, its newest {} rows: each \
+                 tenant's totals over them; the newest {} sessions and {} requests",
+                crate::redis::LEDGER_STREAM_ROWS,
+                MAX_SESSIONS,
+                MAX_REQUESTS
+            );
+            Some(Shared {
+                stream,
+                runtime,
+                last: "0".to_owned(),
+            })
+        });
         let durable = writer.is_some();
         let book = Arc::new(Mutex::new(book));
         let epoch = Instant::now();
@@ -147,6 +175,7 @@ impl Ledger {
             counters: counters.clone(),
             logged: std::collections::HashSet::new(),
             writer,
+            shared,
         };
         let spawned = std::thread::Builder::new()
             .name("llm-context-ledger".into())
@@ -357,11 +386,33 @@ struct Worker {
     logged: std::collections::HashSet<(String, String)>,
     /// The file rows are appended to, if any.
     writer: Option<Writer>,
+    /// The stream the replicas share, if any.
+    shared: Option<Shared>,
+}
+
+/// How long the worker waits on Redis for one append or read.
+const SHARE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The replicas' stream, read from `last` on, driven from the worker's own runtime.
+struct Shared {
+    stream: crate::redis::RedisLedgerStream,
+    runtime: tokio::runtime::Runtime,
+    last: String,
 }
 
 impl Worker {
     fn run(mut self, queue: Receiver<Job>) {
-        while let Ok(job) = queue.recv() {
+        self.pull();
+        loop {
+            // Shared through Redis, the other replicas' rows are read every quarter second.
+            let job = match queue.recv_timeout(Duration::from_millis(250)) {
+                Ok(job) => job,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    self.pull();
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            };
             match job {
                 Job::Request(pending) => self.write(*pending),
                 Job::PassedThrough(tenant) => {
@@ -370,11 +421,72 @@ impl Worker {
                     {
                         self.failed(&error);
                     }
-                    lock(&self.book).passed_through(&tenant, 1);
+                    if !self.share("passed", &tenant) {
+                        lock(&self.book).passed_through(&tenant, 1);
+                    }
                 }
                 Job::Flush(done) => {
+                    self.pull();
                     let _ = done.send(());
                 }
+            }
+        }
+    }
+
+    /// Appends `text` to the shared stream; `false`: not shared (no Redis, or it failed,
+    /// counted): the caller keeps it in this process's views.
+    fn share(&mut self, kind: &str, text: &str) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        let append = shared.stream.append(kind, text);
+        match shared
+            .runtime
+            .block_on(async { tokio::time::timeout(SHARE_TIMEOUT, append).await })
+        {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
+                self.failed(&error);
+                false
+            }
+            Err(_) => {
+                self.failed(&"redis did not answer within 200 ms");
+                false
+            }
+        }
+    }
+
+    /// Reads the shared stream's new entries (this replica's and the others') into the
+    /// views.
+    fn pull(&mut self) {
+        loop {
+            let Some(shared) = &self.shared else {
+                return;
+            };
+            let read = shared.stream.after(&shared.last, 1_000);
+            let read = async { tokio::time::timeout(SHARE_TIMEOUT, read).await };
+            let entries = match shared.runtime.block_on(read) {
+                Ok(Ok(entries)) => entries,
+                // Redis away: the views wait for it; nothing is lost from the stream.
+                _ => return,
+            };
+            let Some((last, _, _)) = entries.last() else {
+                return;
+            };
+            let (last, full) = (last.clone(), entries.len() == 1_000);
+            for (_, kind, text) in entries {
+                match (kind.as_str(), serde_json::from_str::<Row>(&text)) {
+                    ("row", Ok(row)) => self.append(row),
+                    ("passed", _) => lock(&self.book).passed_through(&text, 1),
+                    (_, Err(error)) => tracing::warn!(event = "ledger_row_unread", %error),
+                    _ => {}
+                }
+            }
+            if let Some(shared) = &mut self.shared {
+                shared.last = last;
+            }
+            if !full {
+                return;
             }
         }
     }
@@ -403,6 +515,13 @@ impl Worker {
         {
             self.failed(&error);
         }
+        if !self.share("row", &serde_json::to_string(&row).unwrap_or_default()) {
+            self.append(row);
+        }
+    }
+
+    /// Puts `row` in the views, and says when its session turned costlier (or back).
+    fn append(&mut self, row: Row) {
         let key = (row.tenant.clone(), row.session.clone());
         let tenant = row.tenant.clone();
         let change = lock(&self.book).append(row);
@@ -529,7 +648,7 @@ mod tests {
     async fn a_session_that_costs_more_than_pass_through_is_counted_once_and_a_pass_through_route_is_counted()
      {
         let counters = Counters::default();
-        let ledger = Ledger::new(Catalog::builtin(), counters.clone(), None);
+        let ledger = Ledger::new(Catalog::builtin(), counters.clone(), None, None);
         // The stack sent twice the client's prompt, all of it written to the cache.
         let mut report = PreparationReport::default();
         report.before_tokens = 1_000;
@@ -560,7 +679,7 @@ mod tests {
 
     #[tokio::test]
     async fn two_requests_of_a_session_at_once_are_modelled_as_concurrent() {
-        let ledger = Ledger::new(Catalog::builtin(), Counters::default(), None);
+        let ledger = Ledger::new(Catalog::builtin(), Counters::default(), None, None);
         let mut report = PreparationReport::default();
         report.before_tokens = 2_000;
         report.after_tokens = 1_000;
