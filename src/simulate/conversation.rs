@@ -116,6 +116,24 @@ impl Conversation {
         self.steps.len()
     }
 
+    /// The calls the agent makes, in order, as [`Simulation::run`](super::Simulation::run)
+    /// makes them: each one's transcript length (it sends `messages()[..end]`) and when
+    /// it is made, from the conversation's start. What replays the conversation against
+    /// something else (a proxy, a provider) with the simulation's timing.
+    ///
+    /// ```
+    /// use llm_context::simulate::{Calls, Conversation};
+    ///
+    /// let c = Conversation::generate(3, 1);
+    /// let per_turn = c.calls(Calls::PerTurn);
+    /// assert_eq!(per_turn.len(), 3);
+    /// assert!(c.calls(Calls::PerRound).len() >= 3);
+    /// assert!(per_turn.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
+    /// ```
+    pub fn calls(&self, calls: super::Calls) -> Vec<(usize, std::time::Duration)> {
+        super::run::schedule(self, calls)
+    }
+
     /// Per turn, the transcript lengths of its calls in per-round mode.
     pub(super) fn steps(&self) -> &[Vec<usize>] {
         &self.steps

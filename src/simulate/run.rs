@@ -443,7 +443,7 @@ impl CacheModel {
 }
 
 /// The calls of a run: the transcript's length at each, and when it is made.
-fn schedule(conversation: &Conversation, calls: Calls) -> Vec<(usize, Duration)> {
+pub(super) fn schedule(conversation: &Conversation, calls: Calls) -> Vec<(usize, Duration)> {
     let mut out = Vec::new();
     let mut now = 0;
     for (t, turn) in conversation.steps().iter().enumerate() {

@@ -469,3 +469,102 @@ async fn two_replicas_on_one_redis_write_one_ledger() {
         "{client_tokens:?}"
     );
 }
+
+/// An OpenAI upstream that bills each request's prompt at the crate's estimate of what it
+/// received (so the provider's count and the proxy's agree, as calibration would make
+/// them) and `OUTPUT_TOKENS_PER_CALL` of output, no cache: only the pass-through is
+/// modelled here, the actual figures do not matter.
+struct Estimating;
+
+impl Respond for Estimating {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        use llm_context_layers::tokens::{estimate_message_tokens, estimate_tool_tokens};
+        let text = std::str::from_utf8(&request.body).unwrap();
+        let (req, _) = llm_context::wire::chat_completions::body::request_from_str(text).unwrap();
+        let prompt = estimate_message_tokens(&req.messages) + estimate_tool_tokens(&req.tools);
+        let output = llm_context::simulate::OUTPUT_TOKENS_PER_CALL;
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "c", "object": "chat.completion", "created": 1, "model": "gpt-5.4",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "ok"}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": output,
+                      "total_tokens": prompt as u64 + output}}))
+    }
+}
+
+#[tokio::test]
+async fn the_modelled_pass_through_agrees_with_simulate_on_the_same_conversation() {
+    use llm_context::simulate::{Calls, Candidate, Conversation, Simulation};
+    let conversation = Conversation::generate(8, 11);
+    let calls = conversation.calls(Calls::PerTurn);
+    // What simulate says the conversation costs sent as it is (nothing edited: off).
+    let unchanged = ContextPolicy::default()
+        .with_executor(llm_context::Executor::Off)
+        .with_max_context_tokens(1_000_000);
+    let simulated = Simulation::new("gpt-5.4")
+        .run(&conversation, &Candidate::new("pass-through", unchanged))
+        .await
+        .unwrap();
+    assert_eq!(simulated.calls, calls.len());
+
+    // The same calls through serve, under a window the transcript outgrows: edited, so
+    // every pass-through figure is modelled, not observed.
+    let upstream = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Estimating)
+        .mount(&upstream)
+        .await;
+    let largest = calls.last().unwrap().0;
+    let full =
+        llm_context_layers::tokens::estimate_message_tokens(&conversation.messages()[..largest]);
+    let policy = ContextPolicy::default()
+        .with_max_context_tokens(full * 6 / 10)
+        .with_reserve_tokens(1_000);
+    let proxy = Proxy::builder()
+        .policy(policy)
+        .openai(crate::support::proxy::openai(&upstream.uri()))
+        .build()
+        .unwrap();
+    let url = serving(proxy).await;
+    let mut removed = 0;
+    for &(end, _) in &calls {
+        let req = llm_context::ChatRequest::new("gpt-5.4", conversation.messages()[..end].to_vec())
+            .with_tools(conversation.tools().to_vec());
+        let body =
+            llm_context::wire::chat_completions::body::body_from_request(&req, &Default::default());
+        let answer = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .header("x-llm-context-session", "simulated")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        removed += ["removed-messages", "cleared", "offloaded"]
+            .iter()
+            .map(|h| header(&answer, &format!("x-llm-context-{h}")))
+            .sum::<u64>();
+    }
+    assert!(removed > 0, "the stack never edited");
+    let one = json_of(
+        reqwest::get(format!("{url}/llm-context/ledger/sessions/simulated"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        one["totals"]["provenance"],
+        "modelled: no history for the session"
+    );
+    let modelled = one["totals"]["passthrough_usd"].as_f64().unwrap();
+    let off = (modelled - simulated.cost_usd).abs() / simulated.cost_usd;
+    let said = format!(
+        "ledger {modelled} vs simulate {} ({:.2}% apart)",
+        simulated.cost_usd,
+        off * 100.0
+    );
+    assert!(off < 0.05, "{said}");
+    eprintln!("pass-through: {said}");
+}
