@@ -39,9 +39,10 @@ def free_port():
 
 
 class Recording:
-    """A fake Anthropic on 127.0.0.1 that records every request it gets."""
+    """A fake Anthropic on 127.0.0.1 that records every request it gets; the Bash call it
+    makes runs `command`."""
 
-    def __init__(self):
+    def __init__(self, command=f"echo {MARKER}"):
         self.requests = []
         ids = itertools.count(1)
         recording = self
@@ -87,7 +88,7 @@ class Recording:
                          "signature": f"sig-{n:04d}-EqQBCgIYAhIM"},
                         {"type": "text", "text": "Ich prüfe das."},
                         {"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash",
-                         "input": {"command": f"echo {MARKER}",
+                         "input": {"command": command,
                                    "description": "print the probe's marker"}},
                     ]
                     stop = "tool_use"
@@ -265,6 +266,56 @@ class ClaudeCodeThroughServe(unittest.TestCase):
             self.assertIn(f'data-session="{session}"', r.read().decode())
         print(f"\nledger: Claude Code session: actual ${ledger['totals']['actual_usd']:.6f}, "
               f"pass-through ${ledger['totals']['passthrough_usd']:.6f} "
+              f"({ledger['totals']['provenance']})")
+
+
+class ClaudeCodeOffloaded(unittest.TestCase):
+    """Claude Code through `serve` whose Bash call prints ~24 KB, over the default
+    policy's 6,000 characters: the stack offloads the result, Claude Code's loop still
+    completes, and the ledger's page shows the session's actual cost beside its modelled
+    pass-through cost (printed: the figures the closing note quotes)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.upstream = Recording(command=f"seq 1 5000; echo {MARKER}")
+        self.serve, self.url = start_serve(self.upstream.url)
+
+    def tearDown(self):
+        self.serve.terminate()
+        self.serve.wait(timeout=30)
+        self.upstream.close()
+        self.tmp.cleanup()
+
+    def test_a_long_result_is_offloaded_and_the_page_shows_what_it_saved(self):
+        home = os.path.join(self.tmp.name, "home")
+        work = os.path.join(self.tmp.name, "work")
+        for d in (home, work):
+            os.makedirs(d)
+        result = claude_code(self.url, home, work)
+        self.assertFalse(result["is_error"], result)
+        self.assertEqual(result["result"], f"Fertig: {MARKER}.")
+        calls = self.upstream.messages_calls()
+        self.assertEqual(len(calls), 2)
+        sent = json.dumps(calls[1]["body"]["messages"][-1], ensure_ascii=False)
+        self.assertIn("context_artifact", sent)
+        self.assertNotIn("\n4999\n", sent)
+        session = calls[0]["headers"]["x-claude-code-session-id"]
+        with urllib.request.urlopen(
+                f"{self.url}/llm-context/ledger/sessions/{session}", timeout=10) as r:
+            ledger = json.loads(r.read())
+        rows = ledger["requests"]
+        self.assertEqual([q["edits"]["offloaded"] for q in rows], [0, 1])
+        self.assertGreater(rows[1]["client_tokens"], rows[1]["sent_tokens"])
+        with urllib.request.urlopen(f"{self.url}/ui/sessions/{session}", timeout=10) as r:
+            page = r.read().decode()
+        shown = {}
+        for name in ("actual", "passthrough", "saving"):
+            at = page.index(f'<dd id="{name}"')
+            shown[name] = page[page.index(">", at) + 1:page.index("</dd>", at)]
+        self.assertEqual(float(shown["actual"].lstrip("$")),
+                         round(ledger["totals"]["actual_usd"], 6))
+        print(f"\nledger page, offloading Claude Code session: actual {shown['actual']}, "
+              f"pass-through {shown['passthrough']}, saving {shown['saving']} "
               f"({ledger['totals']['provenance']})")
 
 

@@ -465,11 +465,15 @@ fn provenance(t: &Totals) -> &'static str {
     t.provenance.map_or("–", |p| p.as_str())
 }
 
+/// Dollars to the cent from $100, to the hundredth of a cent from one cent, else to six
+/// places: a session of a few small calls still shows its figures.
 fn usd(v: f64) -> String {
     if v.abs() >= 100.0 {
         format!("${v:.2}")
-    } else {
+    } else if v.abs() >= 0.01 || v == 0.0 {
         format!("${v:.4}")
+    } else {
+        format!("${v:.6}")
     }
 }
 
@@ -555,6 +559,14 @@ mod tests {
             span(at, at + 86_400_000),
             "07 Dec 2026 06:38:05 GMT – 08 Dec 2026 06:38:05 GMT"
         );
+    }
+
+    #[test]
+    fn money_keeps_its_small_figures() {
+        assert_eq!(usd(1234.567), "$1234.57");
+        assert_eq!(usd(0.5), "$0.5000");
+        assert_eq!(usd(0.000_88), "$0.000880");
+        assert_eq!(usd(0.0), "$0.0000");
     }
 
     #[test]
