@@ -625,8 +625,9 @@ impl ProxyBuilder {
     }
 
     /// Keeps the ledger in `file` as well as in memory, so that it survives restarts: its
-    /// rows are read back at start, and each answer leaves once its row is on disk (see
-    /// [`ledger`]). Without it, the ledger is in memory only.
+    /// rows are read back at start, and each non-streamed answer leaves once its row is on
+    /// disk (a stream's row is written as its final usage arrives; see [`ledger`]).
+    /// Without it, the ledger is in memory only.
     #[cfg(feature = "sqlite")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     #[must_use]

@@ -146,11 +146,7 @@ impl Ledger {
         };
         // Shared, the views are the stream's (this replica's rows among them): a file
         // is then this replica's own record, not read into them.
-        let shared = redis.and_then(|stream| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
+        if redis.is_some() {
             book = Book::default();
             scope = format!(
                 "managed requests of every replica on this Redis, its newest {} rows: each \
@@ -159,12 +155,7 @@ impl Ledger {
                 MAX_SESSIONS,
                 MAX_REQUESTS
             );
-            Some(Shared {
-                stream,
-                runtime,
-                last: "0".to_owned(),
-            })
-        });
+        }
         let durable = writer.is_some();
         let book = Arc::new(Mutex::new(book));
         let epoch = Instant::now();
@@ -175,11 +166,11 @@ impl Ledger {
             counters: counters.clone(),
             logged: std::collections::HashSet::new(),
             writer,
-            shared,
+            shared: None,
         };
         let spawned = std::thread::Builder::new()
             .name("llm-context-ledger".into())
-            .spawn(move || worker.run(queue));
+            .spawn(move || worker.run(queue, redis));
         if let Err(error) = spawned {
             tracing::warn!(event = "ledger_not_started", %error, "the ledger keeps nothing");
         }
@@ -254,6 +245,10 @@ impl Ledger {
     fn send(&self, job: Job) -> bool {
         match self.inner.jobs.try_send(job) {
             Ok(()) => true,
+            // A flush not taken is a read that waits for nothing: not a lost write.
+            Err(TrySendError::Full(Job::Flush(_)) | TrySendError::Disconnected(Job::Flush(_))) => {
+                false
+            }
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.inner.counters.write_failures.inc();
                 tracing::warn!(
@@ -401,7 +396,25 @@ struct Shared {
 }
 
 impl Worker {
-    fn run(mut self, queue: Receiver<Job>) {
+    fn run(mut self, queue: Receiver<Job>, stream: Option<crate::redis::RedisLedgerStream>) {
+        // The Redis calls are driven from a runtime of the worker's own, made (and
+        // dropped) on its thread.
+        self.shared = stream.and_then(|stream| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(runtime) => Some(Shared {
+                    stream,
+                    runtime,
+                    last: "0".to_owned(),
+                }),
+                Err(error) => {
+                    tracing::warn!(event = "ledger_not_shared", %error);
+                    None
+                }
+            }
+        });
         self.pull();
         loop {
             // Shared through Redis, the other replicas' rows are read every quarter second.
