@@ -183,3 +183,33 @@ impl Row {
         Some(self.passthrough_usd? - self.actual_usd?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(model: &str) -> Price {
+        llm_context_layers::Catalog::builtin()
+            .get(model)
+            .and_then(|m| m.price)
+            .unwrap()
+    }
+
+    #[test]
+    fn writes_are_priced_as_the_model_bills_them() {
+        // A million tokens written, a million fresh.
+        let written = Buckets::of(&Usage::new(0, 0, 0, 1_000_000));
+        let fresh = Buckets::of(&Usage::new(1_000_000, 0, 0, 0));
+        // GPT-5.6 bills cache writes at 1.25× input; GPT-5.4 does not bill them apart.
+        let terra = price("gpt-5.6-terra");
+        assert_eq!(written.cost(&terra), 1.25 * fresh.cost(&terra));
+        let older = price("gpt-5.4");
+        assert_eq!(written.cost(&older), fresh.cost(&older));
+        // Anthropic: 5-minute writes 1.25×, one-hour writes 2×, reads 0.1×.
+        let sonnet = price("claude-sonnet-4-6");
+        let hour = Buckets::of(&Usage::new(0, 0, 0, 1_000_000).with_cache_write_1h(1_000_000));
+        assert_eq!(hour.cache_write_1h, 1_000_000);
+        assert_eq!(hour.cost(&sonnet), 2.0 * fresh.cost(&sonnet));
+        assert_eq!(written.cost(&sonnet), 1.25 * fresh.cost(&sonnet));
+    }
+}
