@@ -24,9 +24,39 @@ use super::error::{is_auth_error, is_outage, redact_url, store_error, url_passwo
 const RECONNECT_RETRIES: usize = 3;
 const RECONNECT_MAX_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// What [`open`] gives: the stores' shared connection, the URL's password (which the
+/// stores scrub from their errors), and what opens another connection like it.
+pub(crate) struct Opened {
+    /// The connection the stores share, driven by the caller's runtime.
+    pub(crate) conn: ConnectionManager,
+    /// The URL's password, if any.
+    pub(crate) secret: Option<Arc<str>>,
+    /// Opens a connection of the same settings, on first use.
+    pub(crate) twin: Twin,
+}
+
+/// Opens connections of the same settings as the stores', each on first use.
+///
+/// A multiplexed connection's reader runs as a task of the runtime that connected it,
+/// and it reconnects on the runtime of whichever caller found it broken. A caller that
+/// drives a private runtime only now and then (the ledger's worker) must have a
+/// connection of its own, or a reconnect it makes leaves every other caller waiting on a
+/// reader that nobody polls.
+#[derive(Clone)]
+pub(crate) struct Twin {
+    client: redis_client::Client,
+    config: ConnectionManagerConfig,
+}
+
+impl Twin {
+    /// A new connection, made by the first command sent on it, on that caller's runtime.
+    pub(crate) fn connection(&self) -> redis_client::RedisResult<ConnectionManager> {
+        ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
+    }
+}
+
 /// Opens a multiplexed connection to `url` that reconnects by itself, with the timeouts
-/// of `options`; returns it with the URL's password, which the stores scrub from their
-/// errors.
+/// of `options`.
 ///
 /// A direct probe (connect, authenticate, select the database, `PING`) comes first, so
 /// that its error says why. Fails with [`StoreErrorKind::Invalid`] for an unreadable URL
@@ -34,10 +64,7 @@ const RECONNECT_MAX_DELAY: std::time::Duration = std::time::Duration::from_milli
 /// [`StoreErrorKind::Authentication`] for refused credentials. When the server cannot be
 /// reached, logs a warning (`redis_unreachable`) and returns a connection that is made
 /// on first use and again after each failed try. Errors never show the password.
-pub(crate) async fn open(
-    url: &str,
-    options: &RedisOptions,
-) -> Result<(ConnectionManager, Option<Arc<str>>), StoreError> {
+pub(crate) async fn open(url: &str, options: &RedisOptions) -> Result<Opened, StoreError> {
     let shown = redact_url(url);
     let secret: Option<Arc<str>> = url_password(url).map(Arc::from);
     let client = redis_client::Client::open(url).map_err(|e| {
@@ -51,6 +78,10 @@ pub(crate) async fn open(
         .set_number_of_retries(RECONNECT_RETRIES)
         .set_max_delay(RECONNECT_MAX_DELAY);
 
+    let twin = Twin {
+        client: client.clone(),
+        config: config.clone(),
+    };
     let reason = match probe(&client, options).await {
         Ok(()) => {
             let eager = tokio::time::timeout(
@@ -59,7 +90,7 @@ pub(crate) async fn open(
             )
             .await;
             match eager {
-                Ok(Ok(conn)) => return Ok((conn, secret)),
+                Ok(Ok(conn)) => return Ok(Opened { conn, secret, twin }),
                 // Gone again since the probe: the same degraded start as below.
                 Ok(Err(e)) => store_error("connect", &e, None),
                 Err(_) => timed_out(options),
@@ -92,7 +123,7 @@ pub(crate) async fn open(
         error.kind = StoreErrorKind::Invalid;
         error
     })?;
-    Ok((conn, secret))
+    Ok(Opened { conn, secret, twin })
 }
 
 enum Probe {

@@ -153,9 +153,9 @@ impl RedisDurableStore {
     /// The key prefix of `options` is not used: the keys are under the store's
     /// [namespace](Self::with_namespace), [`DEFAULT_REDIS_NAMESPACE`] unless set.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
-        let (conn, secret) = open(url, &options).await?;
-        let mut store = Self::from_manager(conn);
-        store.secret = secret;
+        let opened = open(url, &options).await?;
+        let mut store = Self::from_manager(opened.conn);
+        store.secret = opened.secret;
         Ok(store)
     }
 

@@ -72,7 +72,7 @@ pub use artifacts::{RedisArtifactStore, SessionUsage};
 pub use budgets::RedisBudgetStore;
 pub use cuts::RedisCutStore;
 pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisDurableStore};
-pub use ledger::{LEDGER_STREAM_ROWS, RedisLedgerStream};
+pub use ledger::{LEDGER_STREAM_ROWS, LedgerConnection, RedisLedgerStream};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
 
@@ -116,7 +116,7 @@ impl RedisStores {
     /// as soon as the server is back. Use
     /// [`ping`](Self::ping) to require a live server.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
-        let (conn, secret) = open(url, &options).await?;
+        let connect::Opened { conn, secret, twin } = open(url, &options).await?;
         let options = Arc::new(options);
         Ok(Self {
             memo: RedisMemoStore::with_secret(conn.clone(), Arc::clone(&options), secret.clone()),
@@ -126,11 +126,7 @@ impl RedisStores {
                 secret.clone(),
             ),
             cuts: RedisCutStore::with_secret(conn.clone(), Arc::clone(&options), secret.clone()),
-            ledger: RedisLedgerStream::with_secret(
-                conn.clone(),
-                Arc::clone(&options),
-                secret.clone(),
-            ),
+            ledger: RedisLedgerStream::with_secret(twin, Arc::clone(&options), secret.clone()),
             budgets: RedisBudgetStore::with_secret(conn, options, secret),
         })
     }

@@ -390,7 +390,7 @@ const SHARE_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// The replicas' stream, read from `last` on, driven from the worker's own runtime.
 struct Shared {
-    stream: crate::redis::RedisLedgerStream,
+    stream: crate::redis::LedgerConnection,
     runtime: tokio::runtime::Runtime,
     last: String,
 }
@@ -403,8 +403,19 @@ impl Worker {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();
-            match runtime {
-                Ok(runtime) => Some(Shared {
+            // A connection of the worker's own, served by its runtime (see
+            // `RedisLedgerStream`): made within it.
+            let made = runtime.map_err(|e| e.to_string()).and_then(|runtime| {
+                let connected = {
+                    let _entered = runtime.enter();
+                    stream.connect()
+                };
+                connected
+                    .map(|stream| (runtime, stream))
+                    .map_err(|e| e.to_string())
+            });
+            match made {
+                Ok((runtime, stream)) => Some(Shared {
                     stream,
                     runtime,
                     last: "0".to_owned(),
