@@ -3,6 +3,8 @@
 
     python3 benches/agent_session.py                 # ~570 KB median, plain and streamed
     SIZE=1200 python3 benches/agent_session.py       # ~1.2 MB median
+    FORMAT=chat python3 benches/agent_session.py     # the OpenAI Agents SDK's shape
+    FORMAT=responses python3 benches/agent_session.py  # Codex's shape
     BIN=target/release/llm-context FAKE=target/release/examples/fake_upstream \\
         python3 benches/agent_session.py             # prebuilt binaries
 
@@ -25,7 +27,13 @@ and p99 of the timed requests; requests/s is one client's, through the proxy. Me
 `serve`'s peak resident set (VmHWM) after the run, over its resident set when idle before
 it, and that over the largest body sent.
 
-Environment: SIZE (the median body in KB, default 570), WARMUP (20), TIMED (200),
+FORMAT=chat sends the same session as an OpenAI Agents SDK-shaped Chat Completions request
+to /v1/chat/completions, FORMAT=responses as a Codex-shaped Responses request (reasoning
+items with `encrypted_content`, function calls and outputs, a `prompt_cache_key`) to
+/v1/responses, both for GPT-5.4 (benches/support/gen_openai_body.py).
+
+Environment: FORMAT (messages, chat or responses; default messages), SIZE (the median body
+in KB, default 570), WARMUP (20), TIMED (200),
 BIG_RATIO (gen_transcript's share of large results, default 0.05: ~1.1 KB a message), BIN
 and FAKE (prebuilt binaries; else both are built in release). Standard library only.
 """
@@ -46,6 +54,13 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "support"))
 
 import gen_claude_code_body as cc  # noqa: E402
+import gen_openai_body as oa  # noqa: E402
+
+FORMAT = os.environ.get("FORMAT", "messages")
+if FORMAT not in ("messages", "chat", "responses"):
+    raise SystemExit(f"FORMAT is messages, chat or responses, not {FORMAT!r}")
+PATH = {"messages": "/v1/messages", "chat": "/v1/chat/completions",
+        "responses": "/v1/responses"}[FORMAT]
 
 # Large results in one of twenty: a session of ~1.1 KB per message, as the issue's
 # measured Claude Code session (574 KB at ~520 messages).
@@ -60,6 +75,13 @@ HEADERS = {
     "x-claude-code-session-id": SESSION,
     "user-agent": "claude-cli/2.1.0 (external, cli)",
 }
+if FORMAT == "chat":
+    HEADERS = {"content-type": "application/json", "authorization": "Bearer unused",
+               "user-agent": "Agents/Python 0.6.1"}
+elif FORMAT == "responses":
+    HEADERS = {"content-type": "application/json", "authorization": "Bearer unused",
+               "user-agent": "codex_cli_rs/0.171.0", "originator": "codex_cli_rs",
+               "session_id": oa.SESSION}
 
 
 def free_port() -> int:
@@ -77,13 +99,22 @@ def session(median_kb: int, warmup: int, timed: int, stream: bool) -> list[bytes
         [sys.executable, os.path.join(HERE, "support", "gen_transcript.py"), "--seed", "1",
          "--turns", "1200", "--big-ratio", BIG_RATIO, "--format", "messages"],
         check=True, capture_output=True).stdout)
-    messages = cc.convert(chat, True)
-    # Where each round ends: a user message of results, the next one an assistant's.
+    if FORMAT == "messages":
+        messages = cc.convert(chat, True)
+    else:
+        messages = [m for m in chat if m["role"] != "system"]
+    # Where each round ends: a user message (of results), the next one an assistant's.
     ends = [i + 1 for i in range(len(messages) - 1)
-            if messages[i]["role"] == "user" and messages[i + 1]["role"] == "assistant"]
+            if messages[i]["role"] in ("user", "tool")
+            and messages[i + 1]["role"] == "assistant"]
 
     def body_at(n: int) -> bytes:
-        out = cc.body(chat, n, True, stream)
+        if FORMAT == "messages":
+            out = cc.body(chat, n, True, stream)
+        elif FORMAT == "chat":
+            out = oa.chat_body(chat, n, stream)
+        else:
+            out = oa.responses_body(chat, n, stream)
         return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
 
     # The round whose body is the median size: found by bisection over the round ends.
@@ -128,7 +159,7 @@ def wait_up(port: int, process: subprocess.Popen) -> None:
 def send(conn: http.client.HTTPConnection, body: bytes) -> float:
     """One request's time, in ms, from its first byte sent to its answer read whole."""
     start = time.perf_counter()
-    conn.request("POST", "/v1/messages", body=body, headers=HEADERS)
+    conn.request("POST", PATH, body=body, headers=HEADERS)
     answer = conn.getresponse()
     answer.read()
     took = (time.perf_counter() - start) * 1000
@@ -148,7 +179,8 @@ def run(bin_path: str, fake: str, bodies: list[bytes], warmup: int) -> dict:
                                 stderr=subprocess.PIPE, text=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     env.update(ANTHROPIC_BASE_URL=f"http://127.0.0.1:{up_port}", ANTHROPIC_API_KEY="unused",
-               OPENAI_API_KEY="unused", RUST_LOG="error")
+               OPENAI_BASE_URL=f"http://127.0.0.1:{up_port}/v1", OPENAI_API_KEY="unused",
+               RUST_LOG="error")
     serve = subprocess.Popen([bin_path, "serve", "--listen", f"127.0.0.1:{port}"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -199,6 +231,7 @@ def main() -> int:
                         "--example", "fake_upstream"], cwd=ROOT, check=True)
         bin_path = os.path.join(ROOT, "target", "release", "llm-context")
         fake = os.path.join(ROOT, "target", "release", "examples", "fake_upstream")
+    print(f"{FORMAT} ({PATH})")
     print("| mode | median body | direct p50 | proxy p50 | added p50 | added p99 "
           "| req/s (1 client, both hops) | peak over idle | × largest body |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

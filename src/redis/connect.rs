@@ -43,11 +43,14 @@ pub(crate) struct Opened {
 /// connection of its own, or a reconnect it makes leaves every other caller waiting on a
 /// reader that nobody polls.
 #[derive(Clone)]
+// Opened only by `serve`'s ledger.
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 pub(crate) struct Twin {
     client: redis_client::Client,
     config: ConnectionManagerConfig,
 }
 
+#[cfg(feature = "serve")]
 impl Twin {
     /// A new connection, made by the first command sent on it, on that caller's runtime.
     pub(crate) fn connection(&self) -> redis_client::RedisResult<ConnectionManager> {

@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "serve")]
 use llm_context_layers::StoreError;
+#[cfg(feature = "serve")]
 use redis_client::aio::ConnectionManager;
 
 use super::connect::Twin;
+#[cfg(feature = "serve")]
 use super::error::store_error;
 use super::options::RedisOptions;
 
@@ -16,11 +19,13 @@ pub const LEDGER_STREAM_ROWS: usize = 100_000;
 
 /// The ledger's rows on a Redis stream (`{prefix}ledger`), as JSON text.
 ///
-/// Not a connection but what opens one: [`connect`](Self::connect) gives each user (the
-/// ledger's worker of each proxy built on these stores) a connection of its own, because
-/// the worker drives its Redis calls from a runtime of its own, and a multiplexed
-/// connection is served by the runtime that connected it.
+/// Not a connection but what opens one: each user (the ledger's worker of each proxy built
+/// on these stores) gets a connection of its own, because the worker drives its Redis
+/// calls from a runtime of its own, and a multiplexed connection is served by the runtime
+/// that connected it.
 #[derive(Clone)]
+// Connected only by `serve`'s ledger.
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 pub struct RedisLedgerStream {
     twin: Twin,
     options: Arc<RedisOptions>,
@@ -48,9 +53,14 @@ impl RedisLedgerStream {
         }
     }
 
-    /// A connection to the stream of its own, made by the first call sent on it, on
-    /// that caller's runtime (and remade there after a failure).
-    pub fn connect(&self) -> Result<LedgerConnection, StoreError> {
+    #[cfg(feature = "serve")]
+    /// A connection to the stream of its own, served by the runtime it is made in (and
+    /// remade there after a failure).
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub(crate) fn connect(&self) -> Result<LedgerConnection, StoreError> {
         let conn = self
             .twin
             .connection()
@@ -63,11 +73,13 @@ impl RedisLedgerStream {
 }
 
 /// One connection to a [`RedisLedgerStream`], from [`RedisLedgerStream::connect`].
-pub struct LedgerConnection {
+#[cfg(feature = "serve")]
+pub(crate) struct LedgerConnection {
     conn: ConnectionManager,
     stream: RedisLedgerStream,
 }
 
+#[cfg(feature = "serve")]
 impl std::fmt::Debug for LedgerConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LedgerConnection")
@@ -76,6 +88,7 @@ impl std::fmt::Debug for LedgerConnection {
     }
 }
 
+#[cfg(feature = "serve")]
 impl LedgerConnection {
     fn key(&self) -> String {
         format!("{}ledger", self.stream.options.key_prefix())
@@ -85,9 +98,19 @@ impl LedgerConnection {
         self.stream.secret.as_deref()
     }
 
+    /// How long connecting may take, from the stores' options.
+    pub(crate) fn connect_timeout(&self) -> std::time::Duration {
+        self.stream.options.connect_timeout()
+    }
+
+    /// `PING`: connects, where it is not yet.
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        super::connect::ping(&self.conn, self.secret()).await
+    }
+
     /// Appends one entry, `kind` (`row`: a request's row as JSON; `passed`: a tenant's
     /// request passed through) and its text; its stream id.
-    pub async fn append(&self, kind: &str, text: &str) -> Result<String, StoreError> {
+    pub(crate) async fn append(&self, kind: &str, text: &str) -> Result<String, StoreError> {
         let mut conn = self.conn.clone();
         redis_client::cmd("XADD")
             .arg(self.key())
@@ -104,7 +127,7 @@ impl LedgerConnection {
 
     /// At most `count` entries after the id `after` (`"0"`: from the start), oldest
     /// first: each one's id, kind and text.
-    pub async fn after(
+    pub(crate) async fn after(
         &self,
         after: &str,
         count: usize,

@@ -72,7 +72,9 @@ pub use artifacts::{RedisArtifactStore, SessionUsage};
 pub use budgets::RedisBudgetStore;
 pub use cuts::RedisCutStore;
 pub use durable::{DEFAULT_REDIS_NAMESPACE, RedisDurableStore};
-pub use ledger::{LEDGER_STREAM_ROWS, LedgerConnection, RedisLedgerStream};
+#[cfg(feature = "serve")]
+pub(crate) use ledger::LedgerConnection;
+pub use ledger::{LEDGER_STREAM_ROWS, RedisLedgerStream};
 pub use memo::RedisMemoStore;
 pub use options::RedisOptions;
 

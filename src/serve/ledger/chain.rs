@@ -40,10 +40,15 @@ impl Shape {
 
 /// The chain of `body`, in the provider's cache order, or why it is not JSON of the shape.
 pub(crate) fn blocks(shape: Shape, body: &[u8]) -> Result<Vec<Block>, serde_json::Error> {
+    use serde::de::Error as _;
+    // Checked once, at memory speed: read from bytes, serde_json checks every string
+    // (and every raw member) again with `std`'s slower check.
+    let body = simdutf8::basic::from_utf8(body)
+        .map_err(|_| serde_json::Error::custom("the body is not UTF-8"))?;
     let mut chain = Chain::new("llm-context/ledger/v1");
     match shape {
         Shape::Messages => {
-            let b: MessagesBody<'_> = serde_json::from_slice(body)?;
+            let b: MessagesBody<'_> = serde_json::from_str(body)?;
             for tool in &b.tools {
                 block(&mut chain, "tool", tool)?;
             }
@@ -55,7 +60,7 @@ pub(crate) fn blocks(shape: Shape, body: &[u8]) -> Result<Vec<Block>, serde_json
             }
         }
         Shape::ChatCompletions => {
-            let b: ListBody<'_> = serde_json::from_slice(body)?;
+            let b: ListBody<'_> = serde_json::from_str(body)?;
             for tool in &b.tools {
                 unit(&mut chain, "tool", tool);
             }
@@ -64,7 +69,7 @@ pub(crate) fn blocks(shape: Shape, body: &[u8]) -> Result<Vec<Block>, serde_json
             }
         }
         Shape::Responses => {
-            let b: ResponsesBody<'_> = serde_json::from_slice(body)?;
+            let b: ResponsesBody<'_> = serde_json::from_str(body)?;
             for tool in &b.tools {
                 unit(&mut chain, "tool", tool);
             }

@@ -415,11 +415,24 @@ impl Worker {
                     .map_err(|e| e.to_string())
             });
             match made {
-                Ok((runtime, stream)) => Some(Shared {
-                    stream,
-                    runtime,
-                    last: "0".to_owned(),
-                }),
+                Ok((runtime, stream)) => {
+                    // Connected now, within the connect timeout, rather than by the
+                    // first row, whose wait is short (a row that cannot be shared stays
+                    // in this replica's views alone).
+                    let ping = async {
+                        tokio::time::timeout(stream.connect_timeout(), stream.ping()).await
+                    };
+                    match runtime.block_on(ping) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => tracing::warn!(event = "ledger_redis_away", %error),
+                        Err(_) => tracing::warn!(event = "ledger_redis_away", "no answer"),
+                    }
+                    Some(Shared {
+                        stream,
+                        runtime,
+                        last: "0".to_owned(),
+                    })
+                }
                 Err(error) => {
                     tracing::warn!(event = "ledger_not_shared", %error);
                     None

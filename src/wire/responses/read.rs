@@ -92,7 +92,7 @@ impl Kept {
 /// with it (every field read is checked for its type, and each item for what it needs).
 pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
     let not_json = |e: &dyn std::fmt::Display| Invalid::body(format!("the body is not JSON: {e}"));
-    let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
+    let text = simdutf8::compat::from_utf8(body).map_err(|e| not_json(&e))?;
     let parsed: Value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
     let Value::Object(obj) = parsed else {
         return Err(Invalid::body(

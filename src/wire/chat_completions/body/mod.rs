@@ -56,6 +56,8 @@ mod write;
 pub use read::{message_from_wire, request_from_body, request_from_str};
 pub use residue::BodyContext;
 pub use write::{body_from_request, content_to_wire, message_to_wire, tool_to_wire, write_body};
+#[cfg(feature = "serve")]
+pub(crate) use write::{fields_of_request, messages_text};
 
 /// A request body that does not have the shape the provider defines.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

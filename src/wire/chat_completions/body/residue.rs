@@ -1,7 +1,9 @@
 //! What is kept beside the model for a faithful write-back of the messages received.
 
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
+
+use foldhash::quality::RandomState;
 use std::io::{self, Write};
 
 use serde_json::value::RawValue;
@@ -15,7 +17,7 @@ use llm_context_layers::Message;
 /// model does not represent (see the [module documentation](super)). No content is kept:
 /// the context of a transcript of 10 MB of tool results is tens of kilobytes plus its
 /// unknown fields.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct BodyContext {
     /// The digests' keys, random for each context, so that no transcript can be written to
     /// make two different messages look the same.
@@ -31,9 +33,12 @@ pub struct BodyContext {
 }
 
 /// What identifies a message for the mapping back: its head (role, name, tool-call id,
-/// tool calls) and its content, each a keyed SipHash-1-3 (`RandomState`). In-process
-/// only, never stored; a message must match on both (128 bits) to be taken as unchanged,
-/// and a rewritten tool result on its head and the stack's own preview or stub format.
+/// tool calls) and its content, each a 64-bit foldhash seeded at random for each context
+/// (as the Messages writer's digests; SipHash was a twentieth of an agent's request on
+/// this route). In-process only, never stored or shown, so a transcript cannot be written
+/// against the seed; and a collision would only give one message another's kept fields.
+/// A message must match on both to be taken as unchanged, and a rewritten tool result on
+/// its head and the stack's own preview or stub format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Digests {
     pub(super) head: u64,
@@ -46,6 +51,17 @@ impl Digests {
             head: keys.hash_one((m.role, m.name(), &m.tool_call_id, &m.tool_calls)),
             content: keys.hash_one(&m.content),
         }
+    }
+}
+
+/// The digests' seed is left out: it is what keeps them from being chosen.
+impl fmt::Debug for BodyContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyContext")
+            .field("digests", &self.digests)
+            .field("head", &self.head)
+            .field("kept", &self.kept)
+            .finish_non_exhaustive()
     }
 }
 

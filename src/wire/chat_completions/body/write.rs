@@ -15,6 +15,10 @@ use llm_context_layers::{ChatRequest, Content, ContentPart, Message, ToolCall, T
 /// Writes a request back as an OpenAI Chat Completions body: each message from the model,
 /// with what `ctx` kept beside it when it is one of the messages received (see the
 /// [module documentation](super)).
+///
+/// As a JSON tree, it cannot hold what a tree cannot: a message with a member kept as
+/// the client wrote it that no tree reads (a number past `f64`, a lone surrogate escape)
+/// is `null` here. [`write_body`] writes such a member's bytes as they came.
 pub fn body_from_request(req: &ChatRequest, ctx: &BodyContext) -> Value {
     let mut out = top_level(req);
     let mut text = Vec::new();
@@ -30,6 +34,30 @@ pub fn body_from_request(req: &ChatRequest, ctx: &BodyContext) -> Value {
     .unwrap_or(());
     out.insert("messages".into(), Value::Array(messages));
     Value::Object(out)
+}
+
+/// The `messages` array of [`body_from_request`] as JSON text, written straight from the
+/// model (no JSON tree of a message): what a proxy sends upstream beside the top-level
+/// fields ([`fields_of_request`]), which it may still edit.
+#[cfg(feature = "serve")]
+pub(crate) fn messages_text(req: &ChatRequest, ctx: &BodyContext, out: &mut Vec<u8>) {
+    out.push(b'[');
+    let mut first = true;
+    for_each_message(req, ctx, |m, kept, changed| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        write_message(&mut *out, m, kept, changed)
+    })
+    // Writing to a `Vec` cannot fail.
+    .unwrap_or(());
+    out.push(b']');
+}
+
+/// Every top-level field of [`body_from_request`] but `messages`.
+#[cfg(feature = "serve")]
+pub(crate) fn fields_of_request(req: &ChatRequest) -> Map<String, Value> {
+    top_level(req)
 }
 
 /// [`body_from_request`] written to `out` as JSON text, without building the body or any
