@@ -23,7 +23,9 @@ window is larger than every body, so nothing is pruned and the figure is the cos
 reading, deciding and forwarding), then sends the session's requests in order over one
 keep-alive connection each: 20 warm-up requests, then 200 timed ones, each sent directly
 to the upstream and through the proxy (the same bytes). Added = through − direct, at p50
-and p99 of the timed requests; requests/s is one client's, through the proxy. Memory:
+and p99 of the timed requests; `serve`'s CPU time (all its threads, the ledger's
+included) over the timed requests, per request; requests/s is one client's, through the
+proxy. Memory:
 `serve`'s peak resident set (VmHWM) after the run, over its resident set when idle before
 it, and that over the largest body sent.
 
@@ -144,6 +146,13 @@ def rss(pid: int) -> tuple[int, int]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time `pid` has used (user and system, all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_up(port: int, process: subprocess.Popen) -> None:
     for _ in range(400):
         try:
@@ -191,12 +200,16 @@ def run(bin_path: str, fake: str, bodies: list[bytes], warmup: int) -> dict:
         through = http.client.HTTPConnection("127.0.0.1", port)
         times_direct, times_through = [], []
         started = time.perf_counter()
+        cpu_started = None
         for i, body in enumerate(bodies):
+            if i == warmup:
+                cpu_started = cpu_seconds(serve.pid)
             d = send(direct, body)
             t = send(through, body)
             if i >= warmup:
                 times_direct.append(d)
                 times_through.append(t)
+        cpu = cpu_seconds(serve.pid) - cpu_started
         elapsed = time.perf_counter() - started
         _, peak = rss(serve.pid)
         direct.close()
@@ -216,6 +229,7 @@ def run(bin_path: str, fake: str, bodies: list[bytes], warmup: int) -> dict:
         "added_p50": percentile(times_through, 50) - percentile(times_direct, 50),
         "added_p99": percentile(times_through, 99) - percentile(times_direct, 99),
         "rps": len(bodies) / elapsed,
+        "cpu_ms": cpu * 1000 / len(timed),
         "peak_over_idle": peak - idle,
     }
 
@@ -233,14 +247,16 @@ def main() -> int:
         fake = os.path.join(ROOT, "target", "release", "examples", "fake_upstream")
     print(f"{FORMAT} ({PATH})")
     print("| mode | median body | direct p50 | proxy p50 | added p50 | added p99 "
-          "| req/s (1 client, both hops) | peak over idle | × largest body |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| serve CPU / request | req/s (1 client, both hops) | peak over idle "
+          "| × largest body |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for stream in (False, True):
         bodies = session(size, warmup, timed, stream)
         r = run(bin_path, fake, bodies, warmup)
         print(f"| {'stream' if stream else 'plain'} | {r['median_body'] / 1000:.0f} KB "
               f"| {r['direct_p50']:.3f} ms | {r['through_p50']:.3f} ms "
-              f"| **{r['added_p50']:.3f} ms** | {r['added_p99']:.3f} ms | {r['rps']:.0f} "
+              f"| **{r['added_p50']:.3f} ms** | {r['added_p99']:.3f} ms "
+              f"| {r['cpu_ms']:.2f} ms | {r['rps']:.0f} "
               f"| {r['peak_over_idle'] / 1e6:.1f} MB "
               f"| {r['peak_over_idle'] / r['largest_body']:.1f}× |", flush=True)
     return 0

@@ -206,7 +206,7 @@ pub(crate) struct Shared {
     /// The providers the routes the proxy does not manage are passed on to.
     pub(crate) relays: Table<Relay>,
     /// The wire messages read before, which a session's next request repeats.
-    pub(crate) reuse: crate::wire::messages::reuse::Reuse,
+    pub(crate) reuse: crate::wire::served::Reuses,
     /// What every managed request cost, and would have cost passed through.
     pub(crate) ledger: ledger::Ledger,
 }
@@ -766,15 +766,16 @@ impl ProxyBuilder {
                 budgets,
                 metrics_key: self.metrics_key,
                 relays: self.relays,
-                reuse: crate::wire::messages::reuse::Reuse::new(REUSE_BYTES),
+                reuse: crate::wire::served::Reuses::new(REUSE_BYTES),
             }),
         })
     }
 }
 
-/// The bytes of wire messages each of the two generations of the proxy's read cache
-/// holds (see `wire::messages::reuse`): some twenty agent sessions at 1 MB a request,
-/// each kept once however many requests repeat it.
+/// The bytes of wire messages (Messages) or items (Responses) each of the two generations
+/// of the proxy's read caches holds, one cache per format (see `wire::messages::reuse`
+/// and `wire::responses::reuse`): some twenty agent sessions at 1 MB a request, each
+/// kept once however many requests repeat it.
 const REUSE_BYTES: usize = 32 << 20;
 
 /// A provider client whose errors are boxed, as the stack's layers box theirs.

@@ -27,6 +27,25 @@ pub(crate) struct Read {
 
 /// One wire format as the proxy serves it: how a body is read, and how answers, stream
 /// events and errors are written back.
+/// What was read of earlier requests, for the formats read by what is new in them: the
+/// Messages reader's wire messages and the Responses reader's items, each in a cache of
+/// two generations of at most `budget` bytes.
+#[derive(Debug)]
+pub(crate) struct Reuses {
+    pub(crate) messages: super::messages::reuse::Reuse,
+    pub(crate) responses: super::messages::reuse::Reuse<super::responses::read::Piece>,
+}
+
+impl Reuses {
+    /// Caches of `budget` bytes a generation, each.
+    pub(crate) fn new(budget: usize) -> Self {
+        Self {
+            messages: super::messages::reuse::Reuse::new(budget),
+            responses: super::messages::reuse::Reuse::new(budget),
+        }
+    }
+}
+
 pub(crate) trait Format: Send + Sync + 'static {
     /// The route it is served on.
     const ROUTE: &'static str;
@@ -42,11 +61,7 @@ pub(crate) trait Format: Send + Sync + 'static {
     /// [`read`](Self::read) for `tenant` (its label), taking what was read of the
     /// requests before from `reuse` where the format can (a session's next request
     /// repeats them); the same result.
-    fn read_reusing(
-        body: &Bytes,
-        _reuse: &super::messages::reuse::Reuse,
-        _tenant: &str,
-    ) -> Result<Read, Invalid> {
+    fn read_reusing(body: &Bytes, _reuse: &Reuses, _tenant: &str) -> Result<Read, Invalid> {
         Self::read(body)
     }
 

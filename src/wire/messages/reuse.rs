@@ -36,14 +36,21 @@ use serde_json::{Map, Value};
 use super::faithful::{Parts, has_markers, marked, rest_of, role_of};
 use super::types::InputRole;
 
-/// The wire messages read before, by a digest of their bytes (see the module docs).
-pub(crate) struct Reuse {
-    generations: Mutex<Generations>,
+/// The wire messages read before, by a digest of their bytes (see the module docs); the
+/// same for the Responses reader's items (`E`, what one was read into).
+pub(crate) struct Reuse<E = Entry> {
+    generations: Mutex<Generations<E>>,
     /// The bytes of wire messages each generation holds at most.
     budget: usize,
 }
 
-impl fmt::Debug for Reuse {
+/// What an entry costs to keep: the bytes it was read from and its structures.
+pub(crate) trait Weighed {
+    /// Its cost, in bytes.
+    fn weight(&self) -> usize;
+}
+
+impl<E> fmt::Debug for Reuse<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reuse")
             .field("budget", &self.budget)
@@ -51,12 +58,21 @@ impl fmt::Debug for Reuse {
     }
 }
 
-#[derive(Default)]
-struct Generations {
-    newer: HashMap<u128, Arc<Entry>>,
-    older: HashMap<u128, Arc<Entry>>,
+struct Generations<E> {
+    newer: HashMap<u128, Arc<E>>,
+    older: HashMap<u128, Arc<E>>,
     /// The bytes the newer generation's entries were read from.
     bytes: usize,
+}
+
+impl<E> Default for Generations<E> {
+    fn default() -> Self {
+        Self {
+            newer: HashMap::new(),
+            older: HashMap::new(),
+            bytes: 0,
+        }
+    }
 }
 
 /// One wire message as it was read.
@@ -74,7 +90,13 @@ pub(crate) struct Entry {
     size: usize,
 }
 
-impl Reuse {
+impl Weighed for Entry {
+    fn weight(&self) -> usize {
+        self.size
+    }
+}
+
+impl<E: Weighed> Reuse<E> {
     /// Keeps up to `budget` bytes of wire messages in each of two generations.
     pub(crate) fn new(budget: usize) -> Self {
         Self {
@@ -83,8 +105,13 @@ impl Reuse {
         }
     }
 
+    /// The most bytes of one body whose entries are kept: a generation's.
+    pub(crate) fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// The entries of `keys`, where there are (a newer generation's first).
-    fn get(&self, keys: &[u128]) -> Vec<Option<Arc<Entry>>> {
+    pub(crate) fn get(&self, keys: &[u128]) -> Vec<Option<Arc<E>>> {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
         let mut out = Vec::with_capacity(keys.len());
@@ -93,7 +120,7 @@ impl Reuse {
                 Some(e) => Some(e.clone()),
                 // Used again: into the newer generation, so an active session stays.
                 None => g.older.remove(k).inspect(|e| {
-                    g.bytes += e.size;
+                    g.bytes += e.weight();
                     g.newer.insert(*k, e.clone());
                 }),
             };
@@ -103,17 +130,18 @@ impl Reuse {
     }
 
     /// Keeps `entries`.
-    fn put(&self, entries: Vec<(u128, Arc<Entry>)>) {
+    pub(crate) fn put(&self, entries: Vec<(u128, Arc<E>)>) {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         for (k, e) in entries {
-            if e.size > self.budget {
+            let size = e.weight();
+            if size > self.budget {
                 continue;
             }
-            if g.bytes + e.size > self.budget {
+            if g.bytes + size > self.budget {
                 g.older = std::mem::take(&mut g.newer);
                 g.bytes = 0;
             }
-            g.bytes += e.size;
+            g.bytes += size;
             g.newer.insert(k, e);
         }
     }
@@ -121,7 +149,13 @@ impl Reuse {
 
 /// The digest a wire message is kept by: its bytes, salted by `tenant`.
 fn key(tenant: &str, raw: &str) -> u128 {
-    let mut h = StableHasher::new("llm-context.messages.reuse");
+    key_in("llm-context.messages.reuse", tenant, raw)
+}
+
+/// The digest an entry of `domain` (one per format) is kept by: its bytes, salted by
+/// `tenant`.
+pub(crate) fn key_in(domain: &str, tenant: &str, raw: &str) -> u128 {
+    let mut h = StableHasher::new(domain);
     h.str(tenant);
     h.str(raw);
     h.finish()

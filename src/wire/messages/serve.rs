@@ -24,13 +24,12 @@ use axum::http::StatusCode;
 
 use super::convert::content;
 use super::faithful::Kept;
-use super::reuse::Reuse;
 use crate::budget::BudgetExceeded;
 use crate::error::ProviderError;
 use crate::wire::checks::{self, Invalid, Kind};
 use crate::wire::served::{
-    AsGiven, EventWriter, Format, Namespaced, Read, Relay, StreamOptions, amend_usage, find,
-    made_up_id,
+    AsGiven, EventWriter, Format, Namespaced, Read, Relay, Reuses, StreamOptions, amend_usage,
+    find, made_up_id,
 };
 use crate::{BoxError, ContextLimitError};
 
@@ -756,11 +755,11 @@ impl Format for Messages {
 
     /// The fast read of [`reuse`](super::reuse), which parses only the messages it has
     /// not read before; the full read where it cannot (and to say what is wrong).
-    fn read_reusing(bytes: &Bytes, reuse: &Reuse, tenant: &str) -> Result<Read, Invalid> {
+    fn read_reusing(bytes: &Bytes, reuse: &Reuses, tenant: &str) -> Result<Read, Invalid> {
         let Ok(text) = simdutf8::compat::from_utf8(bytes) else {
             return Self::read(bytes);
         };
-        let Some(fast) = super::reuse::read(text, reuse, tenant) else {
+        let Some(fast) = super::reuse::read(text, &reuse.messages, tenant) else {
             return Self::read(bytes);
         };
         let Ok((mut request, owners)) = finish(&fast.body, fast.messages, fast.owners) else {

@@ -29,6 +29,8 @@ pub(crate) mod faithful;
 #[cfg(feature = "serve")]
 pub(crate) mod read;
 #[cfg(feature = "serve")]
+pub(crate) mod reuse;
+#[cfg(feature = "serve")]
 pub(crate) mod serve;
 pub(crate) mod stream;
 #[cfg(feature = "serve")]

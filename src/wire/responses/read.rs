@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use foldhash::quality::RandomState;
@@ -91,7 +92,6 @@ impl Kept {
 /// The neutral request of a Responses body, and what was kept of it; or what is wrong
 /// with it (every field read is checked for its type, and each item for what it needs).
 pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
-    let not_json = |e: &dyn std::fmt::Display| Invalid::body(format!("the body is not JSON: {e}"));
     let text = simdutf8::compat::from_utf8(body).map_err(|e| not_json(&e))?;
     let parsed: Value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
     let Value::Object(obj) = parsed else {
@@ -102,12 +102,60 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
     // Where each member lies in the bytes; a list's items are found in its own bytes.
     let raw_members: HashMap<String, &RawValue> =
         serde_json::from_str(text).map_err(|e| not_json(&e))?;
-    let raw_items = |key: &str| -> Result<Vec<&RawValue>, Invalid> {
-        match raw_members.get(key) {
-            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| not_json(&e)),
-            None => Ok(Vec::new()),
-        }
+    // The input read here, its errors told in their turn (after the fields before it).
+    let input = match obj.get("input") {
+        None | Some(Value::Null) => Ok(Input::Items(Vec::new(), Vec::new())),
+        Some(Value::String(text)) => Ok(Input::Text(text.clone())),
+        Some(Value::Array(wire)) => raw_list(&raw_members, "input").and_then(|raw| {
+            let pieces = read_items(wire)?;
+            Ok(Input::Items(
+                raw,
+                pieces.into_iter().map(Arc::new).collect(),
+            ))
+        }),
+        Some(other) => Err(Invalid::new(
+            "input",
+            format!(
+                "must be a string or an array of items, not {}",
+                checks::what(other)
+            ),
+        )),
     };
+    assemble(body, text, &obj, raw_members, input)
+}
+
+/// An answer of 400 for a body that is not JSON.
+fn not_json(e: &dyn std::fmt::Display) -> Invalid {
+    Invalid::body(format!("the body is not JSON: {e}"))
+}
+
+/// The items of the list member `key`, as they lie in the body.
+fn raw_list<'a>(
+    raw_members: &HashMap<String, &'a RawValue>,
+    key: &str,
+) -> Result<Vec<&'a RawValue>, Invalid> {
+    match raw_members.get(key) {
+        Some(raw) => serde_json::from_str(raw.get()).map_err(|e| not_json(&e)),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A body's `input`, read: a string, or its items as they lie in the body with what each
+/// gives.
+pub(super) enum Input<'a> {
+    Text(String),
+    Items(Vec<&'a RawValue>, Vec<Arc<Piece>>),
+}
+
+/// The neutral request and what is kept, from a body's members (`obj`: its fields, as
+/// values; `input` need not be among them) and where they lie in `text`.
+pub(super) fn assemble(
+    body: &Bytes,
+    text: &str,
+    obj: &Map<String, Value>,
+    raw_members: HashMap<String, &RawValue>,
+    input: Result<Input<'_>, Invalid>,
+) -> Result<(ChatRequest, Kept), Invalid> {
     let base = text.as_ptr() as usize;
     let range = |raw: &RawValue| {
         let start = raw.get().as_ptr() as usize - base;
@@ -155,29 +203,15 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
     }
     let top = messages.len();
 
-    let mut items = Vec::new();
-    let wire: &[Value] = match obj.get("input") {
-        None | Some(Value::Null) => &[],
-        Some(Value::String(text)) => {
-            messages.push(Message::user(text.as_str()));
-            &[]
+    let (items, pieces) = match input? {
+        Input::Text(text) => {
+            messages.push(Message::user(text));
+            (Vec::new(), Vec::new())
         }
-        Some(Value::Array(wire)) => {
-            items = raw_items("input")?.into_iter().map(range).collect();
-            wire
-        }
-        Some(other) => {
-            return Err(Invalid::new(
-                "input",
-                format!(
-                    "must be a string or an array of items, not {}",
-                    checks::what(other)
-                ),
-            ));
-        }
+        Input::Items(raw, pieces) => (raw.into_iter().map(range).collect(), pieces),
     };
     let string_input = messages.len() > top;
-    let (read, mut groups, outputs, thinking) = read_items(wire)?;
+    let (read, mut groups, outputs, thinking) = group(&pieces);
     messages.extend(read);
     if string_input {
         // The string's one message has no item of its own.
@@ -189,7 +223,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
     match obj.get("tools") {
         None | Some(Value::Null) => {}
         Some(Value::Array(wire)) => {
-            let raw = raw_items("tools")?;
+            let raw = raw_list(&raw_members, "tools")?;
             for (i, t) in wire.iter().enumerate() {
                 let spec = tool(t).map_err(|e| e.item("tools", i))?;
                 if let Some(r) = raw.get(i) {
@@ -212,7 +246,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         .get("max_output_tokens")
         .and_then(Value::as_u64)
         .and_then(|n| u32::try_from(n).ok());
-    for (k, v) in &obj {
+    for (k, v) in obj {
         if !READ.contains(&k.as_str()) {
             req.params.extra.insert(k.clone(), v.clone());
         }
@@ -250,7 +284,7 @@ pub(crate) fn request(body: &Bytes) -> Result<(ChatRequest, Kept), Invalid> {
         outputs,
         calls,
         thinking,
-        marked: super::breakpoints::placed(wire),
+        marked: pieces.iter().any(|p| p.marked),
         hasher,
     };
     Ok((req, kept))
@@ -282,15 +316,137 @@ type Items = (
     Vec<usize>,
 );
 
-/// The neutral messages of `items`, each with the items it was read from, the output
-/// item of each call id, and the items that carry Claude's thinking.
-fn read_items(items: &[Value]) -> Result<Items, Invalid> {
+/// One input item as read on its own: what it gives the neutral messages, which depends
+/// on no other item (a call's output is named by its call when the items are grouped).
+/// What the reader of what is new keeps, by the item's bytes.
+#[derive(Debug)]
+pub(crate) struct Piece {
+    kind: PieceKind,
+    /// It carries a cache breakpoint of the caller's (`prompt_cache_breakpoint`).
+    pub(super) marked: bool,
+    /// What it costs to keep: an estimate of its structures (and, once kept, its bytes).
+    pub(super) size: usize,
+}
+
+#[derive(Debug)]
+enum PieceKind {
+    /// A user message (`user`), or a system one (`system`, `developer`).
+    Message(Role, Vec<ContentPart>),
+    /// An assistant message's parts.
+    Assistant(Vec<ContentPart>),
+    /// A tool call.
+    Call(ToolCall),
+    /// A call's output.
+    Output(String, Content),
+    /// Claude's thinking, resent.
+    Thinking(Reasoning),
+    /// An item kept whole, in the assistant message it stands in.
+    Opaque(ContentPart),
+}
+
+/// What one item gives, or what is wrong with it (a path within the item).
+pub(super) fn piece(item: &Value) -> Result<Piece, Invalid> {
+    let Some(obj) = item.as_object() else {
+        return Err(Invalid::body(format!(
+            "must be an object (an item), not {}",
+            checks::what(item)
+        )));
+    };
+    let kind = match obj.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        // An easy input message has no `type`.
+        None | Some(Value::Null) if obj.contains_key("role") => "message",
+        _ => return Err(Invalid::new("type", "must be a string")),
+    };
+    let kind = match kind {
+        "message" => {
+            let role = str_field(obj, "role")?;
+            let parts = content(obj.get("content")).map_err(|e| e.within("content"))?;
+            match role {
+                "assistant" => PieceKind::Assistant(parts),
+                "user" => PieceKind::Message(Role::User, parts),
+                "system" | "developer" => PieceKind::Message(Role::System, parts),
+                other => {
+                    return Err(Invalid::new(
+                        "role",
+                        format!("must be user, assistant, system or developer, not {other:?}"),
+                    ));
+                }
+            }
+        }
+        "function_call" | "custom_tool_call" => {
+            let id = str_field(obj, "call_id")?;
+            let name = str_field(obj, "name")?;
+            let field = if kind == "function_call" {
+                "arguments"
+            } else {
+                "input"
+            };
+            let arguments = str_field(obj, field)?;
+            // A namespaced tool's call, by the name its tool is sent under elsewhere.
+            let name = match obj.get("namespace").and_then(Value::as_str) {
+                Some(namespace) => crate::wire::namespaces::qualified(namespace, name),
+                None => name.to_owned(),
+            };
+            PieceKind::Call(ToolCall::from_text(id, name, arguments))
+        }
+        "function_call_output" | "custom_tool_call_output" => {
+            let id = str_field(obj, "call_id")?;
+            let output = match obj.get("output") {
+                Some(Value::String(s)) => Content::from(s.as_str()),
+                Some(Value::Array(_)) => {
+                    Content::from(content(obj.get("output")).map_err(|e| e.within("output"))?)
+                }
+                other => {
+                    return Err(Invalid::new(
+                        "output",
+                        format!(
+                            "must be a string or an array of parts, not {}",
+                            other.map_or("absent".into(), checks::what)
+                        ),
+                    ));
+                }
+            };
+            PieceKind::Output(id.to_owned(), output)
+        }
+        // Reasoning, compaction, references, hosted tools' calls, kinds newer than
+        // this proxy: kept whole, in their place, with the turn they belong to.
+        other => {
+            // Claude's thinking, which a Responses caller of a Claude model resends:
+            // the message's reasoning again.
+            match (other == "reasoning")
+                .then(|| super::thinking::read(obj))
+                .flatten()
+            {
+                Some(r) => PieceKind::Thinking(r),
+                None => PieceKind::Opaque(ContentPart::Opaque {
+                    format: WireFormat::Responses,
+                    kind: other.to_owned(),
+                    json: item.to_string(),
+                }),
+            }
+        }
+    };
+    let size = match &kind {
+        PieceKind::Message(_, parts) | PieceKind::Assistant(parts) => 64 * parts.len(),
+        _ => 64,
+    } + 128;
+    Ok(Piece {
+        kind,
+        marked: super::breakpoints::placed(std::slice::from_ref(item)),
+        size,
+    })
+}
+
+/// The neutral messages of the items' `pieces`, each with the items it was read from,
+/// the output item of each call id, and the items that carry Claude's thinking.
+pub(super) fn group<P: std::borrow::Borrow<Piece>>(pieces: &[P]) -> Items {
     let mut messages = Vec::new();
     let mut groups = Vec::new();
     let mut outputs = HashMap::new();
     let mut thinking = Vec::new();
     // Each call's tool name, for its result.
-    let mut names: HashMap<String, String> = HashMap::new();
+    let mut names: HashMap<&str, &str> = HashMap::new();
     let mut open: Option<Assistant> = None;
     let close = |open: &mut Option<Assistant>,
                  to: usize,
@@ -307,110 +463,45 @@ fn read_items(items: &[Value]) -> Result<Items, Invalid> {
             groups.push(a.from..to);
         }
     };
-    for (i, item) in items.iter().enumerate() {
-        let at = |e: Invalid| e.item("input", i);
-        let Some(obj) = item.as_object() else {
-            return Err(at(Invalid::body(format!(
-                "must be an object (an item), not {}",
-                checks::what(item)
-            ))));
-        };
-        let kind = match obj.get("type") {
-            Some(Value::String(t)) => t.as_str(),
-            // An easy input message has no `type`.
-            None | Some(Value::Null) if obj.contains_key("role") => "message",
-            _ => return Err(at(Invalid::new("type", "must be a string"))),
-        };
-        match kind {
-            "message" => {
-                let role = str_field(obj, "role").map_err(at)?;
-                let parts = content(obj.get("content")).map_err(|e| at(e.within("content")))?;
-                match role {
-                    "assistant" => assistant(&mut open, i).parts.extend(parts),
-                    "user" | "system" | "developer" => {
-                        close(&mut open, i, &mut messages, &mut groups);
-                        let role = if role == "user" {
-                            Role::User
-                        } else {
-                            Role::System
-                        };
-                        messages.push(Message::new(role, Content::from(parts)));
-                        groups.push(i..i + 1);
-                    }
-                    other => {
-                        return Err(at(Invalid::new(
-                            "role",
-                            format!("must be user, assistant, system or developer, not {other:?}"),
-                        )));
-                    }
-                }
-            }
-            "function_call" | "custom_tool_call" => {
-                let id = str_field(obj, "call_id").map_err(at)?;
-                let name = str_field(obj, "name").map_err(at)?;
-                let field = if kind == "function_call" {
-                    "arguments"
-                } else {
-                    "input"
-                };
-                let arguments = str_field(obj, field).map_err(at)?;
-                // A namespaced tool's call, by the name its tool is sent under elsewhere.
-                let name = match obj.get("namespace").and_then(Value::as_str) {
-                    Some(namespace) => crate::wire::namespaces::qualified(namespace, name),
-                    None => name.to_owned(),
-                };
-                names.insert(id.to_owned(), name.clone());
-                assistant(&mut open, i)
-                    .calls
-                    .push(ToolCall::from_text(id, name, arguments));
-            }
-            "function_call_output" | "custom_tool_call_output" => {
+    for (i, piece) in pieces.iter().enumerate() {
+        match &piece.borrow().kind {
+            PieceKind::Assistant(parts) => assistant(&mut open, i).parts.extend_from_slice(parts),
+            PieceKind::Message(role, parts) => {
                 close(&mut open, i, &mut messages, &mut groups);
-                let id = str_field(obj, "call_id").map_err(at)?;
-                let output = match obj.get("output") {
-                    Some(Value::String(s)) => Content::from(s.as_str()),
-                    Some(Value::Array(_)) => Content::from(
-                        content(obj.get("output")).map_err(|e| at(e.within("output")))?,
-                    ),
-                    other => {
-                        return Err(at(Invalid::new(
-                            "output",
-                            format!(
-                                "must be a string or an array of parts, not {}",
-                                other.map_or("absent".into(), checks::what)
-                            ),
-                        )));
-                    }
-                };
-                let name = names.get(id).cloned().unwrap_or_default();
-                messages.push(Message::tool_result(id, name, output));
+                messages.push(Message::new(*role, Content::from(parts.clone())));
+                groups.push(i..i + 1);
+            }
+            PieceKind::Call(call) => {
+                names.insert(&call.id, &call.name);
+                assistant(&mut open, i).calls.push(call.clone());
+            }
+            PieceKind::Output(id, output) => {
+                close(&mut open, i, &mut messages, &mut groups);
+                let name = names.get(id.as_str()).copied().unwrap_or_default();
+                messages.push(Message::tool_result(id.as_str(), name, output.clone()));
                 groups.push(i..i + 1);
                 // A repeated output (a client's retry) keeps its own bytes: the first is
                 // the one an edit goes to.
-                outputs.entry(id.to_owned()).or_insert(i);
+                outputs.entry(id.clone()).or_insert(i);
             }
-            // Reasoning, compaction, references, hosted tools' calls, kinds newer than
-            // this proxy: kept whole, in their place, with the turn they belong to.
-            other => {
-                // Claude's thinking, which a Responses caller of a Claude model resends:
-                // the message's reasoning again.
-                if other == "reasoning"
-                    && let Some(r) = super::thinking::read(obj)
-                {
-                    assistant(&mut open, i).reasoning.push(r);
-                    thinking.push(i);
-                    continue;
-                }
-                assistant(&mut open, i).parts.push(ContentPart::Opaque {
-                    format: WireFormat::Responses,
-                    kind: other.to_owned(),
-                    json: item.to_string(),
-                });
+            PieceKind::Thinking(r) => {
+                assistant(&mut open, i).reasoning.push(r.clone());
+                thinking.push(i);
             }
+            PieceKind::Opaque(part) => assistant(&mut open, i).parts.push(part.clone()),
         }
     }
-    close(&mut open, items.len(), &mut messages, &mut groups);
-    Ok((messages, groups, outputs, thinking))
+    close(&mut open, pieces.len(), &mut messages, &mut groups);
+    (messages, groups, outputs, thinking)
+}
+
+/// The pieces of `items`, or the first one's error, at its place.
+fn read_items(items: &[Value]) -> Result<Vec<Piece>, Invalid> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| piece(item).map_err(|e| e.item("input", i)))
+        .collect()
 }
 
 /// The string field `name` of an item.

@@ -16,12 +16,12 @@ use llm_context_layers::{ChatResponse, WireFormat};
 use serde_json::Value;
 
 use super::answer::{usage, written};
-use super::read::request;
+use super::read::{Kept, request};
 use crate::BoxError;
 use crate::wire::chat_completions::serve::ChatCompletions;
 use crate::wire::checks::Invalid;
 use crate::wire::served::{
-    AsGiven, EventWriter, Format, Namespaced, Read, Relay, StreamOptions, amend_usage,
+    AsGiven, EventWriter, Format, Namespaced, Read, Relay, Reuses, StreamOptions, amend_usage,
 };
 use llm_context_layers::FinishReason;
 use llm_context_layers::stream::StreamEvent;
@@ -39,21 +39,34 @@ pub(crate) fn failure_body(e: &BoxError, status: StatusCode) -> Value {
     body
 }
 
+/// The read of a request, with what was kept of its body.
+fn read_as((mut request, kept): (llm_context_layers::ChatRequest, Kept)) -> Read {
+    let stream = kept.asks_stream();
+    // Kept for the Responses client, which writes the body back with it.
+    request.params.origin = Some(llm_context_layers::Origin::new(kept));
+    Read {
+        request,
+        stream,
+        // The Responses stream always ends with the usage.
+        include_usage: true,
+    }
+}
+
 impl Format for Responses {
     const ROUTE: &'static str = "/v1/responses";
     type Events = Events;
 
     fn read(body: &Bytes) -> Result<Read, Invalid> {
-        let (mut request, kept) = request(body)?;
-        let stream = kept.asks_stream();
-        // Kept for the Responses client, which writes the body back with it.
-        request.params.origin = Some(llm_context_layers::Origin::new(kept));
-        Ok(Read {
-            request,
-            stream,
-            // The Responses stream always ends with the usage.
-            include_usage: true,
-        })
+        Ok(read_as(request(body)?))
+    }
+
+    /// The read of [`reuse`](super::reuse), which parses only the items it has not read
+    /// before; the full read where it cannot (and to say what is wrong).
+    fn read_reusing(body: &Bytes, reuse: &Reuses, tenant: &str) -> Result<Read, Invalid> {
+        match super::reuse::read(body, &reuse.responses, tenant) {
+            Some(read) => Ok(read_as(read)),
+            None => Self::read(body),
+        }
     }
 
     /// OpenAI's answer as it came when it gave one, with the usage of the rounds

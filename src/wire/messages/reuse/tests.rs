@@ -8,10 +8,9 @@ use llm_context_layers::{CacheHints, CacheTtl, ChatRequest, Content};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::Reuse;
 use crate::wire::messages::faithful::{Kept, body};
 use crate::wire::messages::serve::Messages;
-use crate::wire::served::{Format, Read};
+use crate::wire::served::{Format, Read, Reuses};
 
 /// One generated session's messages: rounds of a question, an assistant turn (thinking,
 /// text, calls) and the results, the texts varying with `seed`.
@@ -114,7 +113,7 @@ fn written(read: &Read) -> Vec<Vec<u8>> {
 }
 
 /// The fast read of `bytes` (through `reuse`) agrees with the full read.
-fn agrees(bytes: &Bytes, reuse: &Reuse, tenant: &str) {
+fn agrees(bytes: &Bytes, reuse: &Reuses, tenant: &str) {
     let full = Messages::read(bytes);
     let fast = Messages::read_reusing(bytes, reuse, tenant);
     match (full, fast) {
@@ -139,7 +138,7 @@ fn agrees(bytes: &Bytes, reuse: &Reuse, tenant: &str) {
 
 #[test]
 fn a_growing_session_reads_the_same_and_reuses_what_it_read() {
-    let reuse = Reuse::new(1 << 20);
+    let reuse = Reuses::new(1 << 20);
     let all = session(1, 40);
     for n in (1..all.len()).step_by(2) {
         agrees(&body_of(&all[..n], true), &reuse, "-");
@@ -149,14 +148,14 @@ fn a_growing_session_reads_the_same_and_reuses_what_it_read() {
         .iter()
         .filter(|m| serde_json::to_string(m).unwrap().len() >= super::SMALLEST_KEPT)
         .count();
-    let g = reuse.generations.lock().unwrap();
+    let g = reuse.messages.generations.lock().unwrap();
     assert!(long > 10);
     assert!(g.newer.len() + g.older.len() >= long - 1, "{long}");
 }
 
 #[test]
 fn edits_in_the_middle_other_sessions_and_tenants_read_the_same() {
-    let reuse = Reuse::new(1 << 20);
+    let reuse = Reuses::new(1 << 20);
     let a = session(2, 20);
     agrees(&body_of(&a, true), &reuse, "-");
     // A message edited in the middle, and one taken out (its results then name no tool).
@@ -175,7 +174,7 @@ fn edits_in_the_middle_other_sessions_and_tenants_read_the_same() {
 
 #[test]
 fn bodies_the_fast_read_leaves_to_the_full_one_say_the_same() {
-    let reuse = Reuse::new(1 << 20);
+    let reuse = Reuses::new(1 << 20);
     for body in [
         r#"{"model":"m","messages":{"role":"user"},"max_tokens":5}"#,
         r#"{"model":"m","messages":[{"role":"robot","content":"x"}],"max_tokens":5}"#,
@@ -201,7 +200,7 @@ proptest! {
         cuts in proptest::collection::vec((1usize..30, any::<bool>()), 1..8),
         edit in proptest::option::of(0usize..30),
     ) {
-        let reuse = Reuse::new(16 << 10);
+        let reuse = Reuses::new(16 << 10);
         for (i, &seed) in seeds.iter().enumerate() {
             let mut all = session(seed, 14);
             if let Some(at) = edit.filter(|&e| e < all.len() && i % 2 == 1) {
