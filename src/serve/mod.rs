@@ -772,10 +772,11 @@ impl ProxyBuilder {
     }
 }
 
-/// The bytes of wire messages (Messages) or items (Responses) each of the two generations
-/// of the proxy's read caches holds, one cache per format (see `wire::messages::reuse`
-/// and `wire::responses::reuse`): some twenty agent sessions at 1 MB a request, each
-/// kept once however many requests repeat it.
+/// What each of the two generations of the proxy's read caches weighs at most (the wire
+/// messages' or items' bytes and an estimate of what they were read into), one cache per
+/// format read by what is new (see `wire::messages::reuse` and `wire::responses::reuse`):
+/// some twenty agent sessions at 1 MB a request each, every message kept once however
+/// many requests repeat it. At most four generations in all, 128 MiB by that weight.
 const REUSE_BYTES: usize = 32 << 20;
 
 /// A provider client whose errors are boxed, as the stack's layers box theirs.

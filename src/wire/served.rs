@@ -25,11 +25,10 @@ pub(crate) struct Read {
     pub(crate) include_usage: bool,
 }
 
-/// One wire format as the proxy serves it: how a body is read, and how answers, stream
-/// events and errors are written back.
 /// What was read of earlier requests, for the formats read by what is new in them: the
 /// Messages reader's wire messages and the Responses reader's items, each in a cache of
-/// two generations of at most `budget` bytes.
+/// its own, of two generations each weighing at most `budget` (the entries' bytes and an
+/// estimate of their structures).
 #[derive(Debug)]
 pub(crate) struct Reuses {
     pub(crate) messages: super::messages::reuse::Reuse,
@@ -46,6 +45,8 @@ impl Reuses {
     }
 }
 
+/// One wire format as the proxy serves it: how a body is read, and how answers, stream
+/// events and errors are written back.
 pub(crate) trait Format: Send + Sync + 'static {
     /// The route it is served on.
     const ROUTE: &'static str;

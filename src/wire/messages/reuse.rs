@@ -19,7 +19,9 @@
 //! from: when the newer is full it becomes the older and the older is dropped, so a
 //! session's messages stay while it is active and a finished session's go. A message
 //! under 256 bytes is not kept (its entry would cost more than reading it again), nor
-//! is anything of a body larger than a generation.
+//! is anything of a body larger than a generation. A member or message nested deeper
+//! than [`DEEPEST`] goes the full way, which meets serde_json's depth limit where a value
+//! read on its own would not.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -231,10 +233,11 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
             "tools" => raw_tools = Some(*raw),
             _ => {}
         }
-        body.insert(
-            k.clone().into_owned(),
-            serde_json::from_str(raw.get()).ok()?,
-        );
+        let value: Value = serde_json::from_str(raw.get()).ok()?;
+        if depth(&value) > DEEPEST {
+            return None;
+        }
+        body.insert(k.clone().into_owned(), value);
     }
     body.insert("messages".into(), Value::Array(Vec::new()));
     let body = Value::Object(body);
@@ -311,6 +314,20 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
     })
 }
 
+/// The deepest nesting of a member or a message this path reads: read on its own, a
+/// value is not held to the depth limit the full read meets for it inside the body
+/// (serde_json stops at 128 levels), so anything near it is left to the full read.
+pub(crate) const DEEPEST: usize = 100;
+
+/// How deeply `v` nests (a scalar 0, `[]` 1).
+pub(crate) fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// The shortest wire message kept, in bytes: a shorter one costs little to read again,
 /// and its entry would cost more than its bytes (100,000 one-word messages would hold
 /// several times the body).
@@ -326,6 +343,10 @@ const MESSAGE_OVERHEAD: usize = 160;
 /// why).
 fn read_one(raw: &str, tool_names: &HashMap<String, String>, kept: bool) -> Option<Entry> {
     let mut m: Value = serde_json::from_str(raw).ok()?;
+    // (A message taken from the cache was checked when it was read.)
+    if depth(&m) > DEEPEST {
+        return None;
+    }
     // The names its results are given, and the calls it makes: the reader adds those
     // to the map it is given, so it reads a copy holding only what it looks up.
     let blocks = m["content"].as_array();
@@ -373,4 +394,4 @@ fn share(m: &mut Message) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

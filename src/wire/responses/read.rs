@@ -427,10 +427,14 @@ pub(super) fn piece(item: &Value) -> Result<Piece, Invalid> {
             }
         }
     };
-    let size = match &kind {
-        PieceKind::Message(_, parts) | PieceKind::Assistant(parts) => 64 * parts.len(),
-        _ => 64,
-    } + 128;
+    // An estimate of what the piece holds beside the text it copies: its own slot and
+    // every part's, however small (a part of a few bytes still costs its allocations).
+    let parts = match &kind {
+        PieceKind::Message(_, parts) | PieceKind::Assistant(parts) => parts.len(),
+        PieceKind::Output(_, Content::Parts(parts)) => parts.len(),
+        _ => 1,
+    };
+    let size = 256 + 128 * parts;
     Ok(Piece {
         kind,
         marked: super::breakpoints::placed(std::slice::from_ref(item)),

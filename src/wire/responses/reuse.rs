@@ -5,13 +5,14 @@
 //! JSON tree and scans it twice more for where its members and items lie, so its cost
 //! grows with the transcript. Here the body is scanned for its members, then `input` for
 //! its items (no tree of either), and each item is looked up by a digest of its bytes
-//! among the items read before, in the same two-generation cache as the Messages reader's
-//! ([`Reuse`]): one seen before gives what it gave then ([`Piece`]), and only the others
-//! are parsed. An item's piece depends on no other item (a call's output is named by its
+//! among the items read before, in a two-generation cache of the Messages reader's kind
+//! ([`Reuse`], an instance of its own; the digest salted with the tenant): one seen
+//! before gives what it gave then ([`Piece`]), and only the others are parsed. An item's piece depends on no other item (a call's output is named by its
 //! call when the pieces are grouped into messages, for every request anew), so what
 //! comes out is the full read's, which the tests check on generated sessions. A body this
 //! path does not expect (a repeated member, `input` that is not a list, an item that
-//! does not read) goes the full way, which says what is wrong with it.
+//! does not read, a member or item nested deeper than [`DEEPEST`](crate::wire::messages::reuse::DEEPEST)) goes the full way,
+//! which says what is wrong with it.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -26,7 +27,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::read::{Input, Kept, Piece, assemble, piece};
-use crate::wire::messages::reuse::{Reuse, Weighed, key_in};
+use crate::wire::messages::reuse::{DEEPEST, Reuse, Weighed, depth, key_in};
 
 /// The shortest item kept, in bytes: a shorter one costs little to read again.
 const SMALLEST_KEPT: usize = 256;
@@ -81,7 +82,11 @@ pub(crate) fn read(
         if k == "input" {
             input = Some(raw);
         } else {
-            obj.insert(k.into_owned(), serde_json::from_str(raw.get()).ok()?);
+            let value: Value = serde_json::from_str(raw.get()).ok()?;
+            if depth(&value) > DEEPEST {
+                return None;
+            }
+            obj.insert(k.into_owned(), value);
         }
     }
     // Only a list of items is read by its items; a string or nothing the full way.
@@ -102,10 +107,18 @@ pub(crate) fn read(
             Some(p) => p,
             None => {
                 let item: Value = serde_json::from_str(raw.get()).ok()?;
+                // (A cached item was checked when it was read.)
+                if depth(&item) > DEEPEST {
+                    return None;
+                }
                 let mut p = piece(&item).ok()?;
                 p.size += raw.get().len();
                 let p = Arc::new(p);
-                if keeping && raw.get().len() >= SMALLEST_KEPT {
+                // An item repeated in the body is kept (and weighed) once.
+                if keeping
+                    && raw.get().len() >= SMALLEST_KEPT
+                    && !read_now.iter().any(|(k, _)| k == key)
+                {
                     read_now.push((*key, p.clone()));
                 }
                 p

@@ -172,6 +172,28 @@ fn edits_in_the_middle_other_sessions_and_tenants_read_the_same() {
     agrees(&body_of(&a, true), &reuse, "acme");
 }
 
+/// `"x"` inside `levels` arrays.
+pub(crate) fn nested(levels: usize) -> Value {
+    let mut v = json!("x");
+    for _ in 0..levels {
+        v = json!([v]);
+    }
+    v
+}
+
+#[test]
+fn messages_and_members_nested_near_the_limit_are_left_to_the_full_read() {
+    let reuse = Reuses::new(1 << 20);
+    for levels in [95, 120, 124, 125, 126, 127] {
+        let message = json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user",
+            "content": [{"type": "text", "text": "x", "deep": nested(levels)}]}]});
+        agrees(&Bytes::from(message.to_string()), &reuse, "-");
+        let member = json!({"model": "m", "max_tokens": 5,
+            "messages": [{"role": "user", "content": "x"}], "metadata": nested(levels)});
+        agrees(&Bytes::from(member.to_string()), &reuse, "-");
+    }
+}
+
 #[test]
 fn bodies_the_fast_read_leaves_to_the_full_one_say_the_same() {
     let reuse = Reuses::new(1 << 20);

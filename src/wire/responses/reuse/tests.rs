@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::wire::messages::reuse::Reuse;
+use crate::wire::messages::reuse::tests::nested;
 use crate::wire::responses::faithful::faithful;
 use crate::wire::responses::read::Kept;
 use crate::wire::responses::serve::Responses;
@@ -27,9 +28,21 @@ fn session(seed: u64, rounds: usize) -> Vec<Value> {
             out.push(json!({"type": "message", "role": "assistant",
                 "content": [{"type": "output_text", "text": format!("Ich sehe nach ({r}).")}]}));
         }
-        out.push(json!({"type": "function_call", "call_id": id,
+        if r % 4 == 2 {
+            // Claude's thinking, as a Responses caller of a Claude model resends it.
+            let block = json!({"type": "thinking", "thinking": format!("Runde {r}: erst lesen. {}", "ok ".repeat(r * 10)),
+                               "signature": format!("sig{seed}{r}==")});
+            out.push(json!({"type": "reasoning", "summary": [],
+                            "encrypted_content": block.to_string()}));
+        }
+        let mut call = json!({"type": "function_call", "call_id": id,
             "name": if r % 2 == 0 { "shell" } else { "apply_patch" },
-            "arguments": format!("{{\"command\":[\"cat\",\"src/{r}.rs\"],\"n\":{r}}}")}));
+            "arguments": format!("{{\"command\":[\"cat\",\"src/{r}.rs\"],\"n\":{r}}}")});
+        if r % 7 == 3 {
+            // A namespaced tool's call (Codex's sub-agent tools).
+            call["namespace"] = json!("agents");
+        }
+        out.push(call);
         let output = if r % 4 == 1 {
             json!([{"type": "input_text", "text": format!("Zeile {r}\n{}", "x".repeat(r * 7))},
                    {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}])
@@ -41,9 +54,18 @@ fn session(seed: u64, rounds: usize) -> Vec<Value> {
                 "日本 ".repeat((r % 4) * 40)
             ))
         };
-        out.push(json!({"type": "function_call_output", "call_id": id, "output": output}));
+        let result = json!({"type": "function_call_output", "call_id": id, "output": output});
+        out.push(result.clone());
+        if r % 6 == 5 {
+            // A repeated output (a client's retry).
+            out.push(result);
+        }
         if r % 5 == 4 {
-            out.push(json!({"role": "user", "content": format!("Und jetzt {r}?")}));
+            // A long message with a breakpoint of the caller's: kept, and read back
+            // marked.
+            out.push(json!({"role": "user", "content": [{"type": "input_text",
+                "text": format!("Und jetzt {r}? {}", "bitte ".repeat(60)),
+                "prompt_cache_breakpoint": {"mode": "explicit"}}]}));
         }
     }
     out
@@ -155,6 +177,7 @@ fn a_growing_session_reads_the_same_and_reuses_what_it_read() {
         .collect();
     assert!(long.len() > 10);
     assert!(kept_items(&reuse.responses, &long) >= long.len() - 3);
+    // Salted by the tenant: the same bytes under another tenant are not found.
     let other: Vec<u128> = all
         .iter()
         .map(|i| super::key_in("llm-context.responses.reuse", "acme", &i.to_string()))
@@ -180,6 +203,21 @@ fn edits_in_the_middle_other_sessions_and_tenants_read_the_same() {
     b.extend(session(3, 4).into_iter().skip(1));
     agrees(&body_of(&b, true), &reuse, "-");
     agrees(&body_of(&a, true), &reuse, "acme");
+}
+
+#[test]
+fn items_and_members_nested_near_the_limit_are_left_to_the_full_read() {
+    let reuse = Reuses::new(1 << 20);
+    for levels in [95, 120, 124, 125, 126, 127] {
+        let item = json!({"type": "function_call_output", "call_id": "c", "output": [
+            {"type": "input_text", "text": "x", "deep": nested(levels)}]});
+        let body = json!({"model": "m", "input": [
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}, item]});
+        agrees(&Bytes::from(body.to_string()), &reuse, "-");
+        let member = json!({"model": "m", "input": [{"role": "user", "content": "x"}],
+                            "metadata": nested(levels)});
+        agrees(&Bytes::from(member.to_string()), &reuse, "-");
+    }
 }
 
 #[test]
