@@ -64,18 +64,6 @@ pub(crate) struct Faithful {
 
 #[cfg(feature = "serve")]
 impl Faithful {
-    fn get(&self, key: &str) -> Option<&serde_json::Value> {
-        self.fields.get(key)
-    }
-
-    fn insert(&mut self, key: &str, value: serde_json::Value) {
-        self.fields.insert(key.to_owned(), value);
-    }
-
-    fn remove(&mut self, key: &str) {
-        self.fields.remove(key);
-    }
-
     /// The body's bytes: the fields, then the messages (where the tree put them).
     fn to_vec(&self) -> Result<Vec<u8>, serde_json::Error> {
         let mut out = Vec::with_capacity(self.messages.len() + 4096);
@@ -104,22 +92,19 @@ fn faithful(req: &ChatRequest) -> Option<Faithful> {
     }
     let ctx = req.params.origin.as_ref()?.get::<BodyContext>()?;
     let mut fields = fields_of_request(req);
-    // A field named `messages` among the extra ones is the messages' own place.
-    fields.remove("messages");
-    let mut messages = Vec::new();
-    messages_text(req, ctx, &mut messages);
-    let mut body = Faithful { fields, messages };
-    if body.get("prompt_cache_key").is_none()
+    if !fields.contains_key("prompt_cache_key")
         && let Some(key) = convert::cache_key(req)
     {
-        body.insert("prompt_cache_key", key.into());
+        fields.insert("prompt_cache_key".into(), key.into());
     }
     if req.tools.is_empty() {
         // Only valid with tools; a body whose tools were all removed must drop them.
-        body.remove("tool_choice");
-        body.remove("parallel_tool_calls");
+        fields.remove("tool_choice");
+        fields.remove("parallel_tool_calls");
     }
-    Some(body)
+    let mut messages = Vec::new();
+    messages_text(req, ctx, &mut messages);
+    Some(Faithful { fields, messages })
 }
 
 impl Speaks for ChatCompletionsApi {
@@ -179,22 +164,22 @@ impl Speaks for ChatCompletionsApi {
         // reader kept beside each message (unknown fields, `developer`, …).
         #[cfg(feature = "serve")]
         if let Some(mut body) = faithful(req) {
+            let fields = &mut body.fields;
             // A streamed call asks for the usage, which the proxy meters, whatever the
             // caller asked (its other stream options kept); an unstreamed one is sent as
             // the caller wrote it, `"stream": false` included.
             if stream {
-                body.insert("stream", serde_json::Value::Bool(true));
-                let options = body
-                    .fields
+                fields.insert("stream".into(), serde_json::Value::Bool(true));
+                let options = fields
                     .entry("stream_options")
                     .or_insert_with(|| serde_json::json!({}));
                 if !options.is_object() {
                     *options = serde_json::json!({});
                 }
                 options["include_usage"] = serde_json::Value::Bool(true);
-            } else if body.get("stream") == Some(&serde_json::Value::Bool(true)) {
-                body.remove("stream");
-                body.remove("stream_options");
+            } else if fields.get("stream") == Some(&serde_json::Value::Bool(true)) {
+                fields.remove("stream");
+                fields.remove("stream_options");
             }
             return Ok(Body::Faithful(body));
         }

@@ -395,48 +395,44 @@ struct Shared {
     last: String,
 }
 
+impl Shared {
+    /// The stream's connection of the worker's own, on a runtime of its own made (and
+    /// dropped) on the worker's thread: a multiplexed connection is served by the runtime
+    /// that connected it (see `RedisLedgerStream`), and this one is driven only inside
+    /// the worker's `block_on` calls.
+    fn open(stream: &crate::redis::RedisLedgerStream) -> Result<Self, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let stream = {
+            let _entered = runtime.enter();
+            stream.connect().map_err(|e| e.to_string())?
+        };
+        // Connected now, within the connect timeout, rather than by the first row,
+        // whose wait is short (a row that cannot be shared stays in this replica's
+        // views alone).
+        let ping = async { tokio::time::timeout(stream.connect_timeout(), stream.ping()).await };
+        match runtime.block_on(ping) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(event = "ledger_redis_away", %error),
+            Err(_) => tracing::warn!(event = "ledger_redis_away", "no answer"),
+        }
+        Ok(Self {
+            stream,
+            runtime,
+            last: "0".to_owned(),
+        })
+    }
+}
+
 impl Worker {
     fn run(mut self, queue: Receiver<Job>, stream: Option<crate::redis::RedisLedgerStream>) {
-        // The Redis calls are driven from a runtime of the worker's own, made (and
-        // dropped) on its thread.
-        self.shared = stream.and_then(|stream| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            // A connection of the worker's own, served by its runtime (see
-            // `RedisLedgerStream`): made within it.
-            let made = runtime.map_err(|e| e.to_string()).and_then(|runtime| {
-                let connected = {
-                    let _entered = runtime.enter();
-                    stream.connect()
-                };
-                connected
-                    .map(|stream| (runtime, stream))
-                    .map_err(|e| e.to_string())
-            });
-            match made {
-                Ok((runtime, stream)) => {
-                    // Connected now, within the connect timeout, rather than by the
-                    // first row, whose wait is short (a row that cannot be shared stays
-                    // in this replica's views alone).
-                    let ping = async {
-                        tokio::time::timeout(stream.connect_timeout(), stream.ping()).await
-                    };
-                    match runtime.block_on(ping) {
-                        Ok(Ok(())) => {}
-                        Ok(Err(error)) => tracing::warn!(event = "ledger_redis_away", %error),
-                        Err(_) => tracing::warn!(event = "ledger_redis_away", "no answer"),
-                    }
-                    Some(Shared {
-                        stream,
-                        runtime,
-                        last: "0".to_owned(),
-                    })
-                }
-                Err(error) => {
-                    tracing::warn!(event = "ledger_not_shared", %error);
-                    None
-                }
+        self.shared = stream.and_then(|stream| match Shared::open(&stream) {
+            Ok(shared) => Some(shared),
+            Err(error) => {
+                tracing::warn!(event = "ledger_not_shared", %error);
+                None
             }
         });
         self.pull();
