@@ -5,7 +5,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::catalog::Provider;
 use crate::client::{Api, Builder, Client, ConfigError, Settings, Speaks};
 use crate::error::ProviderError;
-use crate::transport::ReqwestTransport;
+use crate::transport::{RequestBody, ReqwestTransport};
 use crate::wire::messages::convert;
 use crate::wire::messages::stream::AnthropicDecoder;
 use crate::wire::messages::types::CreateMessageRequest;
@@ -139,11 +139,11 @@ impl Speaks for MessagesApi {
         Ok(Body::Rendered(body))
     }
 
-    fn encode(body: &Body) -> Result<Vec<u8>, serde_json::Error> {
+    fn encode(body: Body) -> Result<RequestBody, serde_json::Error> {
         match body {
-            Body::Rendered(body) => serde_json::to_vec(body),
+            Body::Rendered(body) => serde_json::to_vec(&body).map(RequestBody::from),
             #[cfg(feature = "serve")]
-            Body::Faithful(body) => body.to_vec(),
+            Body::Faithful(body) => body.pieces(),
         }
     }
 
@@ -189,7 +189,7 @@ impl<T> Anthropic<T> {
             .map_err(|e| crate::client::unsupported(Provider::Anthropic, e.to_string()))?;
         self.post_with(
             &format!("{}{path}", self.base_url()),
-            body,
+            (body.into(), None),
             std::iter::empty(),
         )
     }

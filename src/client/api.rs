@@ -10,6 +10,7 @@ use super::{ConfigError, Settings};
 use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::sse::Decoder;
+use crate::transport::RequestBody;
 use llm_context_layers::{ChatRequest, ChatResponse, WireFormat};
 
 /// A provider API a [`Client`](super::Client) speaks: where it is, how it authenticates,
@@ -79,8 +80,9 @@ pub(crate) trait Speaks {
         stream: bool,
     ) -> Result<Self::Body, ProviderError>;
 
-    /// The bytes of `body`, as sent.
-    fn encode(body: &Self::Body) -> Result<Vec<u8>, serde_json::Error>;
+    /// The bytes of `body`, as sent: one buffer, or pieces of buffers already held (a
+    /// proxied body's kept spans).
+    fn encode(body: Self::Body) -> Result<RequestBody, serde_json::Error>;
 
     /// The neutral response of a body read.
     fn response(body: Self::Response) -> Result<ChatResponse, ProviderError>;

@@ -52,7 +52,7 @@ use crate::error::ProviderError;
 use crate::sse;
 pub use crate::sse::StreamFuture;
 use crate::transport::{
-    HttpRequest, HttpResponse, HttpStreamResponse, ReqwestTransport, TransportError,
+    HttpRequest, HttpResponse, HttpStreamResponse, RequestBody, ReqwestTransport, TransportError,
 };
 use llm_context_layers::stream::{ChatStream, Streaming};
 use llm_context_layers::{ChatRequest, ChatResponse};
@@ -179,11 +179,12 @@ impl<A: Api, T> Client<A, T> {
     }
 
     /// A JSON POST of `body` to `url` with the credentials and extra headers, and a
-    /// caller's headers passed on after the client's own (see [`post_json`]).
+    /// caller's headers passed on after the client's own (see [`post_json`]); with its
+    /// `content-encoding` when it is sent compressed as a caller compressed it.
     pub(crate) fn post_with<'a>(
         &self,
         url: &str,
-        body: Vec<u8>,
+        (body, encoding): (RequestBody, Option<http::HeaderValue>),
         forwarded: impl Iterator<Item = (&'a str, &'a str)>,
     ) -> Result<HttpRequest, ProviderError> {
         let credentials = A::credentials(self.state.api_key.as_ref(), &self.state.options);
@@ -192,7 +193,7 @@ impl<A: Api, T> Client<A, T> {
             configured: &self.state.headers,
             forwarded,
         };
-        post_json(A::PROVIDER, url, headers, body)
+        post_json(A::PROVIDER, url, headers, body, encoding)
     }
 
     /// The API's call of `req`, asking for a stream when `stream`: to the endpoint with
@@ -200,7 +201,13 @@ impl<A: Api, T> Client<A, T> {
     /// this API may be sent.
     fn http_request(&self, req: &ChatRequest, stream: bool) -> Result<HttpRequest, ProviderError> {
         let body = A::body(req, &self.state.options, stream)?;
-        let body = A::encode(&body).map_err(|e| unsupported(A::PROVIDER, e.to_string()))?;
+        let body = A::encode(body).map_err(|e| unsupported(A::PROVIDER, e.to_string()))?;
+        // A proxied body the stack left as the client sent it goes as the client's
+        // compressed bytes, if it came compressed.
+        #[cfg(feature = "serve")]
+        let body = crate::wire::served::Encoded::choose(req.params.origin.as_ref(), body);
+        #[cfg(not(feature = "serve"))]
+        let body = (body, None);
         let forwarded = req.params.headers_for(A::FORMAT);
         match req.params.query_for(A::FORMAT) {
             Some(query) => {

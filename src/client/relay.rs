@@ -77,7 +77,7 @@ impl Relay {
             configured: &self.configured,
             forwarded,
         };
-        let http = request(self.provider, method, &url, headers, content, body)?;
+        let http = request(self.provider, method, &url, headers, content, body.into())?;
         let mut transport = self.transport.clone();
         let ready = ServiceExt::<Streaming<_>>::ready(&mut transport)
             .await

@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 
@@ -15,8 +14,8 @@ use crate::catalog::Provider;
 use crate::error::{ProviderError, ProviderErrorKind};
 use crate::redact::{Redactor, TEXT_LIMIT};
 use crate::transport::{
-    DEFAULT_MAX_RESPONSE_BYTES, HttpRequest, HttpResponse, ReqwestTransport, TransportError,
-    TransportErrorKind,
+    DEFAULT_MAX_RESPONSE_BYTES, HttpRequest, HttpResponse, RequestBody, ReqwestTransport,
+    TransportError, TransportErrorKind,
 };
 use llm_context_layers::{ChatRequest, ChatResponse};
 
@@ -190,12 +189,14 @@ pub(crate) const NOT_FORWARDED: &[&str] = &[
 ];
 
 /// A POST of `body` (JSON, serialized once by the caller) to `url`: [`request`] with the
-/// JSON content type.
+/// JSON content type, and `encoding` when the bytes are sent compressed as a caller
+/// compressed them.
 pub(crate) fn post_json<'a>(
     provider: Provider,
     url: &str,
     headers: Headers<'_, impl Iterator<Item = (&'a str, &'a str)>>,
-    body: Vec<u8>,
+    body: RequestBody,
+    encoding: Option<http::HeaderValue>,
 ) -> Result<HttpRequest, ProviderError> {
     let json = http::HeaderValue::from_static("application/json");
     request(
@@ -205,9 +206,9 @@ pub(crate) fn post_json<'a>(
         headers,
         BodyHeaders {
             kind: Some(json),
-            encoding: None,
+            encoding,
         },
-        Bytes::from(body),
+        body,
     )
 }
 
@@ -234,7 +235,7 @@ pub(crate) fn request<'a>(
     url: &str,
     headers: Headers<'_, impl Iterator<Item = (&'a str, &'a str)>>,
     content: BodyHeaders,
-    body: Bytes,
+    body: RequestBody,
 ) -> Result<HttpRequest, ProviderError> {
     let mut map = http::HeaderMap::new();
     for (name, value) in [

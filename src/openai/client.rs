@@ -5,7 +5,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::catalog::Provider;
 use crate::client::{Api, Builder, Client, ConfigError, Settings, Speaks};
 use crate::error::ProviderError;
-use crate::transport::ReqwestTransport;
+use crate::transport::{RequestBody, ReqwestTransport};
 use crate::wire::chat_completions::convert;
 use crate::wire::chat_completions::stream::OpenAiDecoder;
 use crate::wire::chat_completions::types::{
@@ -195,11 +195,11 @@ impl Speaks for ChatCompletionsApi {
         Ok(Body::Rendered(Box::new(body)))
     }
 
-    fn encode(body: &Body) -> Result<Vec<u8>, serde_json::Error> {
+    fn encode(body: Body) -> Result<RequestBody, serde_json::Error> {
         match body {
-            Body::Rendered(body) => serde_json::to_vec(body),
+            Body::Rendered(body) => serde_json::to_vec(&body).map(RequestBody::from),
             #[cfg(feature = "serve")]
-            Body::Faithful(body) => body.to_vec(),
+            Body::Faithful(body) => body.to_vec().map(RequestBody::from),
         }
     }
 
@@ -251,7 +251,10 @@ mod tests {
             matches!(body, Body::Faithful(_)),
             "not written back faithfully"
         );
-        ChatCompletionsApi::encode(&body).unwrap()
+        ChatCompletionsApi::encode(body)
+            .unwrap()
+            .to_bytes()
+            .to_vec()
     }
 
     #[test]

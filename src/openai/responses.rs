@@ -7,7 +7,7 @@ use super::client::{API_KEY_VAR, BASE_URL_VAR, ChatCompletionsApi, DEFAULT_BASE_
 use crate::catalog::Provider;
 use crate::client::{Api, Builder, Client, ConfigError, Settings, Speaks, unsupported};
 use crate::error::ProviderError;
-use crate::transport::ReqwestTransport;
+use crate::transport::{RequestBody, ReqwestTransport};
 use crate::wire::chat_completions::convert::cache_key;
 use crate::wire::responses::answer;
 use crate::wire::responses::stream::ResponsesDecoder;
@@ -106,8 +106,8 @@ impl Speaks for ResponsesApi {
         serde_json::to_vec(&body).map_err(|e| unsupported(Provider::OpenAi, e.to_string()))
     }
 
-    fn encode(body: &Vec<u8>) -> Result<Vec<u8>, serde_json::Error> {
-        Ok(body.clone())
+    fn encode(body: Vec<u8>) -> Result<RequestBody, serde_json::Error> {
+        Ok(body.into())
     }
 
     fn response(body: Value) -> Result<ChatResponse, ProviderError> {

@@ -59,6 +59,9 @@ pub(crate) struct Refused {
 pub(crate) struct Read {
     pub(crate) bytes: Bytes,
     pub(crate) held: OwnedSemaphorePermit,
+    /// The body as the client compressed it, and its `content-encoding`, when it came
+    /// compressed (`bytes` is then the body decoded).
+    pub(crate) encoded: Option<(Bytes, axum::http::HeaderValue)>,
 }
 
 /// Reads `body` of at most `limit` bytes. A declared length over the limit is refused
@@ -123,6 +126,7 @@ pub(crate) async fn read(
     Ok(Read {
         bytes: Bytes::from(buf),
         held,
+        encoded: None,
     })
 }
 
@@ -140,12 +144,12 @@ fn take(budget: &Arc<Semaphore>, n: usize) -> Result<OwnedSemaphorePermit, Refus
 }
 
 /// What a request read from a body of `bytes` with `messages` messages holds until it is
-/// answered, at its peak, in bytes: its body (a Messages request keeps it, to send its
-/// unedited messages as they came), its parsed form, the body written upstream, and a
-/// cost a message (the neutral message, the parse's objects, its place in the planner's
-/// lists and in the kept body's index). Measured with `scripts/hostile_serve.py`
-/// (BENCHMARKS.md): one request peaks at 3.0× its body for one huge message, and at
-/// 2.3 MB over that for 100,000 small ones.
+/// answered, at its peak, in bytes: its body (kept, to send its unedited spans as
+/// slices of it), the text read from it (and, while a string is read, the parser's
+/// scratch copy of it), and a cost a message (the neutral message, its place in the
+/// planner's lists and in the kept body's index). Measured with
+/// `scripts/hostile_serve.py` (BENCHMARKS.md): one request peaks at 3.0× its body for one
+/// huge message, and at 2.6× for 100,000 small ones.
 pub(crate) fn holding(bytes: usize, messages: usize) -> usize {
     const PER_MESSAGE: usize = 1024;
     bytes

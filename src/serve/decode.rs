@@ -7,10 +7,10 @@
 //! so the limit that matters is the decoded one: a decompression bomb stops at the limit
 //! (413) with at most the limit decoded, never grows to fill memory, and the decoded
 //! bytes take their share of the in-flight body budget as they grow (503 past it, like a
-//! body that arrives large). An encoding the server does not know is 415. The upstream
-//! then gets the body uncompressed: the proxy never forwards `Content-Encoding` on the
-//! managed routes (the pass-through routes forward the bytes and the header as they
-//! came).
+//! body that arrives large). An encoding the server does not know is 415. The client's
+//! compressed bytes are kept beside the decoded ones: a body the stack leaves as it came
+//! goes upstream as those bytes with the client's `Content-Encoding`, one it edited goes
+//! uncompressed (the pass-through routes forward the bytes and the header as they came).
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -73,16 +73,31 @@ pub(crate) async fn decoded(
     if codings.is_empty() {
         return Ok(read);
     }
+    // The header as the client sent it (its lines joined), to send with its bytes.
+    let lines: Vec<&[u8]> = headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    let value = axum::http::HeaderValue::from_bytes(&lines.join(&b", "[..]))
+        .map_err(|_| unsupported("(not a header value)"))?;
     let budget = bodies.budget.clone();
     let task = tokio::task::spawn_blocking(move || {
         let Read {
-            mut bytes,
+            bytes: encoded,
             mut held,
+            ..
         } = read;
+        let mut bytes = encoded.clone();
         for coding in codings.into_iter().rev() {
             bytes = undo(coding, &bytes, limit, &budget, &mut held)?;
         }
-        Ok(Read { bytes, held })
+        // Kept: sent as they came when the stack leaves the body as it is.
+        Ok(Read {
+            bytes,
+            held,
+            encoded: Some((encoded, value)),
+        })
     });
     task.await.unwrap_or_else(|e| {
         Err(Refused {

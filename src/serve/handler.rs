@@ -147,7 +147,11 @@ async fn handle<F: Format>(
         Err(why) => return failures::invalid::<F>(&why),
     };
     let unmanaged = F::unmanaged(&read);
-    let body::Read { bytes, mut held } = body;
+    let body::Read {
+        bytes,
+        mut held,
+        encoded,
+    } = body;
     // The client's bytes as they came, for the ledger's pass-through model (shared, not
     // copied; a body too large to model is not held).
     let client_body = (bytes.len() <= ledger::MAX_MODELLED_BYTES).then(|| bytes.clone());
@@ -164,7 +168,19 @@ async fn handle<F: Format>(
     // (a Messages request) its bytes, to send them back as they came. Its share of the
     // budget grows to that, and is held to the end of its answer, so that big requests
     // at once are shed (503) before memory grows past the budget.
-    let holds = body::holding(bytes.len(), req.messages.len());
+    let mut holds = body::holding(bytes.len(), req.messages.len());
+    // A compressed body is kept as it came too, to send it so if the stack leaves it be.
+    if let Some((encoded, coding)) = encoded
+        && let Some(origin) = req.params.origin.take()
+    {
+        holds = holds.saturating_add(encoded.len());
+        let kept = crate::wire::served::Encoded {
+            decoded: bytes.clone(),
+            encoded,
+            coding,
+        };
+        req.params.origin = Some(origin.with(kept));
+    }
     drop(bytes);
     if let Err(refused) = shared.bodies.hold(&mut held, holds) {
         return super::admit::retry_later(failures::error::<F>(refused.status, &refused.message));

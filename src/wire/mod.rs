@@ -31,6 +31,8 @@ mod extra;
 pub mod messages;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub(crate) mod namespaces;
+#[cfg(feature = "serve")]
+pub(crate) mod pieces;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod responses;

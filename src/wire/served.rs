@@ -283,3 +283,33 @@ impl AsGiven {
         Some(out)
     }
 }
+
+/// A request body as the client compressed it, kept in the request's `origin` beside
+/// what its reader kept: when the body the stack sends is the client's decoded bytes
+/// unchanged, the client's compressed bytes are sent instead, with their
+/// `content-encoding` (a body the stack edited goes uncompressed).
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    /// The body decoded: what the stack's body is compared with.
+    pub(crate) decoded: bytes::Bytes,
+    /// The body as it came.
+    pub(crate) encoded: bytes::Bytes,
+    /// Its `content-encoding`, as the client sent it.
+    pub(crate) coding: http::HeaderValue,
+}
+
+impl Encoded {
+    /// The bytes to send for `body` (a request's body as the stack wrote it) and their
+    /// encoding: the client's compressed bytes when `body` is what they decode to.
+    pub(crate) fn choose(
+        origin: Option<&llm_context_layers::Origin>,
+        body: crate::transport::RequestBody,
+    ) -> (crate::transport::RequestBody, Option<http::HeaderValue>) {
+        match origin.and_then(|o| o.get::<Self>()) {
+            Some(e) if body.eq_bytes(&e.decoded) => {
+                (e.encoded.clone().into(), Some(e.coding.clone()))
+            }
+            _ => (body, None),
+        }
+    }
+}

@@ -6,8 +6,9 @@
 use std::io::Write;
 
 use crate::support::proxy::{
-    anthropic, anthropic_upstream, json_of, openai, openai_upstream, serving,
+    anthropic, anthropic_upstream, json_of, openai, openai_stream, openai_upstream, serving,
 };
+use crate::support::servers::mock_post;
 use llm_context::serve::Proxy;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
@@ -70,9 +71,14 @@ async fn proxy_for(openai_up: &MockServer, anthropic_up: &MockServer, limit: usi
     serving(proxy).await
 }
 
+/// Neither body goes as the client's bytes (the Chat Completions one is streamed and gets
+/// `stream_options`), so both are sent uncompressed.
 #[tokio::test]
-async fn every_encoding_is_decoded_on_both_routes_and_goes_upstream_uncompressed() {
-    let (openai_up, anthropic_up) = (openai_upstream().await, anthropic_upstream().await);
+async fn every_encoding_is_decoded_on_both_routes_and_an_edited_body_goes_uncompressed() {
+    let stream =
+        ResponseTemplate::new(200).set_body_raw(openai_stream().concat(), "text/event-stream");
+    let openai_up = mock_post("/v1/chat/completions", stream).await;
+    let anthropic_up = anthropic_upstream().await;
     let url = proxy_for(&openai_up, &anthropic_up, 1 << 20).await;
     for (i, coding) in ["gzip", "deflate", "br", "zstd", "gzip, zstd"]
         .into_iter()
@@ -90,20 +96,33 @@ async fn every_encoding_is_decoded_on_both_routes_and_goes_upstream_uncompressed
         )
         .await;
         assert_eq!(r.status(), 200, "{coding}: {}", r.text().await.unwrap());
+        let mut streamed = chat_body();
+        streamed["stream"] = true.into();
         let r = post(
             &format!("{url}/v1/chat/completions"),
             coding,
-            compressed(&chat_body()),
+            compressed(&streamed),
         )
         .await;
         assert_eq!(r.status(), 200, "{coding}: {}", r.text().await.unwrap());
         for (up, want) in [(&anthropic_up, messages_body()), (&openai_up, chat_body())] {
             let got = &up.received_requests().await.unwrap()[i];
             assert!(got.headers.get("content-encoding").is_none(), "{coding}");
+            assert_eq!(
+                got.headers.get("content-length").unwrap(),
+                &got.body.len().to_string()
+            );
             let sent: Value = serde_json::from_slice(&got.body).unwrap();
             assert_eq!(sent["messages"], want["messages"], "{coding}");
             assert_eq!(sent["model"], want["model"], "{coding}");
         }
+        // Neither went as the client's bytes: the usage asked of a stream, and the
+        // Messages body's members written in the writer's order.
+        let got = &anthropic_up.received_requests().await.unwrap()[i];
+        assert_ne!(got.body, messages_body().to_string().into_bytes());
+        let got = &openai_up.received_requests().await.unwrap()[i];
+        let sent: Value = serde_json::from_slice(&got.body).unwrap();
+        assert_eq!(sent["stream_options"]["include_usage"], true, "{sent}");
     }
 }
 
@@ -191,4 +210,29 @@ async fn the_pass_through_forwards_the_compressed_bytes_and_their_header() {
     let got = &openai_up.received_requests().await.unwrap()[0];
     assert_eq!(got.body, body);
     assert_eq!(got.headers["content-encoding"], "gzip");
+}
+
+/// A body the stack leaves byte for byte as it came goes upstream as the client's
+/// compressed bytes, with the client's `Content-Encoding`.
+#[tokio::test]
+async fn a_body_the_stack_leaves_as_it_came_goes_as_the_clients_compressed_bytes() {
+    let (openai_up, anthropic_up) = (openai_upstream().await, anthropic_upstream().await);
+    let url = proxy_for(&openai_up, &anthropic_up, 1 << 20).await;
+    // Compact, as the clients write it, so that the proxy's write is the same bytes.
+    let plain = serde_json::to_vec(&chat_body()).unwrap();
+    for (i, coding) in ["gzip", "br", "gzip, zstd"].into_iter().enumerate() {
+        let compressed = coding
+            .split(", ")
+            .fold(plain.clone(), |b, c| compress(c, &b));
+        let r = post(
+            &format!("{url}/v1/chat/completions"),
+            coding,
+            compressed.clone(),
+        )
+        .await;
+        assert_eq!(r.status(), 200, "{coding}: {}", r.text().await.unwrap());
+        let got = &openai_up.received_requests().await.unwrap()[i];
+        assert_eq!(got.headers["content-encoding"], coding);
+        assert_eq!(got.body, compressed, "{coding}");
+    }
 }

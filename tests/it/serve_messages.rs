@@ -502,3 +502,45 @@ async fn a_deterministic_request_asked_again_is_a_memo_hit_streamed_or_not() {
     assert_eq!(text, answered);
     assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
 }
+
+/// A long unedited run of a client's messages goes upstream as the client wrote it, its
+/// own separators included (it is sent as a slice of the client's bytes, not rewritten),
+/// with an exact `Content-Length`, never chunked.
+#[tokio::test]
+async fn an_unedited_run_of_messages_goes_as_the_clients_bytes_with_an_exact_length() {
+    let upstream = crate::support::proxy::anthropic_upstream().await;
+    let url = crate::support::proxy::anthropic_proxy(&upstream).await;
+    let mut messages = Vec::new();
+    for i in 0..200 {
+        messages.push(format!(
+            r#"{{"role": "user", "content": "frage {i}: warum? なぜ"}}, {{"role": "assistant", "content": [{{"type": "text", "text": "antwort {i}"}}]}}"#
+        ));
+    }
+    messages.push(r#"{"role": "user", "content": "und jetzt?"}"#.to_owned());
+    let run = messages[..150].join(",\n  ");
+    let client = format!(
+        r#"{{"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{}]}}"#,
+        messages.join(",\n  ")
+    );
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("content-type", "application/json")
+        .header("x-api-key", "sk-client")
+        .body(client.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let received = &upstream.received_requests().await.unwrap()[0];
+    let sent = std::str::from_utf8(&received.body).unwrap();
+    assert!(sent.contains(&run), "the run went as the client wrote it");
+    assert_eq!(
+        received.headers.get("content-length").unwrap(),
+        &received.body.len().to_string(),
+    );
+    assert!(received.headers.get("transfer-encoding").is_none());
+    let sent: Value = serde_json::from_str(sent).unwrap();
+    let client: Value = serde_json::from_str(&client).unwrap();
+    assert_eq!(sent["messages"].as_array().unwrap().len(), 401);
+    assert_eq!(sent["messages"][7], client["messages"][7]);
+}

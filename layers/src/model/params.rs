@@ -87,20 +87,40 @@ pub struct GenerationParams {
 }
 
 /// What a proxy's reader kept of a request's body, shared by the request's clones: see
-/// [`GenerationParams::origin`]. Equal to every other (a request's equality is its
-/// content's).
+/// [`GenerationParams::origin`]. Values of distinct types, each found by its type. Equal
+/// to every other (a request's equality is its content's).
+///
+/// ```
+/// use llm_context_layers::Origin;
+///
+/// let origin = Origin::new(7_u32).with("the body as it came");
+/// assert_eq!(origin.get::<u32>(), Some(&7));
+/// assert_eq!(origin.get::<&str>(), Some(&"the body as it came"));
+/// assert_eq!(origin.get::<u8>(), None);
+/// ```
 #[derive(Clone)]
-pub struct Origin(std::sync::Arc<dyn std::any::Any + Send + Sync>);
+pub struct Origin(std::sync::Arc<[Kept]>);
+
+type Kept = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 impl Origin {
     /// Keeps `kept`.
     pub fn new(kept: impl std::any::Any + Send + Sync) -> Self {
-        Self(std::sync::Arc::new(kept))
+        Self(std::sync::Arc::new([std::sync::Arc::new(kept) as Kept]))
+    }
+
+    /// Keeps `more` too, beside what was kept (a value of a type already kept is found
+    /// after it, never by [`get`](Self::get)). The kept values are shared, not copied.
+    #[must_use]
+    pub fn with(self, more: impl std::any::Any + Send + Sync) -> Self {
+        let mut all: Vec<Kept> = self.0.iter().cloned().collect();
+        all.push(std::sync::Arc::new(more));
+        Self(all.into())
     }
 
     /// What was kept, if it is a `T`.
     pub fn get<T: std::any::Any>(&self) -> Option<&T> {
-        self.0.downcast_ref()
+        self.0.iter().find_map(|kept| kept.downcast_ref())
     }
 }
 

@@ -34,6 +34,8 @@ use super::types::{InputMessage, InputRole, ToolParam};
 use crate::catalog::Provider;
 use crate::client::unsupported;
 use crate::error::ProviderError;
+use crate::transport::RequestBody;
+use crate::wire::pieces::Pieces;
 
 /// What the reader kept of a Messages body.
 pub(crate) struct Kept {
@@ -197,9 +199,9 @@ impl Kept {
     /// The part at `range` as written with `edits`, parsed (the slow way, for a part the
     /// splices cannot edit).
     fn value(&self, range: &Range<usize>, edits: &[Edit]) -> Value {
-        let mut bytes = Vec::with_capacity(range.len());
-        spliced(&self.body, range, edits, &mut bytes);
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        let mut out = Pieces::new(&self.body);
+        spliced(range, edits, &mut out);
+        serde_json::from_slice(&out.finish().to_bytes()).unwrap_or(Value::Null)
     }
 }
 
@@ -262,14 +264,14 @@ struct Edit {
 
 /// The bytes of `range` of `body`, each of `edits` (ascending, disjoint, within it)
 /// replaced by its text, appended to `out`.
-fn spliced(body: &[u8], range: &Range<usize>, edits: &[Edit], out: &mut Vec<u8>) {
+fn spliced(range: &Range<usize>, edits: &[Edit], out: &mut Pieces<'_>) {
     let mut at = range.start;
     for edit in edits {
-        out.extend_from_slice(&body[at..edit.at.start]);
-        out.extend_from_slice(edit.with.as_bytes());
+        out.keep(at..edit.at.start);
+        out.push(edit.with.as_bytes());
         at = edit.at.end;
     }
-    out.extend_from_slice(&body[at..range.end]);
+    out.keep(at..range.end);
 }
 
 /// The edit setting `key` of the object at `object` (its text `text`) to `value`: its
@@ -852,21 +854,27 @@ fn marker_edit(
 }
 
 impl Body {
-    /// The body's bytes: the parts kept as they came copied, the rest written.
+    /// The body's bytes in one buffer (a count's body, and the tests).
     pub(crate) fn to_vec(&self) -> Result<Vec<u8>, serde_json::Error> {
+        Ok(self.pieces()?.to_bytes().to_vec())
+    }
+
+    /// The body as sent: the parts kept as they came are slices of the client's bytes
+    /// (never copied; an unedited run of them is one slice), the rest written anew.
+    pub(crate) fn pieces(&self) -> Result<RequestBody, serde_json::Error> {
         let kept = self
             .origin
             .get::<Kept>()
             .ok_or_else(|| serde_json::Error::custom("the kept body is gone"))?;
-        let mut out = Vec::with_capacity(kept.body.len() + 1024);
-        out.push(b'{');
+        let mut out = Pieces::new(&kept.body);
+        out.push(b"{");
         let mut first = true;
-        let mut key = |out: &mut Vec<u8>, key: &str| -> Result<(), serde_json::Error> {
+        let mut key = |out: &mut Pieces<'_>, key: &str| -> Result<(), serde_json::Error> {
             if !std::mem::take(&mut first) {
-                out.push(b',');
+                out.push(b",");
             }
             serde_json::to_writer(&mut *out, key)?;
-            out.push(b':');
+            out.push(b":");
             Ok(())
         };
         for (k, v) in &self.fields {
@@ -875,7 +883,7 @@ impl Body {
         }
         if let Some(system) = &self.system {
             key(&mut out, "system")?;
-            write_part(kept, system, &mut out)?;
+            write_part(system, &mut out)?;
         }
         let arrays = [("tools", &self.tools), ("messages", &self.messages)];
         for (name, parts) in arrays {
@@ -883,25 +891,38 @@ impl Body {
                 continue;
             }
             key(&mut out, name)?;
-            out.push(b'[');
+            out.push(b"[");
             for (i, part) in parts.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.comma(part.start());
                 }
-                write_part(kept, part, &mut out)?;
+                write_part(part, &mut out)?;
             }
-            out.push(b']');
+            out.push(b"]");
         }
-        out.push(b'}');
-        Ok(out)
+        out.push(b"}");
+        Ok(out.finish())
+    }
+}
+
+impl Part {
+    /// Where the part starts in the client's bytes, when it starts with them.
+    fn start(&self) -> Option<usize> {
+        match self {
+            Part::Raw(range) => Some(range.start),
+            Part::Spliced(range, edits) => {
+                (edits.first().is_none_or(|e| e.at.start > range.start)).then_some(range.start)
+            }
+            Part::Value(_) | Part::Message(_) | Part::Tool(_) => None,
+        }
     }
 }
 
 /// `part` as it is written, appended to `out`.
-fn write_part(kept: &Kept, part: &Part, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+fn write_part(part: &Part, out: &mut Pieces<'_>) -> Result<(), serde_json::Error> {
     match part {
-        Part::Raw(range) => out.extend_from_slice(&kept.body[range.clone()]),
-        Part::Spliced(range, edits) => spliced(&kept.body, range, edits, out),
+        Part::Raw(range) => out.keep(range.clone()),
+        Part::Spliced(range, edits) => spliced(range, edits, out),
         Part::Value(v) => serde_json::to_writer(out, v)?,
         Part::Message(m) => serde_json::to_writer(out, m)?,
         Part::Tool(t) => serde_json::to_writer(out, t)?,
@@ -925,9 +946,10 @@ mod tests {
     }
 
     fn apply(text: &str, edits: &[Edit]) -> String {
-        let mut out = Vec::new();
-        spliced(text.as_bytes(), &(0..text.len()), edits, &mut out);
-        String::from_utf8(out).unwrap()
+        let body = Bytes::from(text.to_owned());
+        let mut out = Pieces::new(&body);
+        spliced(&(0..text.len()), edits, &mut out);
+        String::from_utf8(out.finish().to_bytes().to_vec()).unwrap()
     }
 
     #[test]

@@ -51,8 +51,13 @@ use tower::Service;
 use crate::BoxError;
 use crate::redact::mask_userinfo;
 
-/// A request as the clients build it.
-pub type HttpRequest = http::Request<Bytes>;
+mod body;
+
+pub use body::RequestBody;
+
+/// A request as the clients build it: its body a [`RequestBody`], one buffer or pieces of
+/// several (a proxied body's kept spans are slices of the client's bytes).
+pub type HttpRequest = http::Request<RequestBody>;
 
 /// A response with its whole body.
 pub type HttpResponse = http::Response<Bytes>;
