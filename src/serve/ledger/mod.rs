@@ -167,6 +167,7 @@ impl Ledger {
             logged: std::collections::HashSet::new(),
             writer,
             shared: None,
+            units: chain::Units::default(),
         };
         let spawned = std::thread::Builder::new()
             .name("llm-context-ledger".into())
@@ -202,13 +203,18 @@ impl Ledger {
             *n > 1
         };
         let body = start.body.filter(|b| b.len() <= MAX_MODELLED_BYTES);
+        let origin = start.origin.filter(|_| body.is_some());
         Arc::new(Draft {
             ledger: self.clone(),
             pending: Some(Box::new(Pending {
                 at: SystemTime::now(),
                 since: self.inner.epoch.elapsed(),
                 concurrent,
-                start: Start { body, ..start },
+                start: Start {
+                    body,
+                    origin,
+                    ..start
+                },
                 report: None,
                 usage: None,
                 status: 0,
@@ -278,6 +284,9 @@ pub(crate) struct Start {
     pub(crate) provider: Provider,
     /// The client's body, as it came.
     pub(crate) body: Option<Bytes>,
+    /// What the reader kept of it (a Messages body's layout: its parts are found there,
+    /// not by reading the body again).
+    pub(crate) origin: Option<llm_context_layers::Origin>,
 }
 
 #[derive(Debug)]
@@ -383,6 +392,8 @@ struct Worker {
     writer: Option<Writer>,
     /// The stream the replicas share, if any.
     shared: Option<Shared>,
+    /// The Messages units' sums seen lately, by their bytes.
+    units: chain::Units,
 }
 
 /// How long the worker waits on Redis for one append or read.
@@ -606,10 +617,18 @@ impl Worker {
             start.session.clone()
         };
         let modelled = if model {
-            let chain = start
-                .body
-                .as_deref()
-                .and_then(|body| chain::blocks(start.shape, body).ok());
+            let laid_out = start
+                .origin
+                .as_ref()
+                .and_then(|o| o.get::<crate::wire::messages::faithful::Kept>())
+                .filter(|_| start.shape == Shape::Messages);
+            let chain = match (start.body.as_deref(), laid_out) {
+                (Some(_), Some(kept)) => {
+                    chain::messages_blocks(&kept.layout(), &mut self.units).ok()
+                }
+                (Some(body), None) => chain::blocks(start.shape, body).ok(),
+                (None, _) => None,
+            };
             let provider_edited = report
                 .provider_edits
                 .is_some_and(|a| a.cleared_tool_uses + a.dropped_thinking + a.compactions > 0);
@@ -674,6 +693,7 @@ mod tests {
             model: "claude-sonnet-4-6".into(),
             provider: Provider::Anthropic,
             body: Some(Bytes::from(body.to_string())),
+            origin: None,
         }
     }
 

@@ -66,6 +66,14 @@ pub(crate) struct Kept {
     markers: bool,
 }
 
+/// Where a Messages body's parts lie in its bytes: see [`Kept::layout`].
+pub(crate) struct Layout<'a> {
+    pub(crate) body: &'a Bytes,
+    pub(crate) tools: Vec<Range<usize>>,
+    pub(crate) system: Option<Range<usize>>,
+    pub(crate) messages: Vec<Range<usize>>,
+}
+
 /// Where the parts of a body lie, borrowed from its bytes.
 #[derive(Deserialize)]
 struct Spans<'a> {
@@ -78,6 +86,17 @@ struct Spans<'a> {
 }
 
 impl Kept {
+    /// The body as read, and where its tools, its top-level `system` and its messages
+    /// lie in it (the ledger's chain reads each part from there, not the body again).
+    pub(crate) fn layout(&self) -> Layout<'_> {
+        Layout {
+            body: &self.body,
+            tools: self.tools.iter().map(|(_, r)| r.clone()).collect(),
+            system: self.system.clone(),
+            messages: self.messages.iter().map(|(r, _)| r.clone()).collect(),
+        }
+    }
+
     /// What to keep of `body` (`text` is its bytes, checked as UTF-8; already read into
     /// `req`, whose messages after the system head came from the wire messages `owners`
     /// gives, one entry each), or `None` when the body's parts cannot be located.
