@@ -15,9 +15,12 @@
 //! A message's reading depends on the messages before it only through the tool names
 //! of the calls its results answer: an entry records the names it was given, and is
 //! taken only where the same names apply. Entries are kept per tenant (the digest is
-//! salted with the tenant), in two generations bounded by the bytes they were read
-//! from: when the newer is full it becomes the older and the older is dropped, so a
-//! session's messages stay while it is active and a finished session's go. A message
+//! salted with the tenant, and each tenant has its own two generations), bounded by the
+//! bytes they were read from, all tenants together: when the newer generations are full,
+//! the heaviest tenant's newer becomes its older and its older is dropped (then the
+//! heaviest older generations go until they weigh no more than the newer may), so a
+//! session's messages stay while it is active, a finished session's go, and one tenant's
+//! large bodies age its own entries before another's. A message
 //! under 256 bytes is not kept (its entry would cost more than reading it again), nor
 //! is anything of a body larger than a generation. A member or message nested deeper
 //! than [`DEEPEST`] goes the full way, which meets serde_json's depth limit where a value
@@ -60,20 +63,75 @@ impl<E> fmt::Debug for Reuse<E> {
     }
 }
 
+/// Every tenant's entries, and what all of them weigh.
 struct Generations<E> {
-    newer: HashMap<u128, Arc<E>>,
-    older: HashMap<u128, Arc<E>>,
-    /// The bytes the newer generation's entries were read from.
-    bytes: usize,
+    tenants: HashMap<String, Shelf<E>>,
+    /// What every tenant's newer generation weighs, and every older one.
+    newer: usize,
+    older: usize,
 }
 
 impl<E> Default for Generations<E> {
     fn default() -> Self {
         Self {
+            tenants: HashMap::new(),
+            newer: 0,
+            older: 0,
+        }
+    }
+}
+
+/// One tenant's two generations, and what each weighs.
+struct Shelf<E> {
+    newer: HashMap<u128, Arc<E>>,
+    older: HashMap<u128, Arc<E>>,
+    newer_bytes: usize,
+    older_bytes: usize,
+}
+
+impl<E> Default for Shelf<E> {
+    fn default() -> Self {
+        Self {
             newer: HashMap::new(),
             older: HashMap::new(),
-            bytes: 0,
+            newer_bytes: 0,
+            older_bytes: 0,
         }
+    }
+}
+
+impl<E> Generations<E> {
+    /// The tenant whose `weight` is the largest.
+    fn heaviest(&self, weight: impl Fn(&Shelf<E>) -> usize) -> Option<String> {
+        let (name, shelf) = self.tenants.iter().max_by_key(|(_, s)| weight(s))?;
+        (weight(shelf) > 0).then(|| name.clone())
+    }
+
+    /// Room for `size` more bytes in the newer generations: the heaviest tenant's newer
+    /// becomes its older (its older dropped), then the heaviest older generations are
+    /// dropped until they weigh no more than `budget`. So one tenant's traffic ages its own
+    /// entries first, and another's only once it holds more.
+    fn make_room(&mut self, size: usize, budget: usize) {
+        while self.newer + size > budget {
+            let Some(name) = self.heaviest(|s| s.newer_bytes) else {
+                break;
+            };
+            let shelf = self.tenants.get_mut(&name).expect("a tenant just found");
+            shelf.older = std::mem::take(&mut shelf.newer);
+            self.older = self.older - shelf.older_bytes + shelf.newer_bytes;
+            self.newer -= shelf.newer_bytes;
+            shelf.older_bytes = std::mem::take(&mut shelf.newer_bytes);
+        }
+        while self.older > budget {
+            let Some(name) = self.heaviest(|s| s.older_bytes) else {
+                break;
+            };
+            let shelf = self.tenants.get_mut(&name).expect("a tenant just found");
+            shelf.older.clear();
+            self.older -= std::mem::take(&mut shelf.older_bytes);
+        }
+        self.tenants
+            .retain(|_, s| !s.newer.is_empty() || !s.older.is_empty());
     }
 }
 
@@ -99,7 +157,8 @@ impl Weighed for Entry {
 }
 
 impl<E: Weighed> Reuse<E> {
-    /// Keeps up to `budget` bytes of wire messages in each of two generations.
+    /// Keeps up to `budget` bytes of wire messages in the newer generations of all
+    /// tenants together, and as many in the older ones.
     pub(crate) fn new(budget: usize) -> Self {
         Self {
             generations: Mutex::new(Generations::default()),
@@ -112,18 +171,25 @@ impl<E: Weighed> Reuse<E> {
         self.budget
     }
 
-    /// The entries of `keys`, where there are (a newer generation's first).
-    pub(crate) fn get(&self, keys: &[u128]) -> Vec<Option<Arc<E>>> {
+    /// `tenant`'s entries of `keys`, where there are (a newer generation's first).
+    pub(crate) fn get(&self, tenant: &str, keys: &[u128]) -> Vec<Option<Arc<E>>> {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         let g = &mut *g;
+        let Some(shelf) = g.tenants.get_mut(tenant) else {
+            return vec![None; keys.len()];
+        };
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
-            let found = match g.newer.get(k) {
+            let found = match shelf.newer.get(k) {
                 Some(e) => Some(e.clone()),
                 // Used again: into the newer generation, so an active session stays.
-                None => g.older.remove(k).inspect(|e| {
-                    g.bytes += e.weight();
-                    g.newer.insert(*k, e.clone());
+                None => shelf.older.remove(k).inspect(|e| {
+                    let w = e.weight();
+                    shelf.older_bytes -= w;
+                    shelf.newer_bytes += w;
+                    g.older -= w;
+                    g.newer += w;
+                    shelf.newer.insert(*k, e.clone());
                 }),
             };
             out.push(found);
@@ -131,21 +197,32 @@ impl<E: Weighed> Reuse<E> {
         out
     }
 
-    /// Keeps `entries`.
-    pub(crate) fn put(&self, entries: Vec<(u128, Arc<E>)>) {
+    /// Keeps `entries` for `tenant`.
+    pub(crate) fn put(&self, tenant: &str, entries: Vec<(u128, Arc<E>)>) {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         for (k, e) in entries {
             let size = e.weight();
             if size > self.budget {
                 continue;
             }
-            if g.bytes + size > self.budget {
-                g.older = std::mem::take(&mut g.newer);
-                g.bytes = 0;
+            g.make_room(size, self.budget);
+            let shelf = g.tenants.entry(tenant.to_owned()).or_default();
+            if let Some(old) = shelf.newer.insert(k, e) {
+                // Kept already (a message repeated in a body): counted once.
+                shelf.newer_bytes -= old.weight();
+                g.newer -= old.weight();
             }
-            g.bytes += size;
-            g.newer.insert(k, e);
+            let shelf = g.tenants.get_mut(tenant).expect("just made");
+            shelf.newer_bytes += size;
+            g.newer += size;
         }
+    }
+
+    /// What all the entries kept weigh (the tests' bound).
+    #[cfg(test)]
+    pub(crate) fn kept_bytes(&self) -> usize {
+        let g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        g.newer + g.older
     }
 }
 
@@ -257,7 +334,7 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
     // the fast way, but nothing of it is kept.
     let keeping = text.len() <= reuse.budget;
     let keys: Vec<u128> = raw_messages.iter().map(|r| key(tenant, r.get())).collect();
-    let found = reuse.get(&keys);
+    let found = reuse.get(tenant, &keys);
     let mut tool_names: HashMap<String, String> = HashMap::new();
     let mut messages = Vec::with_capacity(raw_messages.len());
     let mut owners = Vec::with_capacity(raw_messages.len());
@@ -297,7 +374,7 @@ pub(crate) fn read(text: &str, reuse: &Reuse, tenant: &str) -> Option<Fast> {
             Err(kept) => messages.extend(kept.messages.iter().cloned()),
         }
     }
-    reuse.put(read_now);
+    reuse.put(tenant, read_now);
     let rest = rest_of(&body)?;
     Some(Fast {
         body,

@@ -99,7 +99,7 @@ pub(crate) fn read(
         .iter()
         .map(|r| key_in("llm-context.responses.reuse", tenant, r.get()))
         .collect();
-    let found = reuse.get(&keys);
+    let found = reuse.get(tenant, &keys);
     let mut pieces = Vec::with_capacity(raw_items.len());
     let mut read_now = Vec::new();
     for ((raw, key), found) in raw_items.iter().zip(&keys).zip(found) {
@@ -126,7 +126,7 @@ pub(crate) fn read(
         };
         pieces.push(piece);
     }
-    reuse.put(read_now);
+    reuse.put(tenant, read_now);
     assemble(
         body,
         text,

@@ -3,6 +3,8 @@
 //! in the middle, sessions sharing a head, two tenants, and bodies the fast read leaves
 //! to the full one.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use llm_context_layers::{CacheHints, CacheTtl, ChatRequest, Content};
 use proptest::prelude::*;
@@ -149,8 +151,9 @@ fn a_growing_session_reads_the_same_and_reuses_what_it_read() {
         .filter(|m| serde_json::to_string(m).unwrap().len() >= super::SMALLEST_KEPT)
         .count();
     let g = reuse.messages.generations.lock().unwrap();
+    let shelf = &g.tenants["-"];
     assert!(long > 10);
-    assert!(g.newer.len() + g.older.len() >= long - 1, "{long}");
+    assert!(shelf.newer.len() + shelf.older.len() >= long - 1, "{long}");
 }
 
 #[test]
@@ -231,6 +234,56 @@ proptest! {
             for &(cut, marker) in &cuts {
                 agrees(&body_of(&all[..cut.min(all.len())], marker), &reuse, "-");
             }
+        }
+    }
+}
+
+/// An entry of a given weight, for the cache's own tests.
+struct Weight(usize);
+
+impl super::Weighed for Weight {
+    fn weight(&self) -> usize {
+        self.0
+    }
+}
+
+fn found(reuse: &super::Reuse<Weight>, tenant: &str, keys: std::ops::Range<u128>) -> usize {
+    let keys: Vec<u128> = keys.collect();
+    reuse.get(tenant, &keys).iter().flatten().count()
+}
+
+#[test]
+fn one_tenants_large_bodies_age_its_own_entries_before_anothers() {
+    let reuse = super::Reuse::new(100);
+    // A session of tenant a: 3 entries of 10.
+    reuse.put("a", (0..3).map(|k| (k, Arc::new(Weight(10)))).collect());
+    // Tenant b reads 20 entries of 10, twice what a generation holds.
+    reuse.put("b", (100..120).map(|k| (k, Arc::new(Weight(10)))).collect());
+    assert_eq!(found(&reuse, "a", 0..3), 3, "a's session kept");
+    // b's own: its newest, its older generation, its oldest dropped.
+    assert_eq!(found(&reuse, "b", 113..120), 7);
+    assert!(found(&reuse, "b", 100..103) < 3);
+    // Alone, a tenant ages its own as before: an entry unused over two generations goes.
+    let alone = super::Reuse::new(100);
+    alone.put("-", (0..25).map(|k| (k, Arc::new(Weight(10)))).collect());
+    assert_eq!(found(&alone, "-", 0..5), 0);
+    assert_eq!(found(&alone, "-", 20..25), 5);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever the tenants and weights, everything kept weighs at most two generations.
+    #[test]
+    fn what_is_kept_is_bounded_by_two_generations(
+        puts in proptest::collection::vec((0u8..4, 1usize..40, 1usize..6), 1..60),
+    ) {
+        let reuse = super::Reuse::new(100);
+        let mut next = 0u128;
+        for (tenant, weight, n) in puts {
+            let entries = (0..n).map(|_| { next += 1; (next, Arc::new(Weight(weight))) }).collect();
+            reuse.put(&tenant.to_string(), entries);
+            prop_assert!(reuse.kept_bytes() <= 200, "{}", reuse.kept_bytes());
         }
     }
 }

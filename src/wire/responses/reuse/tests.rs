@@ -154,8 +154,12 @@ fn agrees(bytes: &Bytes, reuse: &Reuses, tenant: &str) {
 }
 
 /// How many items `reuse` keeps.
-fn kept_items(reuse: &Reuse<super::Piece>, keys: &[u128]) -> usize {
-    reuse.get(keys).iter().filter(|e| e.is_some()).count()
+fn kept_items(reuse: &Reuse<super::Piece>, tenant: &str, keys: &[u128]) -> usize {
+    reuse
+        .get(tenant, keys)
+        .iter()
+        .filter(|e| e.is_some())
+        .count()
 }
 
 #[test]
@@ -176,13 +180,15 @@ fn a_growing_session_reads_the_same_and_reuses_what_it_read() {
         .map(|t| super::key_in("llm-context.responses.reuse", "-", &t))
         .collect();
     assert!(long.len() > 10);
-    assert!(kept_items(&reuse.responses, &long) >= long.len() - 3);
+    assert!(kept_items(&reuse.responses, "-", &long) >= long.len() - 3);
+    // Each tenant has its own: another tenant finds none of them.
+    assert_eq!(kept_items(&reuse.responses, "acme", &long), 0);
     // Salted by the tenant: the same bytes under another tenant are not found.
     let other: Vec<u128> = all
         .iter()
         .map(|i| super::key_in("llm-context.responses.reuse", "acme", &i.to_string()))
         .collect();
-    assert_eq!(kept_items(&reuse.responses, &other), 0);
+    assert_eq!(kept_items(&reuse.responses, "-", &other), 0);
 }
 
 #[test]
