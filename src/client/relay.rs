@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use tower::{Service, ServiceExt};
 
 use super::{Api, BodyHeaders, Client, Headers, request, transport_error};
@@ -12,7 +11,7 @@ use crate::catalog::Provider;
 use crate::error::ProviderError;
 use crate::redact::Redactor;
 use crate::stream::Streaming;
-use crate::transport::{HttpStreamResponse, ReqwestTransport};
+use crate::transport::{HttpStreamResponse, RequestBody, ReqwestTransport};
 
 /// One provider's relay: its base URL, its credentials and configured headers, and the
 /// transport, taken from a client.
@@ -65,7 +64,7 @@ impl Relay {
         path_and_query: &str,
         forwarded: impl Iterator<Item = (&'a str, &'a str)>,
         content: BodyHeaders,
-        body: Bytes,
+        body: RequestBody,
     ) -> Result<HttpStreamResponse, ProviderError> {
         let path = path_and_query
             .strip_prefix(self.held)
@@ -77,7 +76,7 @@ impl Relay {
             configured: &self.configured,
             forwarded,
         };
-        let http = request(self.provider, method, &url, headers, content, body.into())?;
+        let http = request(self.provider, method, &url, headers, content, body)?;
         let mut transport = self.transport.clone();
         let ready = ServiceExt::<Streaming<_>>::ready(&mut transport)
             .await

@@ -28,6 +28,7 @@ use super::passthrough::relayed_answer;
 use super::upstreams::provider_of;
 use crate::catalog::Provider;
 use crate::client::BodyHeaders;
+use crate::transport::RequestBody;
 use crate::wire::messages::faithful;
 use crate::wire::messages::serve::Messages;
 use crate::wire::responses::serve::Responses;
@@ -48,7 +49,7 @@ pub(crate) trait Counted: Format {
 
     /// The body the provider's count endpoint takes for `prepared`; `None` when there is
     /// none to send (the request was not read from this format).
-    fn count_body(prepared: &ChatRequest) -> Option<Result<Vec<u8>, crate::BoxError>>;
+    fn count_body(prepared: &ChatRequest) -> Option<Result<RequestBody, crate::BoxError>>;
 
     /// The answer of a count made by the stack's estimate.
     fn estimate(tokens: usize) -> serde_json::Value;
@@ -58,14 +59,14 @@ impl Counted for Messages {
     const COUNT_ROUTE: &'static str = ROUTE;
     const COUNTER: Provider = Provider::Anthropic;
 
-    fn count_body(prepared: &ChatRequest) -> Option<Result<Vec<u8>, crate::BoxError>> {
+    fn count_body(prepared: &ChatRequest) -> Option<Result<RequestBody, crate::BoxError>> {
         let mut body = match faithful::body(prepared) {
             Ok(Some(body)) => body,
             Ok(None) => return None,
             Err(e) => return Some(Err(e.into())),
         };
         body.count();
-        Some(body.to_vec().map_err(Into::into))
+        Some(body.pieces().map_err(Into::into))
     }
 
     fn estimate(tokens: usize) -> serde_json::Value {
@@ -77,7 +78,7 @@ impl Counted for Responses {
     const COUNT_ROUTE: &'static str = RESPONSES_ROUTE;
     const COUNTER: Provider = Provider::OpenAi;
 
-    fn count_body(prepared: &ChatRequest) -> Option<Result<Vec<u8>, crate::BoxError>> {
+    fn count_body(prepared: &ChatRequest) -> Option<Result<RequestBody, crate::BoxError>> {
         use crate::wire::responses::faithful::faithful;
         let kept = prepared
             .params
@@ -110,7 +111,11 @@ impl Counted for Responses {
                 Err(e) => return Some(Err(e.into())),
             };
         body.retain(|k, _| TAKEN.contains(&k.as_str()));
-        Some(serde_json::to_vec(&body).map_err(Into::into))
+        Some(
+            serde_json::to_vec(&body)
+                .map(RequestBody::from)
+                .map_err(Into::into),
+        )
     }
 
     fn estimate(tokens: usize) -> serde_json::Value {
@@ -206,7 +211,7 @@ async fn count<F: Counted>(
                         kind: Some(HeaderValue::from_static("application/json")),
                         encoding: None,
                     },
-                    bytes.into(),
+                    bytes,
                 )
                 .await;
             match answer {

@@ -205,7 +205,7 @@ async fn handle<F: Format>(
         shape: ledger::Shape::of_route(F::ROUTE),
         model: model.clone(),
         provider,
-        origin: client_body.as_ref().and(req.params.origin.clone()),
+        origin: req.params.origin.clone(),
         body: client_body,
     });
     let mut out = answer::<F>(

@@ -214,7 +214,7 @@ async fn send(
             path,
             headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
             content,
-            body.bytes.clone(),
+            body.bytes.clone().into(),
         )
         .await
 }

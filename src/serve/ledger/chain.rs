@@ -59,15 +59,12 @@ pub(crate) fn blocks(shape: Shape, body: &[u8]) -> Result<Vec<Block>, serde_json
     match shape {
         Shape::Messages => {
             let b: MessagesBody<'_> = serde_json::from_str(body)?;
+            let units = (b.tools.iter().map(|t| (Kind::Tool, *t)))
+                .chain(b.system.map(|s| (Kind::System, s)))
+                .chain(b.messages.iter().map(|m| (Kind::Message, *m)));
             let mut sums = Vec::new();
-            for tool in &b.tools {
-                sums.extend(tool_sum(tool.get())?);
-            }
-            if let Some(system) = b.system {
-                sums.extend(content_sum("system", system)?);
-            }
-            for m in &b.messages {
-                sums.extend(content_sum(&m.role, m.content)?);
+            for (kind, raw) in units {
+                sums.extend(sum(kind, raw.get())?);
             }
             return Ok(chain_of(&sums));
         }
@@ -185,14 +182,7 @@ impl Units {
         }
         let sums = match self.old.remove(&key) {
             Some(sums) => sums,
-            None => match kind {
-                Kind::Tool => tool_sum(text)?.into(),
-                Kind::System => content_sum("system", serde_json::from_str(text)?)?.into(),
-                Kind::Message => {
-                    let m: Turn<'_> = serde_json::from_str(text)?;
-                    content_sum(&m.role, m.content)?.into()
-                }
-            },
+            None => sum(kind, text)?.into(),
         };
         if self.now.len() >= UNITS_PER_GENERATION {
             self.old = std::mem::take(&mut self.now);
@@ -215,7 +205,7 @@ struct MessagesBody<'a> {
     #[serde(borrow, default)]
     system: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    messages: Vec<Turn<'a>>,
+    messages: Vec<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -270,9 +260,18 @@ fn content_sum(role: &str, raw: &RawValue) -> Result<Vec<Sum>, serde_json::Error
         .collect()
 }
 
-/// A tool: one block.
-fn tool_sum(text: &str) -> Result<Vec<Sum>, serde_json::Error> {
-    Ok(vec![block_sum("tool", text)?])
+/// The sums of the unit `text` of `kind`: a tool is one block; the system prompt and a
+/// message are their content's blocks, the first tagged with whose it is. Both readings
+/// of a body ([`blocks`] and [`messages_blocks`]) sum each unit here.
+fn sum(kind: Kind, text: &str) -> Result<Vec<Sum>, serde_json::Error> {
+    match kind {
+        Kind::Tool => Ok(vec![block_sum("tool", text)?]),
+        Kind::System => content_sum("system", serde_json::from_str(text)?),
+        Kind::Message => {
+            let m: Turn<'_> = serde_json::from_str(text)?;
+            content_sum(&m.role, m.content)
+        }
+    }
 }
 
 /// One block of the Messages API, its marker apart from its digest.

@@ -203,6 +203,7 @@ impl Ledger {
             *n > 1
         };
         let body = start.body.filter(|b| b.len() <= MAX_MODELLED_BYTES);
+        // What the reader kept is only for a body that is modelled.
         let origin = start.origin.filter(|_| body.is_some());
         Arc::new(Draft {
             ledger: self.clone(),

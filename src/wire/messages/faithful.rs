@@ -873,7 +873,8 @@ fn marker_edit(
 }
 
 impl Body {
-    /// The body's bytes in one buffer (a count's body, and the tests).
+    /// The body's bytes in one buffer (the tests').
+    #[cfg(test)]
     pub(crate) fn to_vec(&self) -> Result<Vec<u8>, serde_json::Error> {
         Ok(self.pieces()?.to_bytes().to_vec())
     }

@@ -63,20 +63,15 @@ impl<E> fmt::Debug for Reuse<E> {
     }
 }
 
-/// Every tenant's entries, and what all of them weigh.
+/// Every tenant's entries.
 struct Generations<E> {
     tenants: HashMap<String, Shelf<E>>,
-    /// What every tenant's newer generation weighs, and every older one.
-    newer: usize,
-    older: usize,
 }
 
 impl<E> Default for Generations<E> {
     fn default() -> Self {
         Self {
             tenants: HashMap::new(),
-            newer: 0,
-            older: 0,
         }
     }
 }
@@ -101,10 +96,17 @@ impl<E> Default for Shelf<E> {
 }
 
 impl<E> Generations<E> {
-    /// The tenant whose `weight` is the largest.
-    fn heaviest(&self, weight: impl Fn(&Shelf<E>) -> usize) -> Option<String> {
-        let (name, shelf) = self.tenants.iter().max_by_key(|(_, s)| weight(s))?;
-        (weight(shelf) > 0).then(|| name.clone())
+    /// What `weight` of every tenant weighs together.
+    fn total(&self, weight: impl Fn(&Shelf<E>) -> usize) -> usize {
+        self.tenants.values().map(weight).sum()
+    }
+
+    /// The tenant whose `weight` is the largest, if any weighs anything.
+    fn heaviest(&mut self, weight: impl Fn(&Shelf<E>) -> usize) -> Option<&mut Shelf<E>> {
+        self.tenants
+            .values_mut()
+            .max_by_key(|s| weight(s))
+            .filter(|s| weight(s) > 0)
     }
 
     /// Room for `size` more bytes in the newer generations: the heaviest tenant's newer
@@ -112,23 +114,19 @@ impl<E> Generations<E> {
     /// dropped until they weigh no more than `budget`. So one tenant's traffic ages its own
     /// entries first, and another's only once it holds more.
     fn make_room(&mut self, size: usize, budget: usize) {
-        while self.newer + size > budget {
-            let Some(name) = self.heaviest(|s| s.newer_bytes) else {
+        while self.total(|s| s.newer_bytes) + size > budget {
+            let Some(shelf) = self.heaviest(|s| s.newer_bytes) else {
                 break;
             };
-            let shelf = self.tenants.get_mut(&name).expect("a tenant just found");
             shelf.older = std::mem::take(&mut shelf.newer);
-            self.older = self.older - shelf.older_bytes + shelf.newer_bytes;
-            self.newer -= shelf.newer_bytes;
             shelf.older_bytes = std::mem::take(&mut shelf.newer_bytes);
         }
-        while self.older > budget {
-            let Some(name) = self.heaviest(|s| s.older_bytes) else {
+        while self.total(|s| s.older_bytes) > budget {
+            let Some(shelf) = self.heaviest(|s| s.older_bytes) else {
                 break;
             };
-            let shelf = self.tenants.get_mut(&name).expect("a tenant just found");
             shelf.older.clear();
-            self.older -= std::mem::take(&mut shelf.older_bytes);
+            shelf.older_bytes = 0;
         }
         self.tenants
             .retain(|_, s| !s.newer.is_empty() || !s.older.is_empty());
@@ -174,7 +172,6 @@ impl<E: Weighed> Reuse<E> {
     /// `tenant`'s entries of `keys`, where there are (a newer generation's first).
     pub(crate) fn get(&self, tenant: &str, keys: &[u128]) -> Vec<Option<Arc<E>>> {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
-        let g = &mut *g;
         let Some(shelf) = g.tenants.get_mut(tenant) else {
             return vec![None; keys.len()];
         };
@@ -184,11 +181,8 @@ impl<E: Weighed> Reuse<E> {
                 Some(e) => Some(e.clone()),
                 // Used again: into the newer generation, so an active session stays.
                 None => shelf.older.remove(k).inspect(|e| {
-                    let w = e.weight();
-                    shelf.older_bytes -= w;
-                    shelf.newer_bytes += w;
-                    g.older -= w;
-                    g.newer += w;
+                    shelf.older_bytes -= e.weight();
+                    shelf.newer_bytes += e.weight();
                     shelf.newer.insert(*k, e.clone());
                 }),
             };
@@ -207,14 +201,9 @@ impl<E: Weighed> Reuse<E> {
             }
             g.make_room(size, self.budget);
             let shelf = g.tenants.entry(tenant.to_owned()).or_default();
-            if let Some(old) = shelf.newer.insert(k, e) {
-                // Kept already (a message repeated in a body): counted once.
-                shelf.newer_bytes -= old.weight();
-                g.newer -= old.weight();
-            }
-            let shelf = g.tenants.get_mut(tenant).expect("just made");
-            shelf.newer_bytes += size;
-            g.newer += size;
+            // Kept already (a message repeated in a body): counted once.
+            let old = shelf.newer.insert(k, e).map_or(0, |old| old.weight());
+            shelf.newer_bytes = shelf.newer_bytes - old + size;
         }
     }
 
@@ -222,7 +211,7 @@ impl<E: Weighed> Reuse<E> {
     #[cfg(test)]
     pub(crate) fn kept_bytes(&self) -> usize {
         let g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
-        g.newer + g.older
+        g.total(|s| s.newer_bytes + s.older_bytes)
     }
 }
 
